@@ -1,0 +1,57 @@
+"""Build manifest: absent -> {}, atomic merge, concurrent writers lose nothing, corrupt -> one-line error."""
+
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from shipyard import manifest
+from shipyard.errors import ShipyardError
+
+
+def test_absent_manifest_reads_empty(tmp_path):
+    assert manifest.read_manifest(tmp_path / "nope.json") == {}
+
+
+def test_update_merges_and_removes(tmp_path):
+    p = tmp_path / "containers" / "e.json"
+    manifest.update_manifest(p, a=1, b={"x": 2})
+    out = manifest.update_manifest(p, b=None, c="z")
+    assert out == {"a": 1, "c": "z"}
+    assert json.loads(p.read_text()) == {"a": 1, "c": "z"}
+    assert p.read_text().endswith("\n")
+    # no temp files left beside it
+    assert sorted(x.name for x in p.parent.iterdir()) == ["e.json", "e.json.lock"]
+
+
+def test_manifest_path(tmp_path):
+    class Reg:
+        root = tmp_path
+
+    assert manifest.manifest_path(Reg, "pytorch-2.3") == tmp_path / "containers" / "pytorch-2.3.json"
+
+
+def test_corrupt_manifest_is_user_error(tmp_path):
+    p = tmp_path / "e.json"
+    p.write_text("{not json")
+    with pytest.raises(ShipyardError, match="corrupt build manifest"):
+        manifest.read_manifest(p)
+
+
+def _writer(path, i):
+    for j in range(20):
+        manifest.update_manifest(path, **{f"w{i}_{j}": j})
+
+
+def test_concurrent_writers_lose_no_field(tmp_path):
+    p = tmp_path / "e.json"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(str(p), i)) for i in range(4)]
+    for pr in procs:
+        pr.start()
+    for pr in procs:
+        pr.join()
+        assert pr.exitcode == 0
+    data = manifest.read_manifest(p)
+    assert len(data) == 80
