@@ -2,13 +2,19 @@
 
 Every task is wrapped in ``task_guard``: a user error prints one line and exits 2, never a traceback.
 The registry is ./registry.yaml unless $SHIPYARD_REGISTRY names another file.
+
+Conventions: an optional environment argument is declared ``@task(positional=["env"])`` with ``env=None``; it may be
+omitted on the command line (see ``allow_optional_positionals``), and then arrives as "" or None: both mean
+``defaults.environment``.
 """
 
 from __future__ import annotations
 
 from invoke import Collection, task
 
-from shipyard.cli import task_guard
+from shipyard.cli import allow_optional_positionals, task_guard
+
+allow_optional_positionals()
 
 # ----------------------------------------------------------------------------------------------- registry, check, render
 
@@ -22,7 +28,7 @@ def list_(c):
     print(report.list_tables())
 
 
-@task(help={"env": "environment name (default: defaults.environment)"})
+@task(positional=["env"], help={"env": "environment name (default: defaults.environment)"})
 @task_guard
 def show(c, env=None):
     """Show an environment's fully resolved pins and where each came from."""
@@ -31,7 +37,7 @@ def show(c, env=None):
     print(report.show(env))
 
 
-@task(help={"env": "only this environment (default: all)", "cluster": "only this cluster (default: all it is used on)"})
+@task(positional=["env"], help={"env": "only this environment (default: all)", "cluster": "only this cluster (default: all it is used on)"})
 @task_guard
 def check(c, env=None, cluster=None):
     """Check every environment against the compatibility data and its clusters; exit 1 on any ERROR."""
@@ -43,6 +49,7 @@ def check(c, env=None, cluster=None):
 
 
 @task(
+    positional=["env"],
     help={
         "env": "environment to render (default: defaults.environment)",
         "all": "render every environment",

@@ -59,8 +59,14 @@ def atomic_write(path: str | os.PathLike, text: str | bytes, mode: int | None = 
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        if mode is None:
+            try:
+                mode = path.stat().st_mode & 0o7777  # keep the mode of the file we replace
+            except FileNotFoundError:
+                umask = os.umask(0)
+                os.umask(umask)
+                mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -69,3 +75,30 @@ def atomic_write(path: str | os.PathLike, text: str | bytes, mode: int | None = 
             pass
         raise
     return path
+
+
+OPTIONAL_POSITIONALS = {"env"}
+
+
+def allow_optional_positionals(names=OPTIONAL_POSITIONALS) -> None:
+    """Let `invoke build pytorch-2.3` and `invoke launch --nodes 2` share one task signature.
+
+    invoke treats every positional argument as required. Tasks here declare ``positional=["env"]`` with a None
+    default; this hook fills a missing one with "" just before invoke checks for missing positionals, and the task
+    treats "" as "use defaults.environment". Called once from tasks.py, before any parsing happens.
+    """
+    from invoke.parser.parser import ParseMachine
+
+    if getattr(ParseMachine, "_shipyard_optional", False):
+        return
+    original = ParseMachine.complete_context
+
+    def complete_context(self):
+        if self.context:
+            for arg in self.context.positional_args:
+                if arg.value is None and arg.name in names:
+                    arg.value = ""
+        return original(self)
+
+    ParseMachine.complete_context = complete_context
+    ParseMachine._shipyard_optional = True
