@@ -66,6 +66,112 @@ def render(c, env=None, all=False, check=False):
         raise SystemExit(code)
 
 
+# ----------------------------------------------------------------------------------------------- cluster-facing tools
+# nccl-report, usage, status, logs, shell, doctor: see shipyard/nccl_report.py, usage.py, jobs.py, shell.py, doctor.py
+
+
+@task(
+    name="nccl-report",
+    positional=["log"],
+    help={
+        "log": "nccl-tests output file (e.g. launch/logs/NAME-JOBID.out)",
+        "out": "PNG to write (default: LOG with .png suffix)",
+        "cluster": "cluster whose nominal line rate is drawn (default: defaults.cluster)",
+    },
+)
+@task_guard
+def nccl_report(c, log, out=None, cluster=None):
+    """Parse nccl-tests output into a bus-bandwidth table and a PNG plot against message size."""
+    from shipyard import nccl_report as nr
+
+    text, png = nr.report_command(log, out, cluster)
+    print(text, end="")
+    print(f"plot: {png}")
+
+
+@task(
+    positional=["jobid"],
+    help={
+        "jobid": "Slurm job id whose --monitor samples to summarise",
+        "out": "PNG to write (default: launch/logs/NAME-JOBID.usage.png)",
+    },
+)
+@task_guard
+def usage(c, jobid, out=None):
+    """Summarise a job's --monitor CSVs per node (CPU, RAM, GPU) and plot them over time."""
+    from shipyard import usage as us
+
+    text, png = us.usage_command(jobid, out)
+    print(text, end="")
+    print(f"plot: {png}")
+
+
+@task(
+    help={
+        "cluster": "cluster whose Slurm to ask (default: defaults.cluster; sandbox talks to the local sandbox)",
+        "since": "sacct start time for finished jobs (Slurm time syntax, default now-2days)",
+    }
+)
+@task_guard
+def status(c, cluster=None, since="now-2days"):
+    """Table of your shipyard jobs: queued/running (squeue) and finished (sacct)."""
+    from shipyard import jobs
+
+    print(jobs.status_command(cluster, since), end="")
+
+
+@task(
+    positional=["jobid"],
+    help={
+        "jobid": "Slurm job id",
+        "follow": "keep printing new output until the job ends (Ctrl-C stops)",
+        "num_lines": "how many last lines to print first (default 20)",
+        "cluster": "cluster whose Slurm to ask (default: defaults.cluster)",
+    },
+)
+@task_guard
+def logs(c, jobid, follow=False, num_lines=20, cluster=None):
+    """Print the tail of a job's output file (found via scontrol, sacct or launch/logs/*-JOBID.out)."""
+    from shipyard import jobs
+
+    jobs.logs_command(jobid, follow=follow, lines=num_lines, cluster_name=cluster)
+
+
+@task(
+    positional=["env"],
+    help={
+        "env": "environment whose image to enter (default: defaults.environment)",
+        "cluster": "cluster to run on (default: defaults.cluster); uses its interactive partition",
+        "dry_run": "print the exact command and the ssh config snippet, run nothing",
+        "command": "run this command (shell words) in the container on the node instead of an interactive shell",
+        "gpus": "GPUs to request on the node (default: 1 if the cluster has GPUs, else 0)",
+        "time": "time limit (default: the cluster's scheduler.time)",
+    },
+)
+@task_guard
+def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None):
+    """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
+    from shipyard import shell as sh
+
+    raise SystemExit(sh.shell_command(env, cluster, dry_run=dry_run, command=command, gpus=gpus, time=time))
+
+
+@task(
+    help={
+        "cluster": "cluster to check (default: defaults.cluster)",
+        "env": "environment whose CUDA/arch needs are checked against the GPUs (default: defaults.environment)",
+    }
+)
+@task_guard
+def doctor(c, cluster=None, env=None):
+    """Preflight: Slurm, pyxis, apptainer/enroot, fakeroot, GPUs and driver, shared storage; PASS/WARN/FAIL + fix."""
+    from shipyard import doctor as dr
+
+    code = dr.doctor_command(cluster, env)
+    if code:
+        raise SystemExit(code)
+
+
 # ----------------------------------------------------------------------------------------------- namespace
 
-ns = Collection(list_, show, check, render)
+ns = Collection(list_, show, check, render, nccl_report, usage, status, logs, shell, doctor)

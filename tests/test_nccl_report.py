@@ -1,0 +1,157 @@
+"""nccl-report: parsing nccl-tests logs (with interleaved rank output), the text report, the plot, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from helpers_registry import GOLDEN, ROOT, golden
+from shipyard import nccl_report as nr
+from shipyard import registry
+from shipyard.errors import ShipyardError
+
+LOGS = ROOT / "tests" / "data" / "nccl"
+REG = registry.load(ROOT / "registry.yaml")
+
+
+@pytest.mark.parametrize(
+    "log,cluster",
+    [
+        ("all_reduce_efa_2x8", "aws-pcluster"),
+        ("all_reduce_ib_2x4_label", "grete"),
+        ("all_reduce_socket_wrong", "grete"),
+        ("all_reduce_socket_wrong", "sandbox"),
+    ],
+)
+def test_report_golden(log, cluster):
+    report = nr.parse_file(LOGS / f"{log}.log")
+    report.path = f"{log}.log"  # golden text must not depend on where the checkout lives
+    golden(GOLDEN / "nccl_report" / f"{log}.{cluster}.txt", nr.render_table(report, REG.cluster(cluster)))
+
+
+def test_efa_log_rows_and_interleaving():
+    report = nr.parse_file(LOGS / "all_reduce_efa_2x8.log")
+    (run,) = report.runs
+    sizes = [r.size for r in run.rows]
+    # 8 B .. 16 GiB by factor 2: 32 rows, including the row glued behind another rank's NCCL INFO line (1 KiB).
+    assert sizes == [8 * 2**i for i in range(32)]
+    glued = run.rows[7]
+    assert (glued.size, glued.count, glued.dtype, glued.redop, glued.root) == (1024, 256, "float", "sum", -1)
+    assert glued.out_of_place.time_us == pytest.approx(75.97)
+    assert run.rows[-1].out_of_place.busbw == pytest.approx(336.23)
+    assert run.rows[-1].in_place.busbw == pytest.approx(325.99)
+    assert run.avg_busbw == pytest.approx(111.9161)
+    assert run.out_of_bounds == "0 OK"
+    assert run.header == {"nThread": 1, "nGpus": 1, "minBytes": 8, "maxBytes": 17179869184}
+    assert len(report.ranks) == 16 and report.ranks[9] == ("p5-dy-gpu-2", "NVIDIA H100 80GB HBM3")
+    assert report.networks == ["Libfabric"]
+
+
+def test_label_prefixes_and_comment_lines_are_tolerated():
+    report = nr.parse_file(LOGS / "all_reduce_ib_2x4_label.log")
+    (run,) = report.runs
+    assert [r.size for r in run.rows] == [128 * 2**20 * 2**i for i in range(6)]
+    assert report.networks == ["IB"]
+    assert len(report.ranks) == 8
+
+
+def test_wrong_results_and_socket_fallback_are_failures():
+    report = nr.parse_file(LOGS / "all_reduce_socket_wrong.log")
+    notes = nr.findings(report, REG.cluster("grete"))
+    assert any(n.startswith("FAIL wrong results at 64 KiB") for n in notes)
+    assert any("used sockets on cluster 'grete'" in n for n in notes)
+    # On the socket-fabric sandbox sockets are expected; the wrong results are still a failure.
+    notes = nr.findings(report, REG.cluster("sandbox"))
+    assert not any("sockets" in n for n in notes)
+    assert any(n.startswith("FAIL wrong results") for n in notes)
+
+
+def test_two_tests_in_one_log_are_two_runs():
+    text = (LOGS / "all_reduce_ib_2x4_label.log").read_text()
+    report = nr.parse_text(text + text.replace("float     sum", " half     max"))
+    assert len(report.runs) == 2
+    assert {r.dtype for r in report.runs[1].rows} == {"half"}
+    assert "test 2" in nr.render_table(report)
+
+
+def test_validation_off_reads_na():
+    line = "     1048576        262144     float     sum      -1    51.20   20.48   38.40    N/A    50.10   20.93   39.24    N/A"
+    report = nr.parse_text(line + "\n")
+    row = report.runs[0].rows[0]
+    assert row.out_of_place.wrong == "N/A" and row.wrong == 0
+    assert row.busbw == pytest.approx(39.24)
+
+
+def test_comment_and_log_lines_never_parse_as_rows():
+    text = "\n".join([
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+        "n1:12:12 [0] NCCL INFO Channel 00/02 :    0   1",
+        "n1:12:12 [0] NCCL INFO 2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, 2 p2p channels per peer",
+    ])
+    with pytest.raises(ShipyardError, match="no nccl-tests result rows"):
+        nr.parse_text(text, "x.log")
+
+
+def test_plot_draws_busbw_on_log2_axis_and_line_rate():
+    report = nr.parse_file(LOGS / "all_reduce_efa_2x8.log")
+    fig = nr.plot(report, REG.cluster("aws-pcluster"))
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    assert ax.xaxis.get_transform().base == 2
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    oop = lines["out-of-place busbw"]
+    assert list(oop.get_xdata()) == [r.size for r in report.runs[0].rows]
+    assert list(oop.get_ydata()) == [r.out_of_place.busbw for r in report.runs[0].rows]
+    rate = [ln for label, ln in lines.items() if label.startswith("nominal line rate 3200 Gbit/s")]
+    assert rate and list(rate[0].get_ydata()) == [400.0, 400.0]  # 3200 Gbit/s = 400 GB/s
+
+
+def test_plot_without_line_rate():
+    report = nr.parse_file(LOGS / "all_reduce_socket_wrong.log")
+    ax = nr.plot(report, REG.cluster("sandbox")).axes[0]
+    assert not [ln for ln in ax.get_lines() if ln.get_label().startswith("nominal")]
+
+
+def test_task_writes_png_and_prints_table(tmp_path):
+    out = tmp_path / "bw.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "nccl-report", str(LOGS / "all_reduce_ib_2x4_label.log"),
+         "--cluster", "grete", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "peak bus bandwidth: 23.86 GB/s at 4 GiB" in proc.stdout
+    assert f"plot: {out}" in proc.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["missing.log"], "missing.log: no such nccl-tests log"),
+        ([str(LOGS / "all_reduce_failed.log")], "no nccl-tests result rows found"),
+        ([str(LOGS)], "is a directory"),
+        ([str(LOGS / "all_reduce_ib_2x4_label.log"), "--out", "x.svg"], "--out x.svg: the plot is written as PNG"),
+        ([str(LOGS / "all_reduce_ib_2x4_label.log"), "--cluster", "nope"], "nope"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, message, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "invoke", "nccl-report", *args], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_failed_log_error_quotes_the_failure():
+    with pytest.raises(ShipyardError, match="Test NCCL failure common.cu:1005"):
+        nr.parse_file(LOGS / "all_reduce_failed.log")
+
+
+@pytest.mark.parametrize("n,text", [(8, "8 B"), (1024, "1 KiB"), (1536, "1536 B"), (2**34, "16 GiB"), (2**41, "2 TiB")])
+def test_human_bytes(n, text):
+    assert nr.human_bytes(n) == text
