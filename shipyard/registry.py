@@ -163,8 +163,6 @@ def _describe(err: jsonschema.ValidationError) -> str:
         return err.message.replace("is a required property", "is required")
     if v == "pattern":
         desc = sub.get("description") or ""
-        if "items" not in sub and err.absolute_path and err.absolute_path[-2:-1] == type(err.absolute_path)(["pip"]):
-            pass
         path = list(err.absolute_path)
         if len(path) >= 2 and path[-2] == "pip":
             return f"{inst!r} is not pinned: extra pip packages must be exact, NAME==VERSION"

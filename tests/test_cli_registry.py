@@ -1,0 +1,91 @@
+"""The invoke tasks as a user runs them: exit codes, one-line errors without tracebacks, SHIPYARD_REGISTRY."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from helpers_registry import DATA, ROOT
+
+INVOKE = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
+
+
+def run(*args, registry=None, cwd=ROOT):
+    env = dict(os.environ)
+    env.pop("SHIPYARD_REGISTRY", None)
+    if registry:
+        env["SHIPYARD_REGISTRY"] = str(registry)
+    return subprocess.run([*INVOKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_check_passes_on_shipped_registry():
+    res = run("check")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 error(s)" in res.stdout
+
+
+def test_render_check_passes_on_committed_definitions():
+    res = run("render", "--all", "--check")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_check_reports_every_problem_as_a_table_and_exits_nonzero(tmp_path):
+    reg = tmp_path / "r.yaml"
+    reg.write_text((DATA / "minimal.yaml").read_text().replace('cuda: "12.1"', 'cuda: "12.4"').replace(
+        'python: "3.11"', 'python: "3.13"'))
+    res = run("check", registry=reg)
+    assert res.returncode == 1
+    assert "severity" in res.stdout and "has no CUDA 12.4 wheel" in res.stdout and "Python 3.13" in res.stdout
+    assert "2 error(s)" in res.stdout
+
+
+def test_bad_input_is_one_line_exit_2_no_traceback(tmp_path):
+    reg = tmp_path / "r.yaml"
+    reg.write_text((DATA / "minimal.yaml").read_text().replace("os:", "oss:"))
+    for task in (["check"], ["list"], ["show"], ["render"]):
+        res = run(*task, registry=reg)
+        assert res.returncode == 2, (task, res.stderr)
+        assert "Traceback" not in res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "r.yaml:6: environments.e.oss: unknown key 'oss' (did you mean 'os'?)" in lines[0]
+
+
+def test_unknown_environment_flag(tmp_path):
+    res = run("show", "pytorch-9")
+    assert res.returncode == 2 and "unknown environment 'pytorch-9'" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_show_lists_sources():
+    res = run("show", "pytorch-2.3")
+    assert res.returncode == 0
+    assert "default (companion of torch 2.3.1)" in res.stdout and "explicit" in res.stdout
+
+
+def test_render_writes_into_the_registry_project(tmp_path):
+    shutil.copy(DATA / "features.yaml", tmp_path / "registry.yaml")
+    res = run("render", "--all", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "definitions" / "child.def").is_file()
+    res = run("render", "--all", "--check", cwd=tmp_path)
+    assert res.returncode == 0
+    (tmp_path / "definitions" / "child.def").write_text("stale")
+    res = run("render", "--all", "--check", cwd=tmp_path)
+    assert res.returncode == 1 and "definitions/child.def" in res.stdout
+
+
+def test_every_task_has_help():
+    res = subprocess.run([*INVOKE, "--list"], capture_output=True, text=True, cwd=ROOT)
+    names = [ln.split()[0] for ln in res.stdout.splitlines()[2:] if ln.startswith("  ") and ln.strip()
+             and not ln.startswith("    ")]
+    assert "check" in names and "render" in names
+    for name in names:
+        h = subprocess.run([*INVOKE, "--help", name], capture_output=True, text=True, cwd=ROOT)
+        assert h.returncode == 0
+        assert "Docstring:\n  none" not in h.stdout, name
+        opts = h.stdout.split("Options:", 1)[1] if "Options:" in h.stdout else ""
+        for ln in opts.splitlines():
+            if re.match(r"^\s+-", ln):
+                assert re.match(r"^\s+\S.*?\s{2,}\S", ln), f"{name}: flag without help: {ln}"

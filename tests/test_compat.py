@@ -1,0 +1,172 @@
+"""Each compatibility rule has a case that fails and a case that passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers_registry import DATA
+from shipyard import compat, registry
+
+BASE = (DATA / "minimal.yaml").read_text()
+
+
+def problems(env_extra: str = "", cluster: str = "", env_over: dict | None = None):
+    """Check a one-environment registry; env_over replaces fields, cluster adds a cluster `x` it is used on."""
+    fields = {"torch": '"2.3.1"', "cuda": '"12.1"', "python": '"3.11"', "os": "ubuntu22.04"}
+    fields.update(env_over or {})
+    env = "\n".join(f"    {k}: {v}" for k, v in fields.items())
+    text = f"environments:\n  e:\n{env}\n{env_extra}clusters:\n" + (cluster or """  c:
+    runtime: host
+    fabric: socket
+    gpus_per_node: 0
+    scheduler: {partition: p}
+""")
+    return compat.check_all(registry.load_text(text, "t.yaml"))
+
+
+def cluster(gpus: str = "[{model: H100, arch: sm_90}]", driver: str = "580.95.05", fabric: str = "ib",
+            extra: str = "") -> str:
+    return f"""  x:
+    runtime: apptainer
+    fabric: {fabric}
+    gpus_per_node: 4
+    gpus: {gpus}
+    driver: "{driver}"
+    scheduler: {{partition: p}}
+{extra}"""
+
+
+def errors(ps):
+    return [p for p in ps if p.severity == compat.ERROR]
+
+
+def test_valid_combination_passes():
+    assert problems() == []
+
+
+def test_cuda_variant_that_does_not_exist_names_the_real_ones():
+    (p,) = errors(problems(env_over={"cuda": '"12.4"'}))
+    assert p.key == "environments.e.cuda"
+    assert "torch 2.3.1 has no CUDA 12.4 wheel" in p.message and "cu118, cu121" in p.message
+
+
+def test_python_without_wheel_fails_and_supported_passes():
+    assert "no wheel for Python 3.13" in errors(problems(env_over={"python": '"3.13"'}))[0].message
+    assert problems(env_over={"python": '"3.12"'}) == []
+
+
+def test_companion_mismatch_fails():
+    ps = errors(problems(env_over={"torchvision": '"0.17.0"'}))
+    assert "companion release is 0.18.1" in ps[0].message
+    assert problems(env_over={"torchvision": '"0.18.1"'}) == []
+
+
+def test_unpublished_torchaudio_fails():
+    over = {"torch": '"2.14.1"', "cuda": '"13.0"', "os": "ubuntu24.04"}
+    assert problems(env_over=over) == []
+    ps = errors(problems(env_over={**over, "torchaudio": '"2.14.1"'}))
+    assert "torchaudio was not published for torch 2.14.1" in ps[0].message
+
+
+def test_nccl_override_warns_and_static_nccl_fails():
+    ps = problems(env_over={"nccl": '"2.21.5"'})
+    assert [p.severity for p in ps] == ["WARN"] and "pip check will report" in ps[0].message
+    ps = errors(problems(env_over={"torch": '"1.13.1"', "cuda": '"11.7"', "python": '"3.10"', "nccl": '"2.15.5"'}))
+    assert any("statically" in p.message for p in ps)
+
+
+def test_unknown_variant_list_warns_not_guesses():
+    ps = problems(env_over={"torch": '"2.13.0"', "cuda": '"12.8"', "os": "ubuntu24.04"})
+    assert [p.severity for p in ps] == ["WARN"] and "not verified" in ps[0].message
+
+
+@pytest.mark.parametrize("tag,ok,why", [
+    ("nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04", True, ""),
+    ("nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04", True, ""),
+    ("nvidia/cuda:12.3.2-cudnn9-runtime-ubuntu22.04", True, ""),
+    ("nvidia/cuda:12.4.1-cudnn8-runtime-ubuntu22.04", False, "spell cuDNN as '-cudnn-'"),
+    ("nvidia/cuda:12.1.1-cudnn-runtime-ubuntu22.04", False, "spell cuDNN as '-cudnn8-'"),
+    ("nvidia/cuda:12.1.1-runtime-ubuntu24.04", False, "published for Ubuntu 20.04, 22.04, not 24.04"),
+    ("nvidia/cuda:12.1.0-runtime-ubuntu22.04", False, "knows nvidia/cuda 12.1.1"),
+    ("nvidia/cuda:12.1.1-cudnn8-base-ubuntu22.04", False, "only with runtime/devel"),
+    ("nvidia/cuda:12.1-runtime", False, "does not fit the nvidia/cuda scheme"),
+])
+def test_base_image_tag_scheme(tag, ok, why):
+    msgs = compat.check_cuda_image(tag)
+    assert (msgs == []) is ok, msgs
+    if not ok:
+        assert why in msgs[0]
+
+
+def test_derived_base_for_os_without_image_fails():
+    ps = errors(problems(env_over={"os": "ubuntu24.04"}))  # CUDA 12.1 images exist for 20.04/22.04 only
+    assert ps and "not 24.04" in ps[0].message and ps[0].key == "environments.e.os"
+
+
+def test_explicit_base_checked_and_non_cuda_base_warns():
+    ps = errors(problems(env_over={"base": "nvidia/cuda:12.4.0-cudnn8-runtime-ubuntu22.04"}))
+    assert ps and ps[0].key == "environments.e.base"
+    ps = problems(env_over={"base": "nvcr.io/nvidia/pytorch:24.05-py3"})
+    assert [p.severity for p in ps] == ["WARN"]
+
+
+def test_driver_too_old_for_cuda12_fails_and_new_enough_passes():
+    ps = errors(problems(cluster=cluster(driver="520.61.05"), env_over={}, env_extra=""))
+    assert any("too old for CUDA 12.1 (CUDA 12.x needs >= 525.60.13)" in p.message for p in ps)
+    assert errors(problems(cluster=cluster(driver="535.104.05"))) == []
+
+
+def test_cuda13_needs_the_580_branch():
+    over = {"torch": '"2.14.1"', "cuda": '"13.0"', "os": "ubuntu24.04"}
+    ps = errors(problems(env_over=over, cluster=cluster(driver="575.57.08")))
+    assert any("13.x needs >= 580" in p.message for p in ps)
+    assert errors(problems(env_over=over, cluster=cluster(driver="580.95.05"))) == []
+
+
+def test_minor_version_compat_driver_warns():
+    ps = problems(cluster=cluster(driver="525.60.13"))
+    assert [p.severity for p in ps] == ["WARN"] and "minor-version" in ps[0].message
+
+
+def test_torch_211_on_v100_fails_and_210_passes():
+    v100 = "[{model: V100, arch: sm_70}]"
+    over = {"torch": '"2.11.0"', "cuda": '"13.0"', "os": "ubuntu24.04"}
+    ps = errors(problems(env_over=over, cluster=cluster(gpus=v100)))
+    assert any("V100 (sm_70) cannot run e" in p.message for p in ps)
+    over = {"torch": '"2.10.0"', "cuda": '"12.8"', "os": "ubuntu24.04", "python": '"3.12"'}
+    assert errors(problems(env_over=over, cluster=cluster(gpus=v100))) == []
+
+
+def test_torch_20_on_h100_fails_and_23_passes():
+    over = {"torch": '"2.0.1"', "cuda": '"11.7"', "python": '"3.10"'}
+    ps = errors(problems(env_over=over, cluster=cluster()))
+    assert any("H100 (sm_90) cannot run e" in p.message for p in ps)
+    assert errors(problems(cluster=cluster())) == []
+
+
+def test_efa_needs_cuda12_and_nccl_2185():
+    efa = cluster(fabric="efa")
+    over = {"torch": '"2.1.2"', "cuda": '"11.8"', "python": '"3.10"'}  # NCCL 2.18.1, CUDA 11.8
+    msgs = [p.message for p in errors(problems(env_over=over, cluster=efa))]
+    assert any("EFA needs CUDA >= 12.0" in m for m in msgs) and any("EFA needs NCCL >= 2.18.5" in m for m in msgs)
+    assert errors(problems(cluster=efa)) == []
+
+
+def test_efa_installer_with_broadcast_hang_fails():
+    bad = cluster(fabric="efa", extra="    fabric_options: {efa_installer: \"1.47.0\"}\n")
+    assert any("broadcast hang" in p.message for p in errors(problems(cluster=bad)))
+    good = cluster(fabric="efa", extra="    fabric_options: {efa_installer: \"1.43.0\"}\n")
+    assert errors(problems(cluster=good)) == []
+
+
+def test_environment_limited_to_its_clusters():
+    v100 = cluster(gpus="[{model: V100, arch: sm_70}]")
+    over = {"torch": '"2.11.0"', "cuda": '"13.0"', "os": "ubuntu24.04"}
+    assert errors(problems(env_over=over, cluster=v100))
+    assert errors(problems(env_over=over, cluster=v100, env_extra="    clusters: [c]\n".replace("[c]", "[]"))) == []
+
+
+def test_shipped_registry_is_clean():
+    from helpers_registry import ROOT
+
+    assert errors(compat.check_all(registry.load(ROOT / "registry.yaml"))) == []

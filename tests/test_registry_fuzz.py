@@ -1,0 +1,86 @@
+"""Property: no mutated registry makes the loader or `check` raise anything but a one-line ShipyardError."""
+
+from __future__ import annotations
+
+import copy
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers_registry import ROOT
+from shipyard import compat, definitions, registry
+from shipyard.errors import ShipyardError
+
+SHIPPED = yaml.safe_load((ROOT / "registry.yaml").read_text())
+SHIPPED_TEXT = (ROOT / "registry.yaml").read_text()
+
+values = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True), st.text(max_size=12),
+    st.sampled_from(["2.3.1", "12.4", "13.0", "3.11", "ubuntu24.04", "sm_70", "efa", "pyxis", "pytorch-2.3",
+                     "numpy==1", "numpy", "{{ X }}", "nvidia/cuda:12.4.0-cudnn8-runtime-ubuntu22.04", "580"]),
+    st.lists(st.text(max_size=5), max_size=3), st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2),
+)
+
+
+def paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from paths(v, prefix + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from paths(v, prefix + (i,))
+
+
+ALL_PATHS = [p for p in paths(SHIPPED) if p]
+
+
+def mutate(doc, path, op, value, key):
+    doc = copy.deepcopy(doc)
+    parent = doc
+    for p in path[:-1]:
+        parent = parent[p]
+    last = path[-1]
+    if op == "set":
+        parent[last] = value
+    elif op == "delete":
+        del parent[last]
+    elif op == "rename" and isinstance(parent, dict):
+        parent[str(last) + key] = parent.pop(last)
+    elif op == "add" and isinstance(parent[last], dict):
+        parent[last][key or "x"] = value
+    return doc
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    muts=st.lists(st.tuples(st.sampled_from(ALL_PATHS), st.sampled_from(["set", "delete", "rename", "add"]), values,
+                            st.text(max_size=4)), min_size=1, max_size=4)
+)
+def test_mutated_registries_never_traceback(muts):
+    doc = SHIPPED
+    for path, op, value, key in muts:
+        try:
+            doc = mutate(doc, path, op, value, key)
+        except (KeyError, IndexError, TypeError):
+            continue
+    text = yaml.safe_dump(doc, sort_keys=False)
+    try:
+        reg = registry.load_text(text, "fuzz.yaml")
+        compat.check_all(reg)
+        for env in reg.environments.values():
+            definitions.render_definition(env)
+    except ShipyardError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("fuzz.yaml")
+
+
+@settings(max_examples=200, deadline=None)
+@given(pos=st.integers(0, len(SHIPPED_TEXT) - 1), junk=st.text(min_size=1, max_size=3))
+def test_corrupted_yaml_text_never_tracebacks(pos, junk):
+    text = SHIPPED_TEXT[:pos] + junk + SHIPPED_TEXT[pos + 1:]
+    try:
+        reg = registry.load_text(text, "fuzz.yaml")
+        compat.check_all(reg)
+    except ShipyardError as exc:
+        assert "\n" not in str(exc)
