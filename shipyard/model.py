@@ -150,6 +150,7 @@ class Cluster:
     env: tuple[tuple[str, str], ...] = ()
     fabric_options: Mapping[str, object] = field(default_factory=dict)
     instance_type: str | None = None
+    login: str | None = None  # ssh destination of a login node (ProxyJump for `invoke shell`)
     host_requirements: tuple[str, ...] = ()
     description: str = ""
     line: int | None = None

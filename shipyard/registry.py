@@ -376,6 +376,7 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
         env=tuple((k, _scalar(v)) for k, v in raw.get("env", {}).items()),
         fabric_options=dict(raw.get("fabric_options", {})),
         instance_type=raw.get("instance_type"),
+        login=raw.get("login"),
         host_requirements=tuple(raw.get("host_requirements", ())),
         description=raw.get("description", ""),
         line=_line(lines, ("clusters", name)),
