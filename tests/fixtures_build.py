@@ -1,0 +1,101 @@
+"""A throw-away shipyard project for the build/push tests, and the strict apptainer/enroot test doubles on PATH."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from shipyard import registry
+
+HERE = Path(__file__).parent
+APPTAINER_BUILD_DOUBLE = HERE / "doubles" / "apptainer-build"
+ENROOT_DOUBLE = HERE / "doubles" / "enroot"
+
+# Environments the build tests use. `tiny` builds offline FROM the fixture base image (tests/fixtures_docker.py),
+# whose python/torch/CUDA/NCCL facts match these pins; `tiny-mismatch` pins a torch that base does not carry, so its
+# %test must fail.
+PROJECT_REGISTRY = """\
+environments:
+  tiny:
+    description: stack base on the local fixture image; shipyard installs nothing, %test verifies the pins
+    torch: "2.3.1"
+    cuda: "12.1"
+    python: "3.11"
+    os: ubuntu22.04
+    stack: base
+    base: shipyard-test/base:1
+    torchvision: false
+    torchaudio: false
+    env:
+      OMP_NUM_THREADS: "1"
+  tiny-mismatch:
+    extends: tiny
+    torch: "2.3.0"
+  pytorch-2.3:
+    torch: "2.3.1"
+    cuda: "12.1"
+    python: "3.11"
+    os: ubuntu22.04
+clusters:
+  sandbox:
+    runtime: host
+    fabric: socket
+    gpus_per_node: 0
+    scheduler:
+      partition: debug
+      build_partition: debug
+      build_time: "00:05:00"
+      build_cpus: 1
+      build_mem: 500M
+    storage: .sandbox/images
+registries:
+  local:
+    uri: oras://{registry}/shipyard
+    insecure: true
+  local-docker:
+    uri: docker://{registry}/shipyard
+    insecure: true
+  signed-only:
+    uri: oras://{registry}/signed
+    insecure: true
+    require_signed: true
+defaults:
+  environment: tiny
+  cluster: sandbox
+  registry: local
+"""
+
+
+def make_project(root: Path, registry_address: str = "127.0.0.1:9") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "registry.yaml").write_text(PROJECT_REGISTRY.format(registry=registry_address))
+    return root
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project dir with registry.yaml (registries point at a closed port unless a test uses ``pushable``)."""
+    root = make_project(tmp_path / "proj")
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    return registry.load(root / "registry.yaml")
+
+
+@pytest.fixture
+def apptainer_double(monkeypatch, tmp_path):
+    """Put the strict apptainer build double first on PATH; returns the file its calls are recorded in."""
+    monkeypatch.setenv("PATH", f"{APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    calls = tmp_path / "apptainer-calls.jsonl"
+    monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
+    # the preflight's free-space check must see enough room; point apptainer's dirs at the test's tmp
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "cache"))
+    return calls
+
+
+@pytest.fixture
+def enroot_double(monkeypatch):
+    monkeypatch.setenv("PATH", f"{ENROOT_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    return ENROOT_DOUBLE / "enroot"
