@@ -1,0 +1,142 @@
+"""invoke shell: command construction per runtime, quoting of hostile site values, the ssh snippet, bad input."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fixtures_tools import HOSTILE_STORAGE, write_tools_registry
+from helpers_registry import GOLDEN, ROOT, golden
+from shipyard import shell
+from shipyard.errors import ShipyardError
+
+
+def bash_words(line: str) -> list[str]:
+    """What bash makes of a command line: the words it would pass to the program, without running it."""
+    res = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, text=True, check=True)
+    return res.stdout.split("\0")[:-1]
+
+
+CASES = [
+    ("grete", None), ("grete", "nvidia-smi -L"),
+    ("aws-pcluster", None), ("aws-pcluster", "python -c 'import torch; print(torch.__version__)'"),
+    ("sandbox", None), ("sandbox", "hostname"),
+]
+
+
+@pytest.mark.parametrize("cluster,command", CASES)
+def test_dry_run_golden(tools_registry, cluster, command):
+    plan = shell.build(tools_registry, None, cluster, command=command, user="alice")
+    text = shell.command_line(plan) + "\n\n" + plan.snippet + "\n"
+    name = f"{cluster}.{'command' if command else 'interactive'}.txt"
+    golden(GOLDEN / "shell" / name, text.replace(str(tools_registry.root), "<root>"))
+
+
+@pytest.mark.parametrize("cluster,command", CASES)
+def test_printed_line_is_exactly_the_argv(tools_registry, cluster, command):
+    plan = shell.build(tools_registry, None, cluster, command=command, user="alice")
+    line = shell.command_line(plan)
+    srun_part = line.split(" && ")[-1]
+    assert bash_words(srun_part) == list(plan.argv)
+
+
+def test_runtimes_follow_the_launcher_rules(tools_registry):
+    ap = shell.build(tools_registry, None, "grete", user="alice")
+    argv = list(ap.argv)
+    assert argv[:2] == ["srun", "--partition=grete-interactive"]  # the interactive partition, not the batch one
+    assert "--pty" in argv
+    i = argv.index("apptainer")
+    assert argv[i:i + 3] == ["apptainer", "shell", "--nv"]
+    assert argv[i + 4] == f"{tools_registry.root}:{tools_registry.root},/scratch:/scratch,/mnt/lustre-grete:/mnt/lustre-grete"
+    assert argv[-1] == "/scratch/projects/shipyard/images/pytorch-2.3.sif"
+    assert not [a for a in argv if a.startswith("--contain")]
+    assert ap.modules == ("apptainer",)
+    px = list(shell.build(tools_registry, "pytorch-2.5", "aws-pcluster", user="alice").argv)
+    assert "--container-image=/fsx/shipyard/images/pytorch-2.5.sqsh" in px
+    assert px.index("--pty") < px.index("bash") and px[-1] == "bash"
+    host = list(shell.build(tools_registry, None, "sandbox", command="hostname", user="alice").argv)
+    assert host == ["srun", "--partition=debug", "--nodes=1", "--ntasks=1", "--job-name=shipyard-shell",
+                    "--gpus-per-node=1", "--time=00:10:00", "hostname"]
+
+
+def test_hostile_site_values_stay_words_and_never_run(tools_registry, tmp_path):
+    cmd = "python t.py 'a b' '$(touch PWNED)' ';' \"it's\" 'ü\nx'"
+    for cluster in ("hostile", "hostile-pyxis"):
+        for command in (None, cmd):
+            plan = shell.build(tools_registry, None, cluster, command=command, user="o'neil")
+            line = shell.command_line(plan)
+            words = bash_words(line.split(" && ")[-1])
+            assert words == list(plan.argv)
+            assert any(HOSTILE_STORAGE in w for w in words)
+            if command:
+                assert words[-5:] == ["a b", "$(touch PWNED)", ";", "it's", "ü\nx"]
+    loads = shell.command_line(shell.build(tools_registry, None, "hostile", user="x")).split(" && ")[:-1]
+    assert [bash_words(l) for l in loads] == [["module", "load", "apptainer/1.3 $(id)"], ["module", "load", "cuda;12"]]
+    assert not list(tmp_path.rglob("PWNED")) and not (ROOT / "PWNED").exists()
+
+
+def test_dry_run_line_passes_shellcheck(tools_registry, tmp_path):
+    exe = shutil.which("shellcheck")
+    assert exe, "shellcheck is required"
+    for cluster in ("grete", "hostile", "aws-pcluster", "sandbox"):
+        for command in (None, "echo 'a b' \"$HOME\""):
+            script = tmp_path / f"{cluster}.sh"
+            script.write_text("#!/bin/bash\n" + shell.command_line(
+                shell.build(tools_registry, None, cluster, command=command, user="alice")) + "\n")
+            res = subprocess.run([exe, "-S", "warning", str(script)], capture_output=True, text=True)
+            assert res.returncode == 0, res.stdout
+
+
+def test_prelude_prints_the_snippet_with_this_hosts_name(tools_registry):
+    """The node-side part of the interactive command, run here with a stand-in for the shell it execs."""
+    plan = shell.build(tools_registry, None, "grete", user="alice")
+    argv = list(plan.argv)
+    start = argv.index("bash")
+    node = argv[start:start + 5] + ["echo", "shell started"]
+    out = subprocess.run(node, capture_output=True, text=True, check=True).stdout
+    host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+    assert f"    HostName {host}\n" in out
+    assert "    ProxyJump alice@login.grete.example\n" in out
+    assert out.endswith("shell started\n")
+
+
+def test_snippet_without_login_says_where_to_set_it(tools_registry):
+    text = shell.ssh_snippet(tools_registry.cluster("aws-pcluster"), "bob")
+    assert "ProxyJump <login node of aws-pcluster: set clusters.aws-pcluster.login in registry.yaml>" in text
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"cluster_name": "grete", "gpus": 5}, "--gpus 5: cluster grete has 4 GPUs per node"),
+        ({"cluster_name": "grete", "gpus": "two"}, "--gpus 'two': expected an integer"),
+        ({"cluster_name": "nope"}, "nope"),
+        ({"env_name": "nope"}, "nope"),
+        ({"command": "  "}, "--command '': give the command"),
+        ({"command": "echo 'unterminated"}, "--command"),
+    ],
+)
+def test_bad_input(tools_registry, kwargs, message):
+    with pytest.raises(ShipyardError, match=message.replace("(", r"\(")):
+        shell.build(tools_registry, **kwargs)
+
+
+def test_task_dry_run_prints_command_and_snippet(tmp_path):
+    reg = write_tools_registry(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "grete", "--dry-run"],
+                          cwd=tmp_path, capture_output=True, text=True, env=_env(reg))
+    assert proc.returncode == 0, proc.stderr
+    first, _, rest = proc.stdout.partition("\n")
+    assert first.startswith("module load apptainer && srun --partition=grete-interactive")
+    assert "HostName <the node srun allocates; the shell prints it when it starts>" in rest
+    bad = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "grete", "--gpus", "9",
+                          "--dry-run"], cwd=tmp_path, capture_output=True, text=True, env=_env(reg))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--gpus 9" in bad.stderr
+
+
+def _env(reg):
+    return {**os.environ, "SHIPYARD_REGISTRY": str(reg)}
