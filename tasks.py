@@ -172,6 +172,79 @@ def doctor(c, cluster=None, env=None):
         raise SystemExit(code)
 
 
+# ----------------------------------------------------------------------------------------------- sandbox, demo
+# The local Slurm cluster (shipyard/sandbox.py) and the README's main command (shipyard/demo.py).
+
+_SANDBOX_DIR_HELP = "sandbox directory (default: $SHIPYARD_SANDBOX_DIR, else <project>/.sandbox)"
+
+
+@task(
+    name="up",
+    help={
+        "nodes": "number of slurmd nodes, each in its own namespaces (default: clusters.sandbox.nodes)",
+        "gpus_per_node": "fake GPUs (GRES) per node (default: clusters.sandbox.gpus_per_node)",
+        "directory": _SANDBOX_DIR_HELP,
+        "no_install": "do not apt-get install missing packages; fail naming them",
+    },
+)
+@task_guard
+def sandbox_up(c, nodes=None, gpus_per_node=None, directory=None, no_install=False):
+    """Start a real local Slurm cluster (munged, slurmctld, one slurmd per node) as root; idempotent."""
+    from shipyard import sandbox
+
+    print(sandbox.info_line(sandbox.up(nodes, gpus_per_node, directory, install=not no_install)))
+
+
+@task(name="down", help={"directory": _SANDBOX_DIR_HELP, "keep": "keep config, state and logs on disk"})
+@task_guard
+def sandbox_down(c, directory=None, keep=False):
+    """Stop exactly the processes sandbox.up started (by PID); remove its namespaces and, unless --keep, its files."""
+    from shipyard import sandbox
+
+    print(sandbox.down(directory, keep=keep))
+
+
+@task(name="status", help={"directory": _SANDBOX_DIR_HELP})
+@task_guard
+def sandbox_status(c, directory=None):
+    """Show the sandbox's nodes, partitions and running jobs."""
+    from shipyard import sandbox
+
+    print(sandbox.status(directory))
+
+
+@task(name="exec", help={"directory": _SANDBOX_DIR_HELP})
+@task_guard
+def sandbox_exec(c, directory=None):
+    """Run a Slurm client against the sandbox, argv kept exact: invoke sandbox.exec -- sbatch job.sbatch"""
+    import sys
+
+    from shipyard import sandbox
+
+    raise SystemExit(sandbox.exec_command(sys.argv, directory))
+
+
+sandbox_tasks = Collection("sandbox", sandbox_up, sandbox_down, sandbox_status, sandbox_exec)
+
+
+@task(
+    help={
+        "steps": "training steps of the demo job (default 60)",
+        "timeout": "seconds to wait for the job (default 600)",
+        "no_install": "do not apt-get install missing Slurm/munge packages",
+    }
+)
+@task_guard
+def demo(c, steps=60, timeout=600, no_install=False):
+    """Sandbox up, render the default environment, run a 2-node torchrun job on it, print the training result."""
+    from shipyard import demo as dm
+
+    code = dm.demo_command(steps=int(steps), timeout=float(timeout), install=not no_install)
+    if code:
+        raise SystemExit(code)
+
+
 # ----------------------------------------------------------------------------------------------- namespace
 
-ns = Collection(list_, show, check, render, nccl_report, usage, status, logs, shell, doctor)
+ns = Collection(list_, show, check, render, nccl_report, usage, status, logs, shell, doctor,
+                sandbox_tasks, demo)

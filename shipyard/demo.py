@@ -1,0 +1,197 @@
+"""``invoke demo``: the README's main command. Registry -> definition -> a real 2-node Slurm job, on this machine.
+
+It brings up the local Slurm sandbox (:mod:`shipyard.sandbox`), renders the default environment's definition,
+makes sure the cluster's ``host_requirements`` (torch) are importable by this Python, writes a 2-node torchrun
+launcher for the sandbox with the host runtime, submits it, waits, and prints the training result (world size, loss
+going down), the job id and the log path. Where the sandbox cannot run (no root, not Debian/Ubuntu) it says why in
+one line and only renders.
+
+Each step is its own function so that the launcher step (:func:`write_launcher`) can change alone: today it uses
+``shipyard.launch`` when that module is importable and falls back to the sandbox's own minimal launcher otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from shipyard import sandbox
+from shipyard.cli import atomic_write
+from shipyard.errors import ShipyardError
+
+JOB_NAME = "shipyard-demo"
+TRAIN = Path("examples") / "train.py"
+_RESULT = re.compile(r"result: world_size=(\d+) start_step=(\d+) end_step=(\d+) first_loss=([0-9.]+) "
+                     r"last_loss=([0-9.]+)")
+_FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+             "DEADLINE"}
+
+
+def render_environment(out=sys.stdout) -> int:
+    """Render the default environment's definition (the registry area's ``invoke render``)."""
+    try:
+        from shipyard import definitions
+    except ImportError as exc:
+        raise ShipyardError(f"demo: shipyard.definitions is not available yet ({exc}); cannot render the default "
+                            "environment") from None
+    return definitions.render_command(None, all_envs=False, check=False, out=out)
+
+
+def unsatisfied(requirements, version_of=importlib.metadata.version) -> list[str]:
+    """The requirements (``NAME==VERSION`` strings) this Python does not satisfy.
+
+    Why ``packaging``: its specifiers know that ``==2.13.0`` is met by a local build such as ``2.13.0+cpu``.
+    """
+    missing = []
+    for text in requirements:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise ShipyardError(f"clusters.sandbox.host_requirements: {text!r} is not a pip requirement ({exc})") \
+                from None
+        try:
+            have = version_of(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(text)
+            continue
+        if req.specifier and not req.specifier.contains(have, prereleases=True):
+            missing.append(text)
+    return missing
+
+
+def ensure_host_requirements(cluster) -> list[str]:
+    """pip-install the cluster's ``host_requirements`` into this Python when missing; returns what was installed."""
+    todo = unsatisfied(cluster.host_requirements)
+    if todo:
+        print(f"demo: installing {' '.join(todo)} into {sys.executable}", flush=True)
+        res = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *todo], capture_output=True, text=True)
+        if res.returncode != 0:
+            last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ShipyardError(f"demo: pip install {' '.join(todo)} failed: {last}")
+    return todo
+
+
+def write_launcher(reg, info: dict, steps: int) -> tuple[Path, str, Path]:
+    """Write the 2-node torchrun launcher for the sandbox (host runtime). Returns (script, log pattern with %j,
+    checkpoint). This is the one step that changes when ``invoke launch`` takes over."""
+    cluster = reg.cluster(sandbox.CLUSTER)
+    train = reg.root / TRAIN
+    if not train.is_file():
+        raise ShipyardError(f"demo: {train} is missing (the demo trains with the project's examples/train.py)")
+    jobs = Path(info["directory"]) / "jobs"
+    ckpt = jobs / "demo.pt"
+    command = [str(train), "--steps", str(steps), "--checkpoint", str(ckpt)]
+    log = str(jobs / f"{JOB_NAME}-%j.out")
+    if re.search(r"\s", log):
+        raise ShipyardError(f"demo: sandbox directory {info['directory']!r} contains whitespace, which #SBATCH "
+                            "--output cannot carry; set $SHIPYARD_SANDBOX_DIR to a path without spaces")
+    text = sandbox.render(
+        "demo.sbatch.j2",
+        job_name=JOB_NAME,
+        partition=info["partition"],
+        nodes=len(info["nodes"]),
+        gpus_per_node=info["gpus_per_node"],
+        cpus_per_task=cluster.cpus_per_node or 1,
+        time=cluster.time or "00:10:00",
+        log=log,
+        rdzv_port=29500,
+        python=sys.executable,
+        command=command,
+        script=jobs / "demo.sbatch",
+    )
+    script = atomic_write(jobs / "demo.sbatch", text, mode=0o755)
+    return script, log, ckpt
+
+
+def submit(script: Path, directory=None) -> str:
+    """sbatch the launcher against the sandbox; the job id."""
+    res = sandbox.run_client(["sbatch", "--parsable", str(script)], directory, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise ShipyardError(f"demo: sbatch {script} failed: {(res.stderr.strip() or res.stdout.strip())}",
+                            exit_code=1)
+    return res.stdout.strip().split(";")[0]
+
+
+def wait(job: str, directory=None, timeout: float = 600) -> dict:
+    """Poll ``scontrol show job`` until the job finishes; its JobState, ExitCode and the seconds waited."""
+    t0 = time.monotonic()
+    fields: dict[str, str] = {}
+    while time.monotonic() - t0 < timeout:
+        res = sandbox.run_client(["scontrol", "show", "job", "-o", job], directory, capture_output=True, text=True)
+        fields = dict(re.findall(r"(\w+)=(\S*)", res.stdout))
+        if fields.get("JobState") in _FINISHED:
+            break
+        time.sleep(0.25)
+    else:
+        sandbox.run_client(["scancel", job], directory, capture_output=True)
+        raise ShipyardError(f"demo: job {job} did not finish within {timeout:.0f} s (state "
+                            f"{fields.get('JobState', 'unknown')}); cancelled it", exit_code=1)
+    return {"state": fields["JobState"], "exit": fields.get("ExitCode", "?"),
+            "seconds": round(time.monotonic() - t0, 2)}
+
+
+def parse_result(log_text: str) -> dict | None:
+    """The ``result:`` line examples/train.py's rank 0 prints, plus which ranks reported, or None."""
+    m = _RESULT.search(log_text)
+    if not m:
+        return None
+    ranks = sorted({int(r) for r in re.findall(r"rank (\d+)/\d+ step", log_text)})
+    return {"world_size": int(m[1]), "start_step": int(m[2]), "end_step": int(m[3]),
+            "first_loss": float(m[4]), "last_loss": float(m[5]), "ranks": ranks}
+
+
+def run_job(reg, info: dict, steps: int = 60, timeout: float = 600) -> dict:
+    """Write, submit and wait for the demo job; everything the report needs (also used by bench/)."""
+    script, log_pattern, ckpt = write_launcher(reg, info, steps)
+    ckpt.unlink(missing_ok=True)  # the demo trains from scratch each time, so the loss visibly goes down
+    job = submit(script, info["directory"])
+    done = wait(job, info["directory"], timeout)
+    log = Path(log_pattern.replace("%j", job))
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return {"job": job, "script": str(script), "log": str(log), **done, "result": parse_result(text)}
+
+
+def report(job: dict, nodes: int, gpus_per_node: int) -> tuple[str, bool]:
+    """The lines to print and whether the demo succeeded (exit 0, world size nodes x GPUs, loss went down)."""
+    r = job["result"]
+    lines = [f"job {job['job']}: {job['state']} (exit {job['exit']}) after {job['seconds']:.1f} s",
+             f"launcher: {job['script']}", f"log: {job['log']}"]
+    want = nodes * gpus_per_node
+    if r is None:
+        lines.append("training: no result line in the log (see the log above)")
+        return "\n".join(lines), False
+    down = r["last_loss"] < r["first_loss"]
+    lines.append(f"training: world size {r['world_size']} (ranks {', '.join(map(str, r['ranks']))} reported), "
+                 f"steps {r['start_step']}->{r['end_step']}, loss {r['first_loss']:.4f} -> {r['last_loss']:.4f} "
+                 f"({'going down' if down else 'NOT going down'})")
+    ok = job["state"] == "COMPLETED" and r["world_size"] == want and down
+    if r["world_size"] != want:
+        lines.append(f"demo: expected world size {want} ({nodes} nodes x {gpus_per_node} GPUs)")
+    return "\n".join(lines), ok
+
+
+def demo_command(steps: int = 60, timeout: float = 600, install: bool = True) -> int:
+    """``invoke demo``; returns the exit code (0: the job ran and trained; 1: it did not)."""
+    from shipyard import registry
+
+    reg = registry.load()
+    code = render_environment()
+    if code:
+        return code
+    reason = sandbox.cannot_run_reason()
+    if reason:
+        print(f"demo: rendered only; not starting the local Slurm sandbox: {reason}")
+        return 0
+    info = sandbox.up(install=install)
+    print(sandbox.info_line(info), flush=True)
+    ensure_host_requirements(reg.cluster(sandbox.CLUSTER))
+    job = run_job(reg, info, steps, timeout)
+    text, ok = report(job, len(info["nodes"]), info["gpus_per_node"])
+    print(text)
+    return 0 if ok else 1
