@@ -1,0 +1,341 @@
+"""`invoke push ENV` / `invoke pull ENV`: put a built image where every node can reach it, and get it back intact.
+
+* SIF -> OCI registry as an ORAS artifact, with the media types ``apptainer pull oras://`` accepts (config
+  ``application/vnd.sylabs.sif.config.v1+json``, layer ``application/vnd.sylabs.sif.layer.v1.sif``). Why the ``oras``
+  library: it speaks the OCI distribution API including chunked (PATCH) blob uploads, so a multi-GB SIF goes up in
+  16 MiB pieces with flat memory, and it reads docker-style credential files.
+* Docker image -> registry through the Docker SDK (the daemon does the upload).
+* Verification: after a push the manifest is read back from the registry and its sha256 must equal the digest the
+  registry reported, and its layer must be our artifact's sha256 and size. A pull verifies the blob's sha256 against
+  the manifest and the manifest against the digest recorded at push time.
+* Transient failures (connection errors, 429 and 5xx) are retried with exponential backoff, by one policy for the
+  whole operation (oras's own per-request retry, up to ~2 minutes of sleeps and blind to 502/503/429, is bypassed).
+* Credentials: ``SHIPYARD_REGISTRY_USERNAME``/``SHIPYARD_REGISTRY_PASSWORD`` (or apptainer's
+  ``APPTAINER_DOCKER_USERNAME``/``APPTAINER_DOCKER_PASSWORD``), else ``~/.docker/config.json`` and
+  ``~/.apptainer/docker-config.json``. They are passed to the client in memory only: never written to the manifest,
+  a log or the terminal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Callable, TypeVar
+
+from shipyard import build as b
+from shipyard import manifest as mf
+from shipyard.errors import ShipyardError
+
+SIF_CONFIG_MEDIA_TYPE = "application/vnd.sylabs.sif.config.v1+json"
+SIF_LAYER_MEDIA_TYPE = "application/vnd.sylabs.sif.layer.v1.sif"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+CHUNK = 16 << 20  # bytes per PATCH: big enough for throughput, small enough for flat memory
+ATTEMPTS = 4
+BACKOFF_S = 1.0
+_TRANSIENT = re.compile(r"\b(429|500|502|503|504)\b|Service Unavailable|Bad Gateway|Gateway Timeout|Too Many Requests|"
+                        r"Internal Server Error|Connection (aborted|reset|refused)|timed out")
+T = TypeVar("T")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ----------------------------------------------------------------------------------------------- retries, credentials
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth another try: the network or the registry hiccupped, rather than a request that can never succeed."""
+    import requests
+
+    if isinstance(exc, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, ShipyardError):
+        return False
+    return bool(_TRANSIENT.search(str(exc)))
+
+
+def with_retries(what: str, fn: Callable[[], T], out: IO[str], attempts: int = ATTEMPTS,
+                 backoff: float = BACKOFF_S, sleep: Callable[[float], None] = time.sleep) -> T:
+    """Run ``fn``; on a transient error wait ``backoff * 2**n`` seconds and try again, ``attempts`` times in all."""
+    for n in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:
+            if not is_transient(exc) or n == attempts - 1:
+                raise
+            wait = backoff * 2 ** n
+            print(f"{what}: transient error ({_first_line(exc)}); retry {n + 1}/{attempts - 1} in {wait:.0f} s",
+                  file=out, flush=True)
+            sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def env_credentials(environ=None) -> tuple[str, str] | None:
+    """(username, password) from the environment, or None to fall back to credential files."""
+    environ = os.environ if environ is None else environ
+    for prefix in ("SHIPYARD_REGISTRY_", "APPTAINER_DOCKER_"):
+        user, pw = environ.get(prefix + "USERNAME"), environ.get(prefix + "PASSWORD")
+        if user and pw:
+            return user, pw
+    return None
+
+
+def credential_files() -> list[str]:
+    """Docker's and apptainer's credential files, those that exist."""
+    home = Path.home()
+    paths = [Path(os.environ.get("DOCKER_CONFIG", home / ".docker")) / "config.json",
+             home / ".apptainer" / "docker-config.json"]
+    return [str(p) for p in paths if p.is_file()]
+
+
+# ----------------------------------------------------------------------------------------------- ORAS (SIF)
+
+
+def _oras(target):
+    """An oras registry client for ``target`` whose requests are not retried by oras itself (we retry)."""
+    import oras.provider
+
+    class Client(oras.provider.Registry):
+        def do_request(self, *args, **kwargs):
+            return oras.provider.Registry.do_request.__wrapped__(self, *args, **kwargs)
+
+    client = Client(hostname=target.host, insecure=target.insecure)
+    creds = env_credentials()
+    if creds:
+        client.auth.set_basic_auth(*creds)
+    else:
+        client.auth._auth_config = {}
+        from oras.auth import utils as auth_utils
+
+        files = credential_files()
+        if files:
+            client.auth._auth_config = auth_utils.load_configs(files)
+            client.auth._load_auth(target.host)
+    return client
+
+
+def reference(target, env_name: str, tag: str) -> str:
+    """``HOST/REPO/ENV:TAG`` (no scheme)."""
+    repo = f"{target.repository}/{env_name}" if target.repository else env_name
+    return f"{target.host}/{repo}:{tag}"
+
+
+def _manifest_bytes(client, ref: str, accept: str) -> tuple[bytes, str]:
+    """The manifest as stored (raw bytes, so its digest can be recomputed) and the digest the registry reports."""
+    container = client.get_container(ref)
+    r = client.do_request(f"{client.prefix}://{container.manifest_url()}", "GET", headers={"Accept": accept})
+    if r.status_code != 200:
+        raise ValueError(f"GET manifest {ref}: {r.status_code} {r.reason}")
+    return r.content, r.headers.get("Docker-Content-Digest", "")
+
+
+def _verify_manifest(body: bytes, reported: str, ref: str, expect: str | None = None) -> str:
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    if reported and reported != digest:
+        raise ShipyardError(f"{ref}: registry reports digest {reported} but the manifest it serves hashes to {digest}")
+    if expect and expect != digest:
+        raise ShipyardError(f"{ref}: manifest digest {digest} differs from the pushed digest {expect}")
+    return digest
+
+
+def push_sif(target, env_name: str, sif: Path, sha256: str, tag: str, annotations: dict, out: IO[str]) -> dict:
+    """Push one SIF as an ORAS artifact (chunked), read the manifest back and check it; return the push record."""
+    ref = reference(target, env_name, tag)
+
+    def attempt() -> dict:
+        client = _oras(target)
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp) / "config.json"
+            config.write_text("{}")
+            resp = client.push(target=ref, files=[f"{sif}:{SIF_LAYER_MEDIA_TYPE}"],
+                               manifest_config=f"{config}:{SIF_CONFIG_MEDIA_TYPE}", manifest_annotations=annotations,
+                               disable_path_validation=True, do_chunked=True, chunk_size=CHUNK, quiet=True)
+        pushed = resp.headers.get("Docker-Content-Digest", "")
+        body, reported = _manifest_bytes(client, ref, OCI_MANIFEST)
+        digest = _verify_manifest(body, reported, ref, pushed or None)
+        layers = json.loads(body).get("layers", [])
+        want = {"digest": f"sha256:{sha256}", "size": sif.stat().st_size, "mediaType": SIF_LAYER_MEDIA_TYPE}
+        if len(layers) != 1 or any(layers[0].get(k) != v for k, v in want.items()):
+            raise ShipyardError(f"{ref}: the registry's manifest does not describe our SIF "
+                                f"(expected one layer {want}, got {layers})")
+        return {"reference": f"oras://{ref}", "digest": digest, "layer_digest": want["digest"],
+                "size": want["size"], "pushed": _now()}
+
+    return with_retries(f"push {ref}", attempt, out)
+
+
+def pull_sif(target, env_name: str, tag: str, dest_tmp: Path, expect_digest: str | None, out: IO[str]) -> dict:
+    """Download the SIF layer of ``ref`` into ``dest_tmp`` and verify manifest digest and blob sha256."""
+    ref = reference(target, env_name, tag)
+
+    def attempt() -> dict:
+        client = _oras(target)
+        body, reported = _manifest_bytes(client, ref, OCI_MANIFEST)
+        digest = _verify_manifest(body, reported, ref, expect_digest)
+        layers = [la for la in json.loads(body).get("layers", []) if la.get("mediaType") == SIF_LAYER_MEDIA_TYPE]
+        if len(layers) != 1:
+            raise ShipyardError(f"{ref}: not a SIF artifact (no single {SIF_LAYER_MEDIA_TYPE} layer)")
+        layer = layers[0]
+        client.download_blob(client.get_container(ref), layer["digest"], str(dest_tmp))
+        got = "sha256:" + b.sha256_file(dest_tmp)
+        if got != layer["digest"] or dest_tmp.stat().st_size != layer["size"]:
+            raise ShipyardError(f"{ref}: downloaded blob hashes to {got}, the manifest says {layer['digest']}")
+        return {"reference": f"oras://{ref}", "digest": digest, "layer_digest": layer["digest"], "pulled": _now()}
+
+    return with_retries(f"pull {ref}", attempt, out)
+
+
+# ----------------------------------------------------------------------------------------------- docker images
+
+
+def _docker_auth() -> dict | None:
+    creds = env_credentials()
+    return {"username": creds[0], "password": creds[1]} if creds else None  # else: the SDK reads ~/.docker
+
+
+def _stream_errors(stream, what: str) -> dict:
+    aux: dict = {}
+    for msg in stream:
+        if "error" in msg:
+            raise ValueError(f"{what}: {msg['error']}")
+        if isinstance(msg.get("aux"), dict):
+            aux.update(msg["aux"])
+    return aux
+
+
+def push_image(target, env_name: str, image: dict, tag: str, out: IO[str]) -> dict:
+    from shipyard.build_docker import client
+
+    api = client()
+    ref = reference(target, env_name, tag)
+    repo = ref.rsplit(":", 1)[0]
+    api.tag(image["id"], repo, tag)
+
+    def attempt() -> dict:
+        aux = _stream_errors(api.push(repo, tag=tag, stream=True, decode=True, auth_config=_docker_auth()),
+                             f"push {ref}")
+        body, reported = _registry_manifest(target, ref)
+        digest = _verify_manifest(body, reported, ref, aux.get("Digest"))
+        return {"reference": f"docker://{ref}", "digest": digest, "image_id": image["id"], "pushed": _now()}
+
+    return with_retries(f"push {ref}", attempt, out)
+
+
+def _registry_manifest(target, ref: str) -> tuple[bytes, str]:
+    """Read a docker image manifest straight from the registry (not from the daemon that pushed it)."""
+    return _manifest_bytes(_oras(target), ref, DOCKER_MANIFEST)
+
+
+def pull_image(target, env_name: str, tag: str, expect_digest: str | None, out: IO[str]) -> dict:
+    from shipyard.build_docker import client
+
+    api = client()
+    ref = reference(target, env_name, tag)
+    repo = ref.rsplit(":", 1)[0]
+
+    def attempt() -> dict:
+        body, reported = _registry_manifest(target, ref)
+        digest = _verify_manifest(body, reported, ref, expect_digest)
+        _stream_errors(api.pull(repo, tag=tag, stream=True, decode=True, auth_config=_docker_auth()), f"pull {ref}")
+        repo_digests = api.inspect_image(ref).get("RepoDigests", [])
+        if f"{repo}@{digest}" not in repo_digests:
+            raise ShipyardError(f"{ref}: the daemon pulled {repo_digests}, expected {repo}@{digest}")
+        return {"reference": f"docker://{ref}", "digest": digest, "image_id": api.inspect_image(ref)["Id"],
+                "pulled": _now()}
+
+    return with_retries(f"pull {ref}", attempt, out)
+
+
+# ----------------------------------------------------------------------------------------------- commands
+
+
+def push(reg, env_name: str, registry_name: str | None = None, tag: str | None = None,
+         out: IO[str] = sys.stdout) -> dict:
+    """Push ``env_name``'s SIF (``oras://`` registries) or docker image (``docker://``); record it in the manifest."""
+    env = reg.environment(env_name)
+    target = reg.registry_target(registry_name)
+    mpath = mf.manifest_path(reg, env.name)
+    m = mf.read_manifest(mpath)
+    if m.get("status") != "ok":
+        state = f"the last build {m['status']}" if m.get("status") else "it was never built"
+        raise ShipyardError(f"{mpath}: cannot push {env.name}: {state}; run `invoke build {env.name}` first")
+    if target.require_signed and not m.get("signature"):
+        raise ShipyardError(f"registries.{target.name}: require_signed is true but {env.name} is not signed; "
+                            f"run `invoke sign {env.name}` first")
+    tag = tag or m["input_hash"][:12]
+    annotations = {"org.opencontainers.image.title": env.name, "org.shipyard.input-hash": m["input_hash"],
+                   "org.shipyard.spec-sha256": m.get("spec_hash", ""), "org.opencontainers.image.created":
+                   m.get("finished", "")}
+    if target.scheme == "oras":
+        rec = m.get("artifacts", {}).get("sif")
+        if not rec:
+            raise ShipyardError(f"{mpath}: {env.name} has no SIF to push (docker-backend builds make one only where "
+                                "apptainer exists); push the image to a docker:// registry instead")
+        if not b.intact(Path(reg.root), rec):
+            raise ShipyardError(f"{rec['path']} changed since it was built (size/mtime differ from {mpath.name}); "
+                                f"rebuild with `invoke build {env.name} --force`")
+        record = push_sif(target, env.name, Path(reg.root) / rec["path"], rec["sha256"], tag, annotations, out)
+    else:
+        image = m.get("image")
+        if not image:
+            raise ShipyardError(f"{mpath}: {env.name} has no docker image (it was built with --backend apptainer); "
+                                "push its SIF to an oras:// registry instead")
+        record = push_image(target, env.name, image, tag, out)
+    record["registry"] = target.name
+    pushed = dict(m.get("pushed", {}))
+    pushed[target.name] = record
+    mf.update_manifest(mpath, pushed=pushed)
+    print(f"pushed {record['reference']} ({record['digest']}), verified by reading the manifest back", file=out)
+    return record
+
+
+def pull(reg, env_name: str, registry_name: str | None = None, tag: str | None = None,
+         out: IO[str] = sys.stdout) -> dict:
+    """Fetch ``env_name`` from a registry and verify its digest (against the push record when there is one)."""
+    env = reg.environment(env_name)
+    target = reg.registry_target(registry_name)
+    mpath = mf.manifest_path(reg, env.name)
+    m = mf.read_manifest(mpath)
+    known = m.get("pushed", {}).get(target.name, {})
+    if tag is None:
+        if not known:
+            raise ShipyardError(f"{mpath}: no push of {env.name} to registry '{target.name}' is recorded; "
+                                "give the tag with --tag")
+        tag = known["reference"].rsplit(":", 1)[1]
+    expect = known.get("digest") if known.get("reference", "").endswith(f":{tag}") else None
+    root = Path(reg.root)
+    if target.scheme == "docker":
+        record = pull_image(target, env.name, tag, expect, out)
+    else:
+        dest = b.artifact_path(reg, env.name, "sif")
+        with b.build_lock(root / "containers" / f"{env.name}.lock", out=out):
+            b.recover_stale(reg, env.name, out)
+            tmp = b.temp_path(dest)
+            try:
+                record = pull_sif(target, env.name, tag, tmp, expect, out)
+                b.check_sif(tmp)
+                os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
+            artifacts = dict(mf.read_manifest(mpath).get("artifacts", {}))
+            artifacts["sif"] = b.file_record(root, dest)
+            mf.update_manifest(mpath, artifacts=artifacts)
+    record["registry"] = target.name
+    pulled = dict(m.get("pulled", {}))
+    pulled[target.name] = record
+    mf.update_manifest(mpath, environment=env.name, pulled=pulled)
+    print(f"pulled {record['reference']} ({record['digest']}), digest verified", file=out)
+    return record
