@@ -244,7 +244,72 @@ def demo(c, steps=60, timeout=600, no_install=False):
         raise SystemExit(code)
 
 
+# ----------------------------------------------------------------------------------------------- build, push, pull
+
+
+@task(
+    positional=["env"],
+    help={
+        "env": "environment to build (default: defaults.environment)",
+        "backend": "apptainer (default: apptainer build from definitions/ENV.def) or docker (Docker Engine API)",
+        "fakeroot": "pass --fakeroot to apptainer build (unprivileged builds)",
+        "force": "rebuild even when the manifest says the image is current",
+        "formats": "comma-separated: sif,sqsh (default: sif for apptainer, sif,sqsh for docker where the tools exist)",
+        "no_block": "exit at once if another build of ENV is running (default: wait for it)",
+        "slurm": "submit the build as a batch job to the cluster's build partition instead of building here",
+        "cluster": "with --slurm: cluster profile to use (default: defaults.cluster)",
+        "partition": "with --slurm: override the cluster's build partition",
+        "wait": "with --slurm: follow the job's log until it ends; exit 1 unless it COMPLETED",
+    },
+)
+@task_guard
+def build(c, env="", backend="apptainer", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
+          cluster="", partition="", wait=False):
+    """Build containers/ENV.sif (and .sqsh / a docker image) when its inputs changed; record containers/ENV.json."""
+    from shipyard import build as b
+
+    code = b.build_command(env, backend=backend, fakeroot=fakeroot, force=force, formats=formats or None,
+                           block=not no_block, slurm=slurm, cluster=cluster, partition=partition, wait=wait)
+    if code:
+        raise SystemExit(code)
+
+
+@task(
+    positional=["env"],
+    help={
+        "env": "environment to push (default: defaults.environment)",
+        "registry": "registry name from registry.yaml (default: defaults.registry); oras:// pushes the SIF, "
+                    "docker:// the docker image",
+        "tag": "tag to push (default: the first 12 hex digits of the build's input hash)",
+    },
+)
+@task_guard
+def push(c, env="", registry="", tag=""):
+    """Push ENV's image and verify the pushed digest by reading the manifest back; record it in containers/ENV.json."""
+    from shipyard import push as p
+    from shipyard.registry import load
+
+    p.push(load(), env or None, registry or None, tag or None)
+
+
+@task(
+    positional=["env"],
+    help={
+        "env": "environment to pull (default: defaults.environment)",
+        "registry": "registry name from registry.yaml (default: defaults.registry)",
+        "tag": "tag to pull (default: the one recorded by the last push to that registry)",
+    },
+)
+@task_guard
+def pull(c, env="", registry="", tag=""):
+    """Fetch ENV's image from a registry and verify its digest (SIF lands in containers/ENV.sif)."""
+    from shipyard import push as p
+    from shipyard.registry import load
+
+    p.pull(load(), env or None, registry or None, tag or None)
+
+
 # ----------------------------------------------------------------------------------------------- namespace
 
 ns = Collection(list_, show, check, render, nccl_report, usage, status, logs, shell, doctor,
-                sandbox_tasks, demo)
+                sandbox_tasks, demo, build, push, pull)

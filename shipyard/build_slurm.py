@@ -1,0 +1,145 @@
+"""`invoke build ENV --slurm`: run the same build as a batch job on the cluster's build partition.
+
+Most sites forbid heavy work on login nodes, and a CUDA image build is heavy. The job script is rendered from
+``templates/build/build.sbatch.j2`` with the cluster profile's build partition, time, CPUs, memory and account, and
+runs the ordinary local build (`invoke build ENV` without ``--slurm``) on the node, so locking, caching and the
+manifest are exactly the same. Its output goes to ``containers/logs/ENV-build-%j.out`` (an absolute path: the job's
+working directory is not the submitter's).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import jinja2
+
+from shipyard import __version__
+from shipyard.cli import atomic_write
+from shipyard.errors import ShipyardError
+
+_DIRECTIVE = re.compile(r"^[A-Za-z0-9._:%/+=@,-]+$")  # what may stand in an #SBATCH line without quoting
+_DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE"}
+POLL_S = 2.0
+
+
+@functools.lru_cache(maxsize=1)
+def _jinja() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("shipyard", "templates/build"),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["shquote"] = shlex.quote
+    return env
+
+
+def _directive(value, what: str):
+    """#SBATCH lines are not parsed by a shell, so quoting cannot protect them: refuse anything unusual."""
+    if value is None:
+        return None
+    if not _DIRECTIVE.match(str(value)):
+        raise ShipyardError(f"{what} {value!r}: not usable in an #SBATCH line (letters, digits and ._:%/+=@,- only)")
+    return str(value)
+
+
+def tasks_root() -> Path:
+    """The directory holding shipyard's tasks.py, which the job runs with ``python -m invoke -r DIR``."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "tasks.py").is_file():
+        raise ShipyardError("--slurm runs `invoke build` in the job and needs shipyard's tasks.py; "
+                            "install shipyard from a checkout (pip install -e .)")
+    return root
+
+
+def job_argv(env_name: str, backend: str, fakeroot: bool, force: bool, formats: str | None,
+             python: str = sys.executable, tasks: Path | None = None) -> list[str]:
+    argv = [python, "-m", "invoke", "-r", str(tasks or tasks_root()), "build", env_name, "--backend", backend]
+    argv += ["--fakeroot"] * fakeroot + ["--force"] * force + (["--formats", formats] if formats else [])
+    return argv
+
+
+def render_job(reg, env_name: str, cluster, partition: str | None, argv: list[str]) -> str:
+    """The batch script text (a pure function of the model and the flags; golden-tested)."""
+    root = Path(reg.root)
+    return _jinja().get_template("build.sbatch.j2").render(
+        version=__version__, env=env_name, cluster=cluster.name, job_name=_directive(f"build-{env_name}", "job name"),
+        partition=_directive(partition or cluster.build_partition, "--partition"),
+        cpus=cluster.build_cpus, mem=_directive(cluster.build_mem, f"clusters.{cluster.name}.scheduler.build_mem"),
+        time=_directive(cluster.build_time or cluster.time, f"clusters.{cluster.name}.scheduler.build_time"),
+        account=_directive(cluster.account, f"clusters.{cluster.name}.scheduler.account"),
+        output=_directive(str(root / "containers" / "logs" / f"{env_name}-build-%j.out"), "log path (project dir)"),
+        modules=cluster.modules, registry=str(reg.path.resolve()), root=str(root), argv=argv,
+    )
+
+
+def _client(cluster_name: str, argv: list[str]) -> tuple[list[str], dict | None]:
+    """Slurm client argv + env: through the sandbox's namespace for the local sandbox cluster, else as is."""
+    from shipyard import sandbox
+
+    if cluster_name == sandbox.CLUSTER:
+        return sandbox.client_argv(argv), sandbox.client_env()
+    return ["timeout", "60"] + argv, None
+
+
+def submit(reg, env_name: str, *, cluster_name: str | None = None, partition: str | None = None,
+           backend: str = "apptainer", fakeroot: bool = False, force: bool = False, formats: str | None = None,
+           wait: bool = False, out: IO[str] = sys.stdout) -> int:
+    """Write containers/logs/ENV-build.sbatch, submit it, and with ``wait`` follow the job to its end."""
+    from shipyard.build import parse_formats
+
+    cluster = reg.cluster(cluster_name)
+    if partition and cluster.partitions and partition not in cluster.partitions:
+        raise ShipyardError(f"--partition {partition}: not a partition of cluster {cluster.name} "
+                            f"(known: {', '.join(cluster.partitions)})")
+    parse_formats(formats, backend)  # refuse bad flags before a job is queued
+    text = render_job(reg, env_name, cluster, partition, job_argv(env_name, backend, fakeroot, force, formats))
+    script = Path(reg.root) / "containers" / "logs" / f"{env_name}-build.sbatch"
+    atomic_write(script, text, mode=0o755)
+    argv, env = _client(cluster.name, ["sbatch", "--parsable", str(script)])
+    res = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        raise ShipyardError(f"sbatch {script.name} on cluster {cluster.name} failed: "
+                            f"{(res.stderr.strip() or res.stdout.strip())[:300]}")
+    job_id = res.stdout.strip().split(";")[0]
+    log = Path(reg.root) / "containers" / "logs" / f"{env_name}-build-{job_id}.out"
+    print(f"submitted build of {env_name} as job {job_id} on {cluster.name} "
+          f"(partition {partition or cluster.build_partition}); log: {log}", file=out, flush=True)
+    if not wait:
+        return 0
+    state = follow(cluster.name, job_id, log, out)
+    if state != "COMPLETED":
+        raise ShipyardError(f"build job {job_id} ended {state}; see {log}", exit_code=1)
+    return 0
+
+
+def job_state(cluster_name: str, job_id: str) -> str | None:
+    argv, env = _client(cluster_name, ["scontrol", "show", "job", "-o", job_id])
+    res = subprocess.run(argv, capture_output=True, text=True, env=env)
+    m = re.search(r"\bJobState=(\S+)", res.stdout)
+    return m.group(1) if m else None
+
+
+def follow(cluster_name: str, job_id: str, log: Path, out: IO[str], poll: float = POLL_S) -> str:
+    """Print the job's log as it grows until the job reaches a final state; return that state."""
+    pos = 0
+    state = None
+    while True:
+        state = job_state(cluster_name, job_id) or state
+        if log.is_file():
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                fh.seek(pos)
+                chunk = fh.read()
+                pos = fh.tell()
+            if chunk:
+                out.write(chunk)
+                out.flush()
+        if state in _DONE:
+            return state
+        if state is None:
+            raise ShipyardError(f"job {job_id}: the scheduler no longer knows it; see {log}")
+        time.sleep(poll)

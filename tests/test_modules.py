@@ -1,0 +1,202 @@
+"""Lmod modulefiles and wrappers: golden files, shellcheck, --nv never missing, loading in real Lmod and running a
+wrapper through the apptainer *test double* (tests/doubles/apptainer-modules; there is no apptainer here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers_registry import GOLDEN, ROOT, golden, shellcheck
+from shipyard import modules, registry
+from shipyard.errors import ShipyardError
+from shipyard.model import Cluster
+
+SHIPPED = registry.load(ROOT / "registry.yaml")
+COURSE = registry.load(ROOT / "examples" / "course" / "registry.yaml")
+DOUBLE_DIR = Path(__file__).resolve().parent / "doubles" / "apptainer-modules"
+LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
+PREFIX = Path("/sw/shipyard")  # fixed prefix for golden files: rendering does not touch it
+
+
+def apptainer_clusters(reg):
+    return [c for c in reg.clusters.values() if c.runtime == "apptainer"]
+
+
+def all_cases():
+    for label, reg in (("shipped", SHIPPED), ("course", COURSE)):
+        for cluster in apptainer_clusters(reg):
+            for env in modules.environments_for(reg, cluster, None):
+                yield label, reg, cluster, env
+
+
+CASES = list(all_cases())
+IDS = [f"{label}-{c.name}-{e.name}" for label, _, c, e in CASES]
+
+
+@pytest.mark.parametrize("label,reg,cluster,env", CASES, ids=IDS)
+def test_module_files_golden(label, reg, cluster, env):
+    files = modules.module_files(env, cluster, PREFIX, modules.image_path(reg, cluster, env))
+    for path, text in files.items():
+        golden(GOLDEN / "modules" / label / cluster.name / path.relative_to(PREFIX), text)
+
+
+@pytest.mark.parametrize("label,reg,cluster,env", CASES, ids=IDS)
+def test_wrappers_pass_shellcheck_and_always_pass_nv(label, reg, cluster, env):
+    image = modules.image_path(reg, cluster, env)
+    for tool in modules.TOOLS:
+        text = modules.render_wrapper(env, cluster, tool, image)
+        res = shellcheck(text, shell="bash")
+        assert res.returncode == 0, res.stdout + res.stderr
+        (exec_line,) = [ln for ln in text.splitlines() if ln.startswith("exec ")]
+        words = shlex.split(exec_line)
+        assert words[:4] == ["exec", "apptainer", "exec", "--nv"]
+        assert words[-3:] == [image, tool, "$@"]
+        assert words[4:-3] == [w for b in cluster.binds for w in ("--bind", b)]
+
+
+_path_part = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._- '$\"`;&|", min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(storage=st.lists(_path_part, min_size=1, max_size=3), binds=st.lists(_path_part, max_size=3))
+def test_wrapper_quotes_any_site_value_and_keeps_nv(storage, binds):
+    """Site values with spaces, quotes or shell metacharacters reach apptainer as single, unchanged words."""
+    env = SHIPPED.environment("pytorch-2.3")
+    base = SHIPPED.cluster("grete")
+    cluster = Cluster(**{**base.__dict__, "binds": tuple("/" + b for b in binds),
+                         "storage": "/" + "/".join(storage)})
+    image = modules.image_path(None, cluster, env)
+    text = modules.render_wrapper(env, cluster, "torchrun", image)
+    (exec_line,) = [ln for ln in text.splitlines() if ln.startswith("exec ")]
+    words = shlex.split(exec_line)
+    assert words[:4] == ["exec", "apptainer", "exec", "--nv"]
+    assert words[4:-3] == [w for b in cluster.binds for w in ("--bind", b)]
+    assert words[-3] == image
+
+
+def test_modulefile_lua_strings_escape_quotes_and_newlines():
+    assert modules.lua_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
+
+
+def test_refuses_non_apptainer_cluster_with_valid_choices():
+    with pytest.raises(ShipyardError, match=r"--cluster aws-pcluster: runtime is pyxis.*use --cluster grete"):
+        modules.write_modules(SHIPPED, "pytorch-2.3", "aws-pcluster", "/nonexistent")
+
+
+def test_refuses_pyxis_mount_flags_in_apptainer_binds():
+    base = SHIPPED.cluster("grete")
+    cluster = Cluster(**{**base.__dict__, "binds": ("/data:/data:ro+rprivate",)})
+    with pytest.raises(ShipyardError, match=r"clusters.grete.binds\[0\].*pyxis mount flags"):
+        modules.apptainer_argv("/i.sif", cluster, "python")
+
+
+def test_write_modules_writes_executable_wrappers(tmp_path):
+    paths = modules.write_modules(SHIPPED, "pytorch-2.3", "grete", tmp_path)
+    assert modules.modulefile_path(tmp_path, "pytorch-2.3") in paths
+    for tool in modules.TOOLS:
+        p = modules.wrapper_dir(tmp_path, "pytorch-2.3") / tool
+        assert p in paths and os.access(p, os.X_OK)
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+# ------------------------------------------------------------------------------------------ the double itself
+
+
+def _run_double(args, **kw):
+    return subprocess.run([str(DOUBLE_DIR / "apptainer"), *args], capture_output=True, text=True, **kw)
+
+
+@pytest.mark.double
+@pytest.mark.parametrize("args,why", [
+    (["exec", "/i.sif", "true"], "--nv given 0 times"),
+    (["exec", "--nv", "--nv", "/i.sif", "true"], "--nv given 2 times"),
+    (["run", "--nv", "/i.sif"], "only `exec`"),
+    (["exec", "--nv", "--contain", "/i.sif", "true"], "unexpected option '--contain'"),
+    (["exec", "--nv", "img.sif", "true"], "not an absolute .sif path"),
+    (["exec", "--nv", "--bind", "rel", "/i.sif", "true"], "bad bind spec"),
+])
+def test_double_rejects_what_the_contract_does_not_allow(args, why):
+    res = _run_double(args)
+    assert res.returncode == 97 and why in res.stderr
+
+
+# ------------------------------------------------------------------------------------------ real Lmod
+
+
+@pytest.fixture
+def lmod_site(tmp_path):
+    """A module tree with our modules plus a site `apptainer` module that puts the test double on PATH."""
+    if not LMOD_INIT.exists():
+        pytest.fail("Lmod is required: apt-get install lmod (`invoke test` installs it)")
+    modules.write_modules(SHIPPED, None, "grete", tmp_path / "site")
+    site = tmp_path / "sitemods" / "apptainer"
+    site.mkdir(parents=True)
+    (site / "1.3.lua").write_text(f'prepend_path("PATH", "{DOUBLE_DIR}")\n')
+    return tmp_path
+
+
+def _lmod(script: str, tmp_path: Path, extra_env=None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LMOD", "MODULE", "_LMFILES_", "LOADEDMODULES"))}
+    env["SHIPYARD_DOUBLE_CONTAINER_PATH"] = os.environ["PATH"]
+    env.update(extra_env or {})
+    full = (f"set -e; source {LMOD_INIT}; module use {tmp_path}/sitemods; "
+            f"module use {tmp_path}/site/modulefiles; {script}")
+    return subprocess.run(["bash", "-c", full], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
+
+
+@pytest.mark.double
+def test_lmod_loads_module_and_wrapper_runs_through_apptainer_double(lmod_site):
+    tmp = lmod_site
+    expect = tmp / "expect.json"
+    image = modules.image_path(SHIPPED, SHIPPED.cluster("grete"), SHIPPED.environment("pytorch-2.3"))
+    expect.write_text(json.dumps({"image": image, "binds": list(SHIPPED.cluster("grete").binds)}))
+    log = tmp / "calls.jsonl"
+    script = (
+        "module load shipyard/pytorch-2.3; "
+        "module -t list 2>&1; "
+        'echo "which=$(command -v torchrun)"; echo "image=$SHIPYARD_IMAGE"; echo "hca=$NCCL_IB_HCA"; '
+        "python -c 'import os, sys; print(\"argv=\" + repr(sys.argv[1:])); "
+        "print(\"inside=\" + os.environ[\"SHIPYARD_DOUBLE_IMAGE\"])' 'two words' '$HOME' ';x'; "
+        "module unload shipyard/pytorch-2.3; "
+        'echo "after=$(command -v torchrun || echo none)"'
+    )
+    res = _lmod(script, tmp, {"SHIPYARD_DOUBLE_EXPECT": str(expect), "SHIPYARD_DOUBLE_LOG": str(log)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    assert "apptainer/1.3" in out, "depends_on('apptainer') did not load the site's apptainer module"
+    assert f"which={modules.wrapper_dir(tmp / 'site', 'pytorch-2.3') / 'torchrun'}" in out
+    assert f"image={image}" in out and "hca=mlx5" in out
+    assert "argv=['two words', '$HOME', ';x']" in out
+    assert f"inside={image}" in out
+    after = out.split("after=")[1].strip()
+    assert after != f"{modules.wrapper_dir(tmp / 'site', 'pytorch-2.3') / 'torchrun'}", "unload left the wrappers on PATH"
+    (call,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert call["argv"] == ["exec", "--nv", "--bind", "/scratch", "--bind", "/mnt/lustre-grete", image,
+                            "python", "-c", call["argv"][9], "two words", "$HOME", ";x"]
+
+
+@pytest.mark.double
+def test_lmod_family_swaps_between_environments(lmod_site):
+    res = _lmod("module load shipyard/pytorch-2.3; module load shipyard/pytorch-2.5; "
+                'echo "env=$SHIPYARD_ENVIRONMENT"; module -t list 2>&1', lmod_site)
+    assert res.returncode == 0, res.stdout + res.stderr
+    listed = res.stdout.split("env=")[1].split()
+    assert listed[0] == "pytorch-2.5"
+    assert "shipyard/pytorch-2.5" in listed and "shipyard/pytorch-2.3" not in listed
+
+
+@pytest.mark.double
+def test_wrapper_without_nv_is_caught_by_the_double(lmod_site):
+    """If a wrapper ever lost --nv, the double (and so these tests) would fail, not run on without a GPU."""
+    wrapper = modules.wrapper_dir(lmod_site / "site", "pytorch-2.3") / "python"
+    wrapper.write_text(wrapper.read_text().replace(" --nv", ""))
+    res = _lmod("module load shipyard/pytorch-2.3; python -c 'print(1)'", lmod_site)
+    assert res.returncode == 97 and "--nv given 0 times" in res.stderr
