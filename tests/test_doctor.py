@@ -1,0 +1,171 @@
+"""invoke doctor: the probe script (shellcheck, real bash, strict doubles for the GPU/container tools), the pure
+evaluation of probe results (golden reports), and the report through invoke."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from helpers_registry import GOLDEN, ROOT, golden
+from shipyard import doctor, registry
+
+DATA = ROOT / "tests" / "data" / "doctor"
+DOUBLES = ROOT / "tests" / "doubles" / "doctor"
+REG = registry.load(ROOT / "registry.yaml")
+
+
+def probe(name: str) -> dict:
+    return doctor.parse_probe((DATA / name).read_text())
+
+
+def report(cluster: str, env: str, login: str, node: str | None, error: str | None = None, storage="/st") -> tuple:
+    c, e = REG.cluster(cluster), REG.environment(env)
+    findings = doctor.evaluate(c, e, storage, probe(login), probe(node) if node else None, error)
+    return findings, doctor.render(c, e, findings)
+
+
+def by_check(findings, where, check):
+    return [f for f in findings if f.where == where and f.check == check]
+
+
+def test_grete_h100_golden():
+    findings, text = report("grete", "pytorch-2.3", "grete_login.txt", "grete_node_h100.txt",
+                            storage="/scratch/projects/shipyard/images")
+    golden(GOLDEN / "doctor" / "grete-h100.txt", text)
+    assert not [f for f in findings if f.status == "FAIL"]
+    (gpu,) = by_check(findings, "ggpu142", "gpu")
+    assert gpu.status == "PASS" and "1 x NVIDIA H100 80GB HBM3, driver 570.86.15, sm_90" in gpu.detail
+    (drv,) = by_check(findings, "ggpu142", "driver")
+    assert drv.status == "WARN" and 'clusters.grete.driver: "570.86.15"' in drv.fix
+
+
+def test_aws_old_driver_and_missing_pieces_golden():
+    findings, text = report("aws-pcluster", "pytorch-2.14", "aws_login.txt", "aws_node_old_driver.txt",
+                            storage="/fsx/shipyard/images")
+    golden(GOLDEN / "doctor" / "aws-old-driver.txt", text)
+    fails = {(f.where, f.check) for f in findings if f.status == "FAIL"}
+    assert fails == {("login", "pyxis"), ("login", "free space"), ("p5-st-1", "enroot"), ("p5-st-1", "gpu"),
+                     ("p5-st-1", "storage")}
+    (gpu,) = by_check(findings, "p5-st-1", "gpu")
+    assert gpu.detail.startswith("8 x NVIDIA H100 80GB HBM3, driver 535.183.01, sm_90: driver 535.183.01 is too old "
+                                 "for CUDA 13.0")
+    shared = [f for f in by_check(findings, "p5-st-1", "storage") if "not shared" in f.detail]
+    assert shared and shared[0].status == "FAIL"
+
+
+def test_sandbox_without_gpu_and_failed_step_golden():
+    findings, text = report("sandbox", "pytorch-2.3", "sandbox_login.txt", None,
+                            "srun: error: Unable to allocate resources: Invalid partition name specified",
+                            storage="<root>/.sandbox/images")
+    golden(GOLDEN / "doctor" / "sandbox-step-failed.txt", text)
+    assert findings[-1].check == "srun" and findings[-1].status == "FAIL"
+    assert "Invalid partition name" in findings[-1].detail
+
+
+def test_gpu_arch_not_in_wheel_fails():
+    node = probe("grete_node_h100.txt")
+    node["gpu"] = ["Tesla K80, 470.256.02, 3.7"]
+    findings = doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/st", probe("grete_login.txt"),
+                               node)
+    (gpu,) = by_check(findings, "ggpu142", "gpu")
+    assert gpu.status == "FAIL" and "sm_37" in gpu.detail
+
+
+def test_no_gpu_is_fail_where_the_profile_lists_gpus_and_warn_on_the_sandbox():
+    node = probe("grete_node_h100.txt")
+    node["gpu"] = ["missing"]
+    grete = doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/st", probe("grete_login.txt"), node)
+    assert by_check(grete, "ggpu142", "gpu")[0].status == "FAIL"
+    sandbox = doctor.evaluate(REG.cluster("sandbox"), REG.environment("pytorch-2.3"), "/st",
+                              probe("sandbox_login.txt"), node)
+    (gpu,) = by_check(sandbox, "ggpu142", "gpu")
+    assert gpu.status == "WARN" and gpu.detail.startswith("no GPU: nvidia-smi not found")
+
+
+def test_old_slurm_warns_and_broken_srun_fails():
+    login = probe("grete_login.txt")
+    login["slurm"] = ["slurm 18.08.9"]
+    f = doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/st", login, None, "x")[0]
+    assert (f.status, f.check) == ("WARN", "slurm") and "older than 19.05" in f.detail
+    login["slurm"] = ["srun: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host"]
+    f = doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/st", login, None, "x")[0]
+    assert f.status == "FAIL" and "SLURM_CONF" in f.fix
+
+
+def test_build_args_need_newer_apptainer():
+    env = replace(REG.environment("pytorch-2.3"), build_args=(("X", "1"),))
+    login = probe("grete_login.txt")
+    login["apptainer"] = ["apptainer version 1.1.9"]
+    findings = doctor.evaluate(REG.cluster("grete"), env, "/st", login, None, "x")
+    (app,) = by_check(findings, "login", "apptainer")
+    assert app.status == "WARN" and "Apptainer >= 1.2" in app.detail
+
+
+def test_probe_script_passes_shellcheck(tmp_path):
+    exe = shutil.which("shellcheck")
+    assert exe, "shellcheck is required"
+    res = subprocess.run([exe, "-S", "warning", "-s", "bash", "-"], input=doctor.probe_script(), text=True,
+                         capture_output=True)
+    assert res.returncode == 0, res.stdout
+
+
+def _run_probe(tmp_path, storage: str, marker: str, extra_env: dict, path_first: list[str]):
+    argv = ["bash", "-c", doctor.probe_script(), "shipyard-doctor", storage, marker]
+    env = {**os.environ, "PATH": os.pathsep.join(path_first + [os.environ["PATH"]]), **extra_env}
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
+    return res, doctor.parse_probe(res.stdout)
+
+
+@pytest.mark.double
+def test_probe_against_strict_doubles(tmp_path):
+    """Real bash runs the probe; nvidia-smi, apptainer and enroot are the strict doubles (no real ones exist here)."""
+    store = tmp_path / "images"
+    store.mkdir()
+    (store / "marker").write_text("x")
+    gpus = "NVIDIA A100-SXM4-80GB, 550.54.15, 8.0;NVIDIA A100-SXM4-80GB, 550.54.15, 8.0"
+    res, p = _run_probe(tmp_path, str(store), "marker", {"SHIPYARD_DOUBLE_GPUS": gpus}, [str(DOUBLES)])
+    assert "double: unexpected" not in res.stderr, res.stderr
+    assert p["gpu"] == ["NVIDIA A100-SXM4-80GB, 550.54.15, 8.0"] * 2
+    assert p["apptainer"] == ["apptainer version 1.3.6"]
+    assert p["enroot"] == ["3.5.0"]
+    assert p["storage"] == ["present"] and p["storage_writable"] == ["yes"] and p["storage_shared"] == ["yes"]
+    assert int(p["storage_free_kb"][0]) > 0
+    assert list(store.iterdir()) == [store / "marker"]  # the write test leaves nothing behind
+    findings = doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), str(store), p, p)
+    (gpu,) = [f for f in findings if f.check == "gpu"]
+    assert gpu.status == "PASS" and gpu.detail.startswith("2 x NVIDIA A100-SXM4-80GB, driver 550.54.15, sm_80")
+
+
+@pytest.mark.double
+def test_probe_reports_driver_failure_and_missing_storage(tmp_path):
+    res, p = _run_probe(tmp_path, str(tmp_path / "nope"), "-",
+                        {"SHIPYARD_DOUBLE_NVSMI_FAIL": "NVIDIA-SMI has failed because it couldn't communicate with "
+                                                       "the NVIDIA driver."}, [str(DOUBLES)])
+    assert p["gpu_error"][0].startswith("NVIDIA-SMI has failed")
+    assert p["storage"] == ["missing"]
+    findings = doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/x", p, p)
+    assert {f.check for f in findings if f.status == "FAIL"} >= {"gpu", "storage"}
+
+
+def test_probe_without_tools(tmp_path):
+    """On this machine (no GPU, no apptainer, no enroot) the probe says so rather than failing."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("bash", "hostname", "id", "grep", "head", "tr", "mktemp", "rm", "df", "awk"):
+        os.symlink(shutil.which(tool), bindir / tool)
+    argv = [str(bindir / "bash"), "-c", doctor.probe_script(), "shipyard-doctor", str(tmp_path), "-"]
+    res = subprocess.run(argv, env={"PATH": str(bindir)}, capture_output=True, text=True)
+    p = doctor.parse_probe(res.stdout)
+    assert p["slurm"] == ["missing"] and p["apptainer"] == ["missing"] and p["enroot"] == ["missing"]
+    assert p["gpu"] == ["missing"] and p["fakeroot"] == ["missing"]
+    assert doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/x", p, None, "e")[0].status == "FAIL"
+
+
+def test_parse_ignores_noise():
+    p = doctor.parse_probe("Lmod has detected...\n@doctor\tgpu\tA, 1, 8.0\nsrun: job 5 queued\n@doctor\tgpu\tB, 1, 9.0\n"
+                           "@doctor\tbroken line\n")
+    assert p == {"gpu": ["A, 1, 8.0", "B, 1, 9.0"]}
