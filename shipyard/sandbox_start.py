@@ -71,6 +71,11 @@ def _prepare_files(plan: sb.Plan) -> None:
         raise ShipyardError(f"sandbox directory {root}: path too long for munge's socket (at most "
                             f"{_SOCKET_MAX - len('/run/munge/munge.socket')} characters); set ${sb.DIR_ENV} "
                             "to a shorter path")
+    for parent in root.parents:  # munged runs as user munge and must reach its socket directory
+        if parent.exists() and not parent.stat().st_mode & stat.S_IXOTH:
+            raise ShipyardError(f"sandbox directory {root}: {parent} is not searchable by others (mode "
+                                f"{stat.S_IMODE(parent.stat().st_mode):04o}), so munged (user munge) cannot reach "
+                                f"its socket; chmod o+x {parent} or set ${sb.DIR_ENV} elsewhere")
     for sub in ("etc", "log", "run", "state/slurmctld", "dev", "jobs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for name, text in sb.render_configs(plan).items():

@@ -1,0 +1,199 @@
+"""The sandbox's generated files and checks that need no running cluster: golden files, real shellcheck, real bash
+sourcing of the env file, flag and package checks, the demo's requirement and result parsing."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers_registry import GOLDEN, ROOT, golden
+
+from shipyard import demo, registry, sandbox
+from shipyard.errors import ShipyardError
+
+GOLD = GOLDEN / "sandbox"
+HOSTILE = "/tmp/it's a $(touch PWNED) dir;x"
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return registry.load(ROOT / "registry.yaml")
+
+
+@pytest.fixture(scope="module")
+def plan(reg):
+    return sandbox.make_plan("/SANDBOX", cluster=reg.cluster("sandbox"))
+
+
+def _demo_script(plan, steps=60, python="/opt/py/bin/python", train="/PROJECT/examples/train.py"):
+    return sandbox.render(
+        "demo.sbatch.j2", job_name="shipyard-demo", partition=plan.partition, nodes=len(plan.nodes),
+        gpus_per_node=plan.gpus_per_node, cpus_per_task=plan.cpus_per_node, time=plan.max_time,
+        log=f"{plan.root}/jobs/shipyard-demo-%j.out", rdzv_port=29500, python=python,
+        command=[train, "--steps", str(steps), "--checkpoint", f"{plan.root}/jobs/demo.pt"],
+        script=f"{plan.root}/jobs/demo.sbatch")
+
+
+def test_plan_follows_the_registry_cluster(reg, plan):
+    c = reg.cluster("sandbox")
+    assert [n.name for n in plan.nodes] == ["node1", "node2"] and len(plan.nodes) == c.nodes
+    assert plan.gpus_per_node == c.gpus_per_node and plan.partition == c.partition
+    assert len({n.ip for n in plan.nodes} | {plan.controller.ip}) == 3
+
+
+@pytest.mark.parametrize("name", ["slurm.conf", "gres.conf", "hosts"])
+def test_configs_golden(plan, name):
+    golden(GOLD / name, sandbox.render_configs(plan)[name])
+
+
+def test_config_never_points_at_etc_slurm(plan):
+    for text in sandbox.render_configs(plan).values():
+        assert not re.search(r"(^|[\s=(,])/etc/slurm", text, re.M)
+    conf = sandbox.render_configs(plan)["slurm.conf"]
+    assert "AuthInfo=socket=/SANDBOX/run/munge/munge.socket" in conf
+    assert "Gres=gpu:2" in conf and "NodeAddr=10.77.0.12" in conf
+
+
+def test_env_sh_golden_and_shellcheck(plan, tmp_path):
+    text = sandbox.render_env_sh(plan, "/proc/4242/ns/net", "/opt/py/bin")
+    golden(GOLD / "env.sh", text)
+    (tmp_path / "env.sh").write_text(text)
+    subprocess.run(["shellcheck", "-S", "warning", str(tmp_path / "env.sh")], check=True)
+
+
+def test_env_sh_quotes_a_hostile_directory(reg, tmp_path):
+    """Sourced by real bash, the exported paths are exactly the hostile directory's, and nothing ran."""
+    hostile = sandbox.make_plan(HOSTILE, cluster=reg.cluster("sandbox"))
+    env_sh = tmp_path / "env.sh"
+    env_sh.write_text(sandbox.render_env_sh(hostile, "/proc/1/ns/net", "/opt/p y/bin"))
+    subprocess.run(["shellcheck", "-S", "warning", str(env_sh)], check=True)
+    out = subprocess.run(["bash", "-c", '. "$1" && printf "%s\\n" "$SLURM_CONF" "$SHIPYARD_SANDBOX_DIR" && '
+                          'type -t sbatch', "bash", str(env_sh)], cwd=tmp_path, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out == [f"{HOSTILE}/etc/slurm.conf", HOSTILE, "function"]
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+def test_demo_launcher_golden_and_shellcheck(plan, tmp_path):
+    text = _demo_script(plan)
+    golden(GOLD / "demo.sbatch", text)
+    (tmp_path / "demo.sbatch").write_text(text)
+    subprocess.run(["shellcheck", "-S", "warning", str(tmp_path / "demo.sbatch")], check=True)
+
+
+def test_demo_launcher_quotes_paths(plan, tmp_path):
+    text = _demo_script(plan, python="/opt/p y/python", train="/it's/$(x)/train.py")
+    assert "'/opt/p y/python' -m torch.distributed.run" in text
+    assert "'/it'\"'\"'s/$(x)/train.py'" in text
+    (tmp_path / "d.sbatch").write_text(text)
+    subprocess.run(["shellcheck", "-S", "warning", str(tmp_path / "d.sbatch")], check=True)
+    subprocess.run(["bash", "-n", str(tmp_path / "d.sbatch")], check=True)
+
+
+@pytest.mark.parametrize("value", ["x", "0", "65", "-1", "1.5", ""])
+def test_bad_node_count_is_one_clear_error(reg, value):
+    with pytest.raises(ShipyardError, match=r"^--nodes .*integer from 1 to 64"):
+        sandbox.make_plan("/S", nodes=value, cluster=reg.cluster("sandbox"))
+
+
+def test_flag_strings_become_counts(reg):
+    p = sandbox.make_plan("/S", nodes="3", gpus_per_node="1", cluster=reg.cluster("sandbox"))
+    assert [n.ip for n in p.nodes] == ["10.77.0.11", "10.77.0.12", "10.77.0.13"] and p.gpus_per_node == 1
+
+
+def test_missing_packages_are_named_with_the_apt_command(tmp_path, monkeypatch):
+    """With an empty PATH every binary is missing: --no-install refuses naming binaries and packages."""
+    assert set(sandbox.missing_packages(path=str(tmp_path))) == set(sandbox.facts()["packages"])
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ShipyardError) as exc:
+        sandbox.ensure_packages(install=False)
+    msg = str(exc.value)
+    assert "missing" in msg and "slurmctld" in msg and "apt-get install -y" in msg and "munge" in msg
+    assert "\n" not in msg
+
+
+def test_nothing_missing_here():
+    assert sandbox.missing_packages() == {}
+
+
+def test_argv_after_dashdash_keeps_words():
+    argv = ["invoke", "sandbox.exec", "-d", "/x", "--", "srun", "bash", "-c", 'echo "a  b" $(id)', "--", "z"]
+    assert sandbox.argv_after_dashdash(argv) == ["srun", "bash", "-c", 'echo "a  b" $(id)', "--", "z"]
+    assert sandbox.argv_after_dashdash(["invoke", "sandbox.exec"]) == []
+
+
+def test_client_argv_refuses_when_not_running(tmp_path):
+    with pytest.raises(ShipyardError, match="not running .*invoke sandbox.up"):
+        sandbox.client_argv(["sinfo"], tmp_path)
+    assert not sandbox.is_up(tmp_path)
+    assert "down" in sandbox.status(tmp_path)
+
+
+def test_default_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv(sandbox.DIR_ENV, str(tmp_path / "sb"))
+    assert sandbox.default_directory() == tmp_path / "sb"
+    monkeypatch.delenv(sandbox.DIR_ENV)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(ROOT / "registry.yaml"))
+    assert sandbox.default_directory() == ROOT / ".sandbox"
+
+
+def test_cannot_run_reason_names_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "needs root" in sandbox.cannot_run_reason()
+    with pytest.raises(ShipyardError, match="needs root"):
+        sandbox.up(directory="/nonexistent-sandbox")
+
+
+def test_client_env_puts_this_python_first(tmp_path):
+    env = sandbox.client_env(tmp_path)
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(os.sys.executable).parent)
+    assert env["SLURM_CONF"] == str(tmp_path / "etc" / "slurm.conf")
+
+
+# ------------------------------------------------------------------------------------------------ demo pieces
+
+
+def test_unsatisfied_requirements():
+    assert demo.unsatisfied(["torch==2.13.0"]) == []  # the local build is 2.13.0+cpu
+    assert demo.unsatisfied(["torch==0.0.1", "no-such-package-shipyard==1.0"]) == ["torch==0.0.1",
+                                                                                  "no-such-package-shipyard==1.0"]
+    with pytest.raises(ShipyardError, match="host_requirements"):
+        demo.unsatisfied(["torch=="])
+
+
+LOG = """job 7: nodes node[1-2], rendezvous node1:29500
+rank 0/4 step 1 loss 15.0000
+rank 2/4 step 1 loss 14.0000rank 1/4 step 1 loss 13.0000
+rank 3/4 step 1 loss 12.0000
+result: world_size=4 start_step=0 end_step=60 first_loss=15.0226 last_loss=0.0814 checkpoint=/x/demo.pt
+"""
+
+
+def test_parse_result_and_report():
+    r = demo.parse_result(LOG)
+    assert r == {"world_size": 4, "start_step": 0, "end_step": 60, "first_loss": 15.0226, "last_loss": 0.0814,
+                 "ranks": [0, 1, 2, 3]}
+    job = {"job": "7", "state": "COMPLETED", "exit": "0:0", "seconds": 9.5, "script": "/s", "log": "/l", "result": r}
+    text, ok = demo.report(job, 2, 2)
+    assert ok and "world size 4" in text and "going down" in text and "job 7" in text and "log: /l" in text
+    assert not demo.report(job, 3, 2)[1]  # wrong world size
+    assert not demo.report(dict(job, state="FAILED"), 2, 2)[1]
+    assert not demo.report(dict(job, result=None), 2, 2)[1]
+    assert demo.parse_result("no result here") is None
+
+
+def test_demo_falls_back_to_rendering_only(tmp_path, monkeypatch, capsys):
+    """Where the sandbox cannot run, the demo renders, says why in one line, and exits 0."""
+    shutil.copy(ROOT / "registry.yaml", tmp_path / "registry.yaml")
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert demo.demo_command() == 0
+    out = capsys.readouterr().out
+    assert list((tmp_path / "definitions").glob("pytorch-2.3.def"))
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("demo: rendered only") and "needs root" in last
+    assert not (tmp_path / ".sandbox").exists()

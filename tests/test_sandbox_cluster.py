@@ -1,0 +1,226 @@
+"""The sandbox against real Slurm 22.05 + munge: nodes, hostnames and IPs, fake GPUs, a 2-node torchrun job,
+idempotent up, crash recovery, and a down that leaves no process, namespace or mount (each checked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from helpers_registry import ROOT
+
+from shipyard import demo, registry
+from shipyard import sandbox as sb
+from shipyard import sandbox_start
+from shipyard.errors import ShipyardError
+
+pytestmark = pytest.mark.slurm
+
+
+def test_two_idle_nodes(sandbox):
+    res = sandbox.run(["sinfo", "-h", "-N", "-o", "%N %P %t %G"])
+    assert res.returncode == 0, res.stderr
+    rows = sorted(res.stdout.split("\n")[:-1])
+    assert rows == ["node1 debug* idle gpu:2", "node2 debug* idle gpu:2"]
+    assert sandbox.nodes == ["node1", "node2"]
+
+
+def test_srun_two_hostnames_and_two_ips(sandbox):
+    res = sandbox.run(["srun", "-N2", "-l", "bash", "-c", "echo $(hostname) $(hostname -I)"])
+    assert res.returncode == 0, res.stderr
+    seen = dict(line.split(": ", 1) for line in res.stdout.splitlines())
+    hosts = sorted(v.split()[0] for v in seen.values())
+    ips = sorted(v.split()[1] for v in seen.values())
+    assert hosts == ["node1", "node2"]
+    assert ips == sorted(n["ip"] for n in sandbox.info["nodes"]) and len(set(ips)) == 2
+    assert all(ip.startswith("10.77.0.") for ip in ips)
+
+
+def test_nodes_resolve_each_other_and_see_this_python(sandbox):
+    res = sandbox.run(["srun", "-N1", "-w", "node1", "bash", "-c", "getent hosts node2; command -v python"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[:2] == ["10.77.0.12", "node2"]
+    assert res.stdout.split()[-1] == str(Path(sys.executable).parent / "python")
+
+
+def test_fake_gpus_accepted_and_bounded(sandbox):
+    ok = sandbox.run(["srun", "-N2", "--gpus-per-node=2", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES"])
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == ["0,1", "0,1"]
+    bad = sandbox.run(["srun", "-N2", "--gpus-per-node=3", "true"])
+    assert bad.returncode != 0 and "Requested node configuration is not available" in bad.stderr
+
+
+def test_two_node_torchrun_job_world_size_four(sandbox):
+    """The demo's launcher: sbatch, c10d rendezvous on the first node, gloo all-reduce, world size 4, exit 0."""
+    reg = registry.load(ROOT / "registry.yaml")
+    job = demo.run_job(reg, sandbox.info, steps=10, timeout=300)
+    log = Path(job["log"]).read_text()
+    assert job["state"] == "COMPLETED" and job["exit"] == "0:0", log[-3000:]
+    assert "--rdzv-backend=c10d" in Path(job["script"]).read_text()
+    r = job["result"]
+    assert r["world_size"] == 4 and r["ranks"] == [0, 1, 2, 3]
+    assert r["last_loss"] < r["first_loss"]
+    text, ok = demo.report(job, 2, 2)
+    assert ok, text
+
+
+def test_up_twice_is_idempotent(sandbox):
+    before = json.loads((sandbox.directory / "state.json").read_text())["processes"]
+    info = sb.up(directory=sandbox.directory)
+    assert info["already_running"] is True and info["nodes"] == sandbox.info["nodes"]
+    after = json.loads((sandbox.directory / "state.json").read_text())["processes"]
+    assert after == before
+    with pytest.raises(ShipyardError, match="already runs with 2 nodes x 2 GPUs"):
+        sb.up(nodes=3, directory=sandbox.directory)
+
+
+def test_status_env_file_and_exec_cli(sandbox):
+    text = sb.status(sandbox.directory)
+    assert "up since" in text and "node1 debug* idle" in text and "JOBID" in text
+    res = subprocess.run(["bash", "-c", '. "$1" && sinfo -h -N -o "%N %t"', "bash",
+                          str(sandbox.directory / "env.sh")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.split() == ["node1", "idle", "node2", "idle"], res.stderr
+    res = subprocess.run([sys.executable, "-m", "invoke", "sandbox.exec", "-d", str(sandbox.directory), "--",
+                          "srun", "-N1", "bash", "-c", 'printf "[%s]\\n" "$1"', "x", "a  b $(id)"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "[a  b $(id)]\n"
+
+
+# ------------------------------------------------------------------------------------------------ a throwaway sandbox
+
+
+def _netns_members(inodes: set[int]) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.stat(entry / "ns" / "net").st_ino in inodes:
+                    out.append(int(entry.name))
+            except OSError:
+                pass
+    return out
+
+
+def _suspect_mounts(directory: Path) -> list[str]:
+    """Mounts a sandbox could leave behind: anything under its directory, nsfs (ip netns), /etc/hosts binds."""
+    return [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if str(directory) in line or " nsfs " in line or " /etc/hosts " in line]
+
+
+@pytest.fixture
+def throwaway():
+    """A second sandbox, 2 nodes, in its own directory (separate namespaces, so it coexists with `sandbox`)."""
+    if sb.cannot_run_reason():
+        pytest.skip(sb.cannot_run_reason())
+    d = Path(tempfile.mkdtemp(prefix="shipyard-sandbox-t-"))
+    d.chmod(0o755)
+    yield d
+    sb.down(d)
+    subprocess.run(["rm", "-rf", str(d)])
+
+
+def test_crash_recovery_and_down_leaves_nothing(throwaway):
+    mounts_before = _suspect_mounts(throwaway)
+    sb.up(directory=throwaway)
+    state = json.loads((throwaway / "state.json").read_text())
+    procs = {p["role"]: p for p in state["processes"]}
+    assert set(procs) == {"munged", "ns:ctl", "ns:node1", "ns:node2", "slurmctld", "slurmd-node1", "slurmd-node2"}
+
+    # A daemon dies: the sandbox is no longer up, status and the start check name it and its log; up recovers.
+    os.kill(procs["slurmd-node2"]["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while sb.is_up(throwaway) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sb.is_up(throwaway)
+    assert "stopped: slurmd-node2" in sb.status(throwaway)
+    err = sandbox_start._dead_daemon_error(sb.make_plan(throwaway), state)
+    assert "slurmd-node2 exited" in str(err) and str(throwaway / "log" / "slurmd-node2.log") in str(err)
+    info = sb.up(directory=throwaway)
+    assert info["already_running"] is False and sb.is_up(throwaway)
+
+    # A running job, so that down must also end job processes inside the namespaces.
+    state = json.loads((throwaway / "state.json").read_text())
+    res = sb.run_client(["sbatch", "--parsable", "-N2", "--wrap", "srun sleep 300"], throwaway,
+                        capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    job = res.stdout.strip()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        q = sb.run_client(["squeue", "-h", "-j", job, "-o", "%T"], throwaway, capture_output=True, text=True)
+        if q.stdout.strip() == "RUNNING":
+            break
+        time.sleep(0.1)
+    assert q.stdout.strip() == "RUNNING"
+    holders = [p["pid"] for p in state["processes"] if p["role"].startswith("ns:")]
+    inodes = {os.stat(f"/proc/{pid}/ns/net").st_ino for pid in holders}
+    members = _netns_members(inodes)
+    deadline = time.monotonic() + 10
+    while not any(Path(f"/proc/{p}/comm").read_text().strip() == "sleep" for p in members if p not in holders) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+        members = _netns_members(inodes)
+    assert len(members) > len(state["processes"]) - 1  # daemons, holders and the job's processes
+
+    assert "stopped" in sb.down(throwaway)
+
+    for p in state["processes"]:  # each recorded process is gone (or its PID belongs to a new process)
+        assert not sb._alive(p), p
+    assert _netns_members(inodes) == []  # no process in any of the namespaces: they no longer exist
+    assert _suspect_mounts(throwaway) == mounts_before
+    assert not (throwaway / "state.json").exists() and not (throwaway / "etc").exists()
+    assert not throwaway.exists()  # nothing else was in it
+    assert not sb.is_up(throwaway)
+
+
+def test_down_keep_keeps_logs(throwaway):
+    sb.up(nodes=1, gpus_per_node=1, directory=throwaway)
+    assert "files kept" in sb.down(throwaway, keep=True)
+    assert (throwaway / "log" / "slurmctld.log").exists() and not sb.is_up(throwaway)
+    assert json.loads((throwaway / "state.json").read_text())["status"] == "down"
+
+
+def test_occupied_port_is_named(throwaway):
+    """A real listener inside a real namespace: the port check names the port and the process holding it."""
+    listener = subprocess.Popen(
+        ["unshare", "--net", "--", sys.executable, "-c",
+         "import socket,subprocess,time\n"
+         "subprocess.run(['ip','link','set','lo','up'],check=True)\n"
+         "s=socket.socket(); s.bind(('127.0.0.1',6817)); s.listen(); print('ready',flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert listener.stdout.readline().strip() == "ready"
+        with pytest.raises(ShipyardError) as exc:
+            sandbox_start.check_port_free(listener.pid, "127.0.0.1", 6817, "ctl")
+        msg = str(exc.value)
+        assert "port 6817/tcp" in msg and "in namespace ctl" in msg and f"pid {listener.pid}" in msg
+        sandbox_start.check_port_free(listener.pid, "127.0.0.1", 6818, "ctl")  # a free port passes
+    finally:
+        listener.kill()
+        listener.wait()
+
+
+def test_unreachable_directory_is_refused(tmp_path):
+    """pytest's tmp dirs are 0700: munged (user munge) could not reach its socket there; say so before starting."""
+    if sb.cannot_run_reason():
+        pytest.skip(sb.cannot_run_reason())
+    os.chmod(tmp_path, 0o700)
+    with pytest.raises(ShipyardError, match="not searchable by others"):
+        sb.up(directory=tmp_path / "sb", install=False)
+    assert not sb.is_up(tmp_path / "sb")
+
+
+def test_socket_of_localhost_untouched(sandbox):
+    """The sandbox's ports exist only inside its namespaces: nothing listens on the host's 6817/6818."""
+    for port in (6817, 6818):
+        with socket.socket() as s:
+            s.settimeout(1)
+            assert s.connect_ex(("127.0.0.1", port)) != 0
