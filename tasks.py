@@ -375,7 +375,68 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
                             monitor_interval=monitor_interval, nccl_debug=nccl_debug))
 
 
+# ----------------------------------------------------------------------------------------------- locks, modules, signing
+
+
+@task(
+    name="lock",
+    positional=["env"],
+    help={
+        "env": "environment to lock (default: defaults.environment)",
+        "exclude_newer": "resolve as PyPI was at this UTC date/time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ); "
+                         "default: the cut-off recorded in the existing lock, else today 00:00 UTC",
+        "index_url": "package index to resolve against instead of https://pypi.org/simple (e.g. a site mirror)",
+    },
+)
+@task_guard
+def lock_(c, env=None, exclude_newer=None, index_url=None):
+    """Write definitions/<env>.lock: the full dependency closure, pinned with sha256 hashes (uv pip compile)."""
+    from shipyard import lock
+
+    lock.lock_command(env, exclude_newer, index_url)
+
+
+@task(
+    positional=["env"],
+    help={
+        "env": "environment (default: every environment used on the cluster)",
+        "cluster": "apptainer cluster whose binds and image storage the wrappers use (default: defaults.cluster)",
+        "prefix": "where to write modulefiles/ and wrappers/ (default: <project>/modules)",
+    },
+)
+@task_guard
+def modules(c, env=None, cluster=None, prefix=None):
+    """Write Lmod modulefiles shipyard/<env>.lua and apptainer exec --nv wrappers (python, torchrun, pip, ...)."""
+    from shipyard import modules as m
+
+    m.modules_command(env, cluster, prefix)
+
+
+@task(
+    positional=["env"],
+    help={
+        "env": "environment whose containers/<env>.sif to sign (default: defaults.environment)",
+        "keyidx": "private key to sign with: its index in `apptainer key list --secret` (default 0)",
+    },
+)
+@task_guard
+def sign(c, env=None, keyidx=0):
+    """Sign containers/<env>.sif with apptainer sign (your keyring) and record the signature in the manifest."""
+    from shipyard import sign as s
+
+    s.sign_command(env, int(keyidx))
+
+
+@task(positional=["env"], help={"env": "environment whose containers/<env>.sif to verify (default: defaults.environment)"})
+@task_guard
+def verify(c, env=None):
+    """Verify containers/<env>.sif with apptainer verify --local against the key recorded by invoke sign."""
+    from shipyard import sign as s
+
+    s.verify_command(env)
+
+
 # ----------------------------------------------------------------------------------------------- namespace
 
 ns = Collection(list_, show, check, render, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
-                sandbox_tasks, demo, build, push, pull)
+                sandbox_tasks, demo, build, push, pull, lock_, modules, sign, verify)

@@ -34,6 +34,7 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -234,3 +235,16 @@ def count_pins(text: str) -> tuple[int, int]:
     """(packages, sha256 hashes) in a lock text: for the task's summary line."""
     pkgs = sum(1 for ln in text.splitlines() if re.match(r"^[A-Za-z0-9][^ ]*==", ln))
     return pkgs, text.count("--hash=sha256:")
+
+
+def lock_command(env_name: str | None, exclude_newer: str | None = None, index_url: str | None = None,
+                 out=sys.stdout) -> None:
+    """The task body: lock, then say what was written."""
+    from shipyard.registry import load
+
+    reg = load()
+    path = lock(reg, env_name, exclude_newer, index_url)
+    text = path.read_text()
+    pkgs, hashes = count_pins(text)
+    print(f"wrote {path.relative_to(reg.root)}: {pkgs} packages, {hashes} sha256 hashes, "
+          f"exclude-newer {read_header(path)['exclude-newer']}", file=out)
