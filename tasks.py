@@ -263,7 +263,7 @@ def demo(c, steps=60, timeout=600, no_install=False):
     },
 )
 @task_guard
-def build(c, env="", backend="apptainer", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
+def build(c, env=None, backend="apptainer", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
           cluster="", partition="", wait=False):
     """Build containers/ENV.sif (and .sqsh / a docker image) when its inputs changed; record containers/ENV.json."""
     from shipyard import build as b
@@ -284,7 +284,7 @@ def build(c, env="", backend="apptainer", fakeroot=False, force=False, formats="
     },
 )
 @task_guard
-def push(c, env="", registry="", tag=""):
+def push(c, env=None, registry="", tag=""):
     """Push ENV's image and verify the pushed digest by reading the manifest back; record it in containers/ENV.json."""
     from shipyard import push as p
     from shipyard.registry import load
@@ -301,7 +301,7 @@ def push(c, env="", registry="", tag=""):
     },
 )
 @task_guard
-def pull(c, env="", registry="", tag=""):
+def pull(c, env=None, registry="", tag=""):
     """Fetch ENV's image from a registry and verify its digest (SIF lands in containers/ENV.sif)."""
     from shipyard import push as p
     from shipyard.registry import load

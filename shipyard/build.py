@@ -139,7 +139,7 @@ def copied_files(root: Path, env) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def build_lock(path: Path, block: bool = True, out: IO[str] = sys.stdout) -> Iterator[None]:
+def build_lock(path: Path, block: bool = True, out: IO[str] | None = None) -> Iterator[None]:
     """Hold the exclusive build lock of one environment. The file names its holder (pid and host) for messages."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -160,7 +160,7 @@ def build_lock(path: Path, block: bool = True, out: IO[str] = sys.stdout) -> Ite
         os.close(fd)
 
 
-def recover_stale(reg, env_name: str, out: IO[str] = sys.stdout) -> list[Path]:
+def recover_stale(reg, env_name: str, out: IO[str] | None = None) -> list[Path]:
     """Run while holding the lock: remove temp files of a builder that died, and mark its manifest ``failed``.
 
     Whoever held the lock before us is gone, so any ``*.tmp-*`` beside the targets is garbage, and a manifest still
@@ -418,7 +418,7 @@ def parse_formats(text: str | None, backend: str) -> tuple[str, ...]:
 
 
 def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
-          formats: str | tuple[str, ...] | None = None, block: bool = True, out: IO[str] = sys.stdout,
+          formats: str | tuple[str, ...] | None = None, block: bool = True, out: IO[str] | None = None,
           quiet: bool = False) -> dict:
     """Build ``env_name`` (or skip it when the cache says it is current) and return the manifest."""
     env = reg.environment(env_name)
@@ -498,7 +498,7 @@ def _fsync_dir(path: Path) -> None:
 
 def build_command(env_name: str | None, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
                   formats: str | None = None, block: bool = True, slurm: bool = False, cluster: str | None = None,
-                  partition: str | None = None, wait: bool = False, registry=None, out: IO[str] = sys.stdout) -> int:
+                  partition: str | None = None, wait: bool = False, registry=None, out: IO[str] | None = None) -> int:
     """`invoke build`: locally, or as a batch job on a cluster's build partition with ``slurm=True``."""
     from shipyard.registry import load
 

@@ -88,7 +88,7 @@ def _client(cluster_name: str, argv: list[str]) -> tuple[list[str], dict | None]
 
 def submit(reg, env_name: str, *, cluster_name: str | None = None, partition: str | None = None,
            backend: str = "apptainer", fakeroot: bool = False, force: bool = False, formats: str | None = None,
-           wait: bool = False, out: IO[str] = sys.stdout) -> int:
+           wait: bool = False, out: IO[str] | None = None) -> int:
     """Write containers/logs/ENV-build.sbatch, submit it, and with ``wait`` follow the job to its end."""
     from shipyard.build import parse_formats
 
@@ -136,8 +136,7 @@ def follow(cluster_name: str, job_id: str, log: Path, out: IO[str], poll: float 
                 chunk = fh.read()
                 pos = fh.tell()
             if chunk:
-                out.write(chunk)
-                out.flush()
+                print(chunk, end="", file=out, flush=True)
         if state in _DONE:
             return state
         if state is None:

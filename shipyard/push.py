@@ -263,7 +263,7 @@ def pull_image(target, env_name: str, tag: str, expect_digest: str | None, out: 
 
 
 def push(reg, env_name: str, registry_name: str | None = None, tag: str | None = None,
-         out: IO[str] = sys.stdout) -> dict:
+         out: IO[str] | None = None) -> dict:
     """Push ``env_name``'s SIF (``oras://`` registries) or docker image (``docker://``); record it in the manifest."""
     env = reg.environment(env_name)
     target = reg.registry_target(registry_name)
@@ -303,7 +303,7 @@ def push(reg, env_name: str, registry_name: str | None = None, tag: str | None =
 
 
 def pull(reg, env_name: str, registry_name: str | None = None, tag: str | None = None,
-         out: IO[str] = sys.stdout) -> dict:
+         out: IO[str] | None = None) -> dict:
     """Fetch ``env_name`` from a registry and verify its digest (against the push record when there is one)."""
     env = reg.environment(env_name)
     target = reg.registry_target(registry_name)

@@ -99,3 +99,19 @@ def apptainer_double(monkeypatch, tmp_path):
 def enroot_double(monkeypatch):
     monkeypatch.setenv("PATH", f"{ENROOT_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     return ENROOT_DOUBLE / "enroot"
+
+
+REPO = HERE.parent
+
+
+def invoke_argv(*args: str) -> list[str]:
+    """argv for running shipyard's real CLI (``invoke``) in a child process, as a user would."""
+    import sys
+
+    return [sys.executable, "-m", "invoke", "-r", str(REPO), *args]
+
+
+def read_calls(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
