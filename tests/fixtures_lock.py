@@ -1,0 +1,63 @@
+"""Fixtures for the lock tests: a throw-away project directory holding a registry.yaml (locks are written under
+its definitions/), and the fixed cut-off every real resolution in the tests uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from shipyard import registry
+from shipyard.model import Registry
+
+# Every test that resolves against live PyPI pins this cut-off, so the results cannot drift between runs.
+CUTOFF = "2026-11-01T00:00:00Z"
+
+REGISTRY_TEXT = """\
+environments:
+  e:
+    torch: "2.3.1"
+    cuda: "12.1"
+    python: "3.11"
+    os: ubuntu22.04
+    pip: [numpy==1.26.4]
+  nccl-override:
+    torch: "2.3.1"
+    cuda: "12.1"
+    python: "3.11"
+    os: ubuntu22.04
+    nccl: "2.21.5"
+    torchaudio: false
+  cu118:
+    torch: "2.3.1"
+    cuda: "11.8"
+    python: "3.10"
+    os: ubuntu22.04
+  tiny:
+    torch: "2.3.1"
+    cuda: "12.1"
+    python: "3.11"
+    os: ubuntu22.04
+    stack: base
+    base: nvcr.io/nvidia/pytorch:24.05-py3
+    pip: [six==1.16.0]
+clusters:
+  c:
+    runtime: host
+    fabric: socket
+    gpus_per_node: 0
+    scheduler: {partition: p}
+"""
+
+
+@pytest.fixture
+def lock_project(tmp_path) -> Callable[[str | None], Registry]:
+    """Call with registry text (default: REGISTRY_TEXT); returns the loaded Registry rooted in a temp dir."""
+
+    def make(text: str | None = None) -> Registry:
+        path: Path = tmp_path / "registry.yaml"
+        path.write_text(text or REGISTRY_TEXT)
+        return registry.load(path)
+
+    return make

@@ -1,0 +1,172 @@
+"""definitions/<env>.lock: inputs from the model, the uv argument contract, real resolutions against PyPI
+(deterministic, hashed, installable by pip with --require-hashes), staleness, and a definition that installs from
+the lock passing spython and shellcheck."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from spython.main.parse.parsers import SingularityParser
+
+from fixtures_lock import CUTOFF, REGISTRY_TEXT
+from helpers_registry import sections, shellcheck
+from shipyard import definitions, lock
+from shipyard.errors import ShipyardError
+
+
+def test_inputs_come_from_the_model(lock_project):
+    reg = lock_project()
+    assert lock.lock_inputs(reg.environment("e")) == [
+        "torch==2.3.1", "torchvision==0.18.1", "torchaudio==2.3.1", "numpy==1.26.4"]
+    env = reg.environment("nccl-override")
+    assert lock.lock_inputs(env) == ["torch==2.3.1", "torchvision==0.18.1", "nvidia-nccl-cu12==2.21.5"]
+    assert lock.lock_overrides(env) == ["nvidia-nccl-cu12==2.21.5"]
+    assert lock.lock_inputs(reg.environment("tiny")) == ["six==1.16.0"], "stack: base locks only the extras"
+    assert lock.lock_overrides(reg.environment("e")) == []
+
+
+def test_uv_argv_contract(lock_project):
+    reg = lock_project()
+    argv = lock.uv_argv("uv", reg.environment("nccl-override"), CUTOFF)
+    assert argv[:4] == ["uv", "pip", "compile", "requirements.in"]
+    pairs = dict(zip(argv, argv[1:]))
+    assert pairs["--python-platform"] == "x86_64-manylinux_2_28"
+    assert pairs["--python-version"] == "3.11"
+    assert pairs["--exclude-newer"] == CUTOFF
+    assert pairs["--default-index"] == "https://pypi.org/simple"
+    assert pairs["--override"] == "overrides.txt"
+    assert "--generate-hashes" in argv and "--no-config" in argv
+    assert "--extra-index-url" not in argv, "the default CUDA variant comes from PyPI alone"
+
+
+def test_non_default_cuda_variant_adds_the_pytorch_index(lock_project):
+    argv = lock.uv_argv("uv", lock_project().environment("cu118"), CUTOFF)
+    pairs = dict(zip(argv, argv[1:]))
+    assert pairs["--extra-index-url"] == "https://download.pytorch.org/whl/cu118"
+    assert pairs["--index-strategy"] == "unsafe-best-match"
+    assert pairs["--python-version"] == "3.10"
+
+
+@pytest.mark.parametrize("value,want", [("2026-11-01", "2026-11-01T00:00:00Z"),
+                                        ("2026-11-01T12:30:00Z", "2026-11-01T12:30:00Z")])
+def test_cutoff_is_normalized_to_utc_timestamp(value, want):
+    assert lock.normalize_cutoff(value) == want
+
+
+@pytest.mark.parametrize("value", ["yesterday", "2026-13-01", "2026-11-01 12:00", "2026-11-01T12:00:00+01:00"])
+def test_bad_cutoff_is_a_one_line_error(value):
+    with pytest.raises(ShipyardError, match="--exclude-newer"):
+        lock.normalize_cutoff(value)
+
+
+def _requirement_blocks(text: str) -> dict[str, list[str]]:
+    """name==version -> its hashes, from a lock body."""
+    out: dict[str, list[str]] = {}
+    cur = None
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z0-9][^ ]*==[^ ]+) \\$", line)
+        if m:
+            cur = m.group(1)
+            out[cur] = []
+        elif cur and line.strip().startswith("--hash=sha256:"):
+            out[cur].append(line.strip().split(":", 1)[1].rstrip(" \\"))
+    return out
+
+
+def test_lock_is_deterministic_complete_and_hashed(lock_project):
+    reg = lock_project()
+    path = lock.lock(reg, "e", exclude_newer=CUTOFF)
+    first = path.read_bytes()
+    path.unlink()
+    second = lock.lock(reg, "e", exclude_newer=CUTOFF).read_bytes()
+    assert first == second
+    text = first.decode()
+    blocks = _requirement_blocks(text)
+    for req in ("torch==2.3.1", "torchvision==0.18.1", "torchaudio==2.3.1", "numpy==1.26.4",
+                "nvidia-nccl-cu12==2.20.5", "triton==2.3.1"):
+        assert req in blocks, f"{req} missing from the closure"
+    for req, hashes in blocks.items():
+        assert hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), req
+    header = lock.read_header(path)
+    assert header["exclude-newer"] == CUTOFF and header["python"] == "3.11"
+    assert header["inputs-sha256"] == lock.inputs_digest(reg.environment("e"))
+    assert str(path.parent) not in text and "/tmp" not in text, "temporary paths leaked into the lock"
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_relock_keeps_the_recorded_cutoff(lock_project):
+    reg = lock_project()
+    lock.lock(reg, "tiny", exclude_newer="2025-06-01")
+    path = lock.lock(reg, "tiny")  # no --exclude-newer: the lock's own cut-off, not today
+    assert lock.read_header(path)["exclude-newer"] == "2025-06-01T00:00:00Z"
+
+
+def test_nccl_override_is_locked_and_visible(lock_project):
+    reg = lock_project()
+    text = lock.lock(reg, "nccl-override", exclude_newer=CUTOFF).read_text()
+    blocks = _requirement_blocks(text)
+    assert "nvidia-nccl-cu12==2.21.5" in blocks and "nvidia-nccl-cu12==2.20.5" not in blocks
+    assert "torchaudio==2.3.1" not in blocks
+    assert "# overrides (replace what the torch wheel pins; install the lock with --no-deps):" in text
+
+
+def test_stale_reason(lock_project):
+    reg = lock_project()
+    env = reg.environment("tiny")
+    assert lock.stale_reason(reg, env) is None, "no lock: not stale"
+    lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+    assert lock.stale_reason(reg, env) is None
+    reg2 = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==1.17.0"))
+    reason = lock.stale_reason(reg2, reg2.environment("tiny"))
+    assert reason and "invoke lock tiny" in reason and "\n" not in reason
+    path = lock.lock_path(reg, "tiny")
+    path.write_text("six==1.16.0\n")
+    assert "no shipyard-lock header" in lock.stale_reason(reg, env)
+
+
+def test_unresolvable_pin_is_one_line_error_and_writes_nothing(lock_project):
+    reg = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==99.0.0"))
+    with pytest.raises(ShipyardError, match=r"environments.tiny: uv could not lock") as exc:
+        lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+    assert "\n" not in str(exc.value)
+    assert not lock.lock_path(reg, "tiny").exists()
+
+
+def test_pip_installs_from_the_lock_with_require_hashes(lock_project, tmp_path):
+    """The real pip accepts the lock exactly as the definition uses it (--require-hashes --no-deps)."""
+    reg = lock_project()
+    path = lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps",
+                          "--target", str(tmp_path / "site"), "-r", str(path)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "site" / "six.py").exists()
+    # and refuses bytes that do not match the recorded hash
+    path.write_text(re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, path.read_text()))
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps",
+                          "--target", str(tmp_path / "site2"), "-r", str(path)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode != 0 and "HASH" in res.stderr.upper()
+
+
+def test_definition_from_lock_parses_and_passes_shellcheck(lock_project, tmp_path):
+    reg = lock_project()
+    lock.lock(reg, "e", exclude_newer=CUTOFF)
+    env = reg.environment("e")
+    text = definitions.render_definition(env, reg)
+    assert "--require-hashes" in text and "e.lock" in text
+    path = tmp_path / "e.def"
+    path.write_text(text)
+    (stage,) = SingularityParser(str(path)).recipe.values()
+    assert any("--require-hashes" in line for line in stage.install)
+    for name in ("post", "test"):
+        body = sections(text).get(name)
+        if body:
+            res = shellcheck(body)
+            assert res.returncode == 0, f"%{name}: {res.stdout}"
