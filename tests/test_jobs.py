@@ -1,0 +1,226 @@
+"""invoke status / invoke logs: parsing squeue, sacct and scontrol output, following a file, and both tasks
+against the real sandbox Slurm."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fixtures_tools import write_tools_registry
+from helpers_registry import GOLDEN, ROOT, golden
+from shipyard import jobs
+from shipyard.errors import ShipyardError
+
+S = jobs.SEP
+
+
+def test_squeue_fields_survive_names_with_separators():
+    text = S.join(["17", "shipyard-a|b c", "PENDING", "0:00", "10:00", "2", "(Resources)", "made by shipyard"]) + "\n"
+    text += S.join(["18", "other", "RUNNING", "1:02", "10:00", "1", "node1", "(null)"]) + "\n"
+    a, b = jobs.parse_squeue(text)
+    assert (a.jobid, a.name, a.where, a.comment) == ("17", "shipyard-a|b c", "(Resources)", "made by shipyard")
+    assert (b.name, b.comment) == ("other", "")
+
+
+def test_sacct_skips_steps_and_keeps_exit_codes():
+    text = "\n".join([S.join(["20", "train", "CANCELLED by 0", "00:01:00", "2", "node[1-2]", "0:15"]),
+                      S.join(["20.batch", "batch", "CANCELLED", "00:01:00", "1", "node1", "0:15"]),
+                      S.join(["21_3", "shipyard-shell", "COMPLETED", "00:00:02", "1", "node2", "0:0"])])
+    a, b = jobs.parse_sacct(text)
+    assert (a.jobid, a.state, a.exit_code, a.where) == ("20", "CANCELLED", "0:15", "node[1-2]")
+    assert b.jobid == "21_3"
+
+
+def test_merge_prefers_squeue_state_and_adds_exit_code():
+    live = [jobs.Job("5", "train", "RUNNING", "0:10", "10:00", "2", "node[1-2]")]
+    done = [jobs.Job("5", "train", "RUNNING", "00:00:10", "", "2", "node[1-2]", "0:0"),
+            jobs.Job("3", "shipyard-doctor", "COMPLETED", "00:00:01", "", "1", "node1", "0:0"),
+            jobs.Job("10", "x", "FAILED", "00:00:01", "", "1", "node1", "1:0")]
+    merged = jobs.merge(live, done)
+    assert [j.jobid for j in merged] == ["3", "5", "10"]
+    assert merged[1].state == "RUNNING" and merged[1].exit_code == "0:0" and merged[1].time_limit == "10:00"
+
+
+def test_which_jobs_are_shipyards():
+    assert jobs.is_shipyard(jobs.Job("1", "shipyard-shell", "R", ""), set())
+    assert jobs.is_shipyard(jobs.Job("1", "x", "R", "", comment="Shipyard launcher"), set())
+    assert jobs.is_shipyard(jobs.Job("1", "train", "R", ""), {"train"})
+    assert not jobs.is_shipyard(jobs.Job("1", "train", "R", ""), set())
+
+
+def test_status_table_golden(tmp_path):
+    (tmp_path / "launch" / "logs").mkdir(parents=True)
+    (tmp_path / "launch" / "logs" / "train-5.out").write_text("x\n")
+    rows = [jobs.Job("5", "train", "RUNNING", "0:10", "10:00", "2", "node[1-2]", "0:0"),
+            jobs.Job("6", "shipyard-shell", "PENDING", "0:00", "10:00", "1", "(Resources)")]
+    golden(GOLDEN / "jobs" / "status.txt", jobs.render_status("sandbox", rows, tmp_path))
+    golden(GOLDEN / "jobs" / "status-empty.txt", jobs.render_status("grete", [], tmp_path, "(sacct unavailable: x)"))
+
+
+@pytest.mark.parametrize(
+    "line,path",
+    [
+        ("JobId=7 JobName=t StdErr=/a/b-7.out StdIn=/dev/null StdOut=/a/b-7.out Power=", "/a/b-7.out"),
+        ("JobId=7 StdOut=/my dir/with spaces/t-7.out", "/my dir/with spaces/t-7.out"),
+        ("JobId=7 StdOut=(null) Power=", None),
+        ("JobId=7 JobName=t", None),
+    ],
+)
+def test_stdout_from_scontrol(line, path):
+    assert jobs.stdout_from_scontrol(line) == path
+
+
+def test_tail_reads_from_the_end(tmp_path):
+    p = tmp_path / "x.out"
+    p.write_text("".join(f"line {i}\n" for i in range(100000)))
+    last, size = jobs.tail(p, 3, block=1000)
+    assert last == ["line 99997\n", "line 99998\n", "line 99999\n"] and size == p.stat().st_size
+    assert jobs.tail(p, 0)[0] == []
+    p.write_text("no newline")
+    assert jobs.tail(p, 5)[0] == ["no newline"]
+
+
+def test_follow_prints_appended_lines_until_the_job_ends(tmp_path):
+    p = tmp_path / "x.out"
+    p.write_text("old\n")
+    state = {"alive": True}
+
+    def writer():
+        with open(p, "a") as fh:
+            for i in range(5):
+                fh.write(f"new {i}\n")
+                fh.flush()
+                time.sleep(0.05)
+            fh.write("partial")
+        state["alive"] = False
+
+    out = io.StringIO()
+    t = threading.Thread(target=writer)
+    t.start()
+    jobs.follow_file(p, 4, lambda: state["alive"], out, poll=0.01, check_every=0.02)
+    t.join()
+    assert out.getvalue() == "".join(f"new {i}\n" for i in range(5)) + "partial"
+
+
+# ------------------------------------------------------------------------------------------------ real Slurm
+
+
+@pytest.fixture
+def project(tmp_path, sandbox, monkeypatch):
+    """A temporary project (registry, launch/logs) whose sandbox is the session's."""
+    from shipyard import sandbox as sb
+
+    reg = write_tools_registry(tmp_path)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(reg))
+    monkeypatch.setenv(sb.DIR_ENV, str(sandbox.directory))
+    (tmp_path / "launch" / "logs").mkdir(parents=True)
+    return tmp_path
+
+
+def _sbatch(sandbox, *args: str) -> str:
+    res = sandbox.run(["sbatch", "--parsable", *args])
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip().split(";")[0]
+
+
+def _wait_done(sandbox, jobid: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        res = sandbox.run(["squeue", "--noheader", "--states=all", f"--jobs={jobid}", "--format=%T"])
+        if res.stdout.strip() in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {jobid} did not finish")
+
+
+@pytest.mark.slurm
+def test_status_lists_only_shipyard_jobs(sandbox, project):
+    tag = uuid.uuid4().hex[:8]
+    launcher = f"train{tag}"
+    (project / "launch" / f"{launcher}.sbatch").write_text("#!/bin/bash\n")
+    out = project / "launch" / "logs"
+    ids = {
+        "prefixed": _sbatch(sandbox, f"--job-name=shipyard-t{tag}", f"--output={out}/a-%j.out", "--wrap", "true"),
+        "launcher": _sbatch(sandbox, f"--job-name={launcher}", f"--output={out}/{launcher}-%j.out", "--wrap",
+                            "sleep 30"),
+        "comment": _sbatch(sandbox, f"--job-name=c{tag}", "--comment=shipyard nccl", f"--output={out}/c-%j.out",
+                           "--wrap", "true"),
+        "foreign": _sbatch(sandbox, f"--job-name=foreign{tag}", f"--output={out}/f-%j.out", "--wrap", "true"),
+    }
+    _wait_done(sandbox, ids["prefixed"])
+    text = jobs.status_command("sandbox")
+    rows = {line.split()[0]: line for line in text.splitlines()[2:] if line.strip()}
+    assert ids["prefixed"] in rows and "COMPLETED" in rows[ids["prefixed"]]
+    assert ids["launcher"] in rows and f"launch/logs/{launcher}-{ids['launcher']}.out" in rows[ids["launcher"]]
+    assert ids["comment"] in rows
+    assert ids["foreign"] not in rows
+    sandbox.run(["scancel", ids["launcher"]])
+
+
+@pytest.mark.slurm
+def test_status_task_through_invoke(sandbox, project):
+    tag = uuid.uuid4().hex[:8]
+    jid = _sbatch(sandbox, f"--job-name=shipyard-{tag}", f"--output={project}/launch/logs/x-%j.out", "--wrap", "true")
+    _wait_done(sandbox, jid)
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "status", "--cluster", "sandbox"],
+                          cwd=project, capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("JOBID  NAME")
+    assert any(line.split()[:3] == [jid, f"shipyard-{tag}", "COMPLETED"] for line in proc.stdout.splitlines())
+
+
+@pytest.mark.slurm
+def test_logs_follows_a_running_job_to_its_end(sandbox, project):
+    out = project / "launch" / "logs"
+    script = "for i in 1 2 3 4 5 6; do echo \"step $i $(hostname)\"; sleep 0.5; done; echo 'done: ü'"
+    jid = _sbatch(sandbox, "--job-name=follow", f"--output={out}/follow-%j.out", "--wrap", script)
+    buf = io.StringIO()
+    path = jobs.logs_command(jid, follow=True, lines=2, cluster_name="sandbox", out=buf)
+    assert path == out / f"follow-{jid}.out"
+    text = buf.getvalue()
+    lines = text.splitlines()
+    assert lines[-1] == "done: ü"
+    assert [l.split()[1] for l in lines if l.startswith("step")][-1] == "6"
+    assert len([l for l in lines if l.startswith("step")]) >= 2
+    # After the job: the last 3 lines, no following.
+    buf = io.StringIO()
+    jobs.logs_command(jid, lines=3, cluster_name="sandbox", out=buf)
+    host = lines[-2].split()[2]
+    assert buf.getvalue().splitlines() == [f"step 5 {host}", f"step 6 {host}", "done: ü"]
+    assert host in sandbox.nodes
+
+
+@pytest.mark.slurm
+def test_logs_falls_back_to_launch_logs_and_errors_are_one_line(sandbox, project):
+    (project / "launch" / "logs" / "old-987654.out").write_text("a\nb\n")
+    buf = io.StringIO()
+    assert jobs.logs_command("987654", lines=1, cluster_name="sandbox", out=buf).name == "old-987654.out"
+    assert buf.getvalue() == "b\n"
+    with pytest.raises(ShipyardError, match=r"job 987655: no output file .*launch/logs/\*-987655.out"):
+        jobs.logs_command("987655", cluster_name="sandbox")
+    tag = uuid.uuid4().hex[:8]
+    res = sandbox.run(["srun", f"--job-name=shipyard-{tag}", "true"])
+    assert res.returncode == 0, res.stderr
+    jid = sandbox.run(["squeue", "--noheader", "--states=all", f"--name=shipyard-{tag}", "--format=%i"]).stdout.split()[-1]
+    with pytest.raises(ShipyardError, match="interactive srun/salloc job"):
+        jobs.logs_command(jid, cluster_name="sandbox")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "logs", "12;x", "--cluster", "sandbox"],
+                          cwd=project, capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "expected a Slurm job id" in proc.stderr
+
+
+def test_unreachable_cluster_client_is_one_line(monkeypatch, tmp_path):
+    """On a real cluster name with no Slurm clients on PATH, the error says where to run it."""
+    reg = write_tools_registry(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ShipyardError, match="squeue is not on PATH: run this on a login node of cluster grete"):
+        jobs.status_command("grete", registry_path=reg)
+    assert Path(reg).exists()
