@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -140,3 +141,44 @@ def test_task_dry_run_prints_command_and_snippet(tmp_path):
 
 def _env(reg):
     return {**os.environ, "SHIPYARD_REGISTRY": str(reg)}
+
+
+# ------------------------------------------------------------------------------------------------ real Slurm
+
+
+@pytest.fixture
+def sandbox_env(sandbox, tmp_path):
+    from shipyard import sandbox as sb
+
+    reg = write_tools_registry(tmp_path)
+    return {**os.environ, "SHIPYARD_REGISTRY": str(reg), sb.DIR_ENV: str(sandbox.directory)}
+
+
+@pytest.mark.slurm
+def test_command_runs_on_a_sandbox_node(sandbox, sandbox_env, tmp_path):
+    cmd = "sh -c 'echo $SLURM_JOB_NAME $(hostname) gpus=$CUDA_VISIBLE_DEVICES; printf \"%s|\" \"$@\"' x 'a b' '$(id)'"
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
+                           "--command", cmd], cwd=tmp_path, capture_output=True, text=True, env=sandbox_env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    name, host, gpus = first.split()
+    assert name == "shipyard-shell" and host in sandbox.nodes and gpus == "gpus=0"  # one GPU requested by default
+    assert second == "a b|$(id)|"
+    failed = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
+                             "--gpus", "0", "--command", "sh -c 'exit 3'"], cwd=tmp_path, capture_output=True,
+                            text=True, env=sandbox_env, timeout=120)
+    assert failed.returncode == 3
+
+
+@pytest.mark.slurm
+def test_interactive_shell_on_a_node_prints_the_snippet(sandbox, sandbox_env, tmp_path):
+    """`srun --pty` needs a terminal: util-linux `script` gives the task one, and the typed lines go to the shell."""
+    inner = shlex.join([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox"])
+    proc = subprocess.run(["script", "-qec", inner, "/dev/null"], input="echo inside-$SLURM_JOB_NAME-$(hostname)\nexit\n",
+                          cwd=tmp_path, capture_output=True, text=True, env=sandbox_env, timeout=120)
+    out = proc.stdout.replace("\r", "")
+    assert proc.returncode == 0, out + proc.stderr
+    node = [line.split()[1] for line in out.splitlines() if line.strip().startswith("HostName ")]
+    assert node and node[0] in sandbox.nodes
+    assert f"inside-shipyard-shell-{node[0]}" in out
+    assert "Host shipyard-sandbox-node" in out
