@@ -223,7 +223,9 @@ def _storage(cluster: Cluster, where: str, p: Probe, path: str) -> list[Finding]
         return [Finding(WARN, where, "storage", f"{key} is not set: images have no shared home",
                         f"set {key} to a directory on the shared filesystem")]
     if state == "missing":
-        return [Finding(FAIL, where, "storage", f"{path} does not exist",
+        # The host runtime runs without images: storage matters only for a --runtime pyxis/apptainer launch.
+        status = WARN if cluster.runtime == "host" else FAIL
+        return [Finding(status, where, "storage", f"{path} does not exist",
                         f"mkdir -p {shlex.quote(path)} (on the shared filesystem), or fix {key}")]
     out = []
     if _one(p, "storage_writable") == "yes":

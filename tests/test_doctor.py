@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -169,3 +170,83 @@ def test_parse_ignores_noise():
     p = doctor.parse_probe("Lmod has detected...\n@doctor\tgpu\tA, 1, 8.0\nsrun: job 5 queued\n@doctor\tgpu\tB, 1, 9.0\n"
                            "@doctor\tbroken line\n")
     assert p == {"gpu": ["A, 1, 8.0", "B, 1, 9.0"]}
+
+
+# ------------------------------------------------------------------------------------------------ real Slurm
+
+
+def _sandbox_project(tmp_path, sandbox, **sandbox_changes):
+    """A project whose sandbox cluster stores images in a fresh directory (and takes ``sandbox_changes``)."""
+    import yaml
+
+    from fixtures_tools import write_tools_registry
+    from shipyard import sandbox as sb
+
+    path = write_tools_registry(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["clusters"]["sandbox"]["storage"] = str(tmp_path / "images")
+    for key, value in sandbox_changes.items():
+        data["clusters"]["sandbox"]["scheduler"][key] = value
+    path.write_text(yaml.safe_dump(data))
+    (tmp_path / "images").mkdir()
+    return {**os.environ, "SHIPYARD_REGISTRY": str(path), sb.DIR_ENV: str(sandbox.directory)}
+
+
+def _doctor(tmp_path, env, *args):
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "doctor", "--cluster", "sandbox",
+                           *args], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _lines(text: str) -> dict:
+    """(status, where, check) -> detail, from the report."""
+    out = {}
+    for line in text.splitlines()[1:-1]:
+        parts = line.split(None, 3)
+        if len(parts) == 4 and parts[0] in ("PASS", "WARN", "FAIL"):
+            out.setdefault((parts[0], parts[1], parts[2]), parts[3])
+    return out
+
+
+@pytest.mark.slurm
+def test_doctor_on_the_sandbox_for_real(sandbox, tmp_path):
+    env = _sandbox_project(tmp_path, sandbox)
+    proc = _doctor(tmp_path, env)
+    found = _lines(proc.stdout)
+    # Everything passes here except, on a nearly full disk, free space (a fact of the machine, not of shipyard).
+    assert not [k for k in found if k[0] == "FAIL" and k[2] != "free space"], proc.stdout + proc.stderr
+    assert proc.returncode == (1 if [k for k in found if k[0] == "FAIL"] else 0)
+    assert found[("PASS", "login", "slurm")].startswith("Slurm 22.05")
+    node = [w for (s, w, c) in found if c == "srun"]
+    assert node and node[0] in sandbox.nodes
+    gpu = found[("WARN", node[0], "gpu")]
+    assert gpu.startswith("no GPU: nvidia-smi not found")  # the sandbox has no GPU and says so
+    assert ("PASS", node[0], "storage") in found
+    assert "shared with the login node" in proc.stdout
+    assert list((tmp_path / "images").iterdir()) == []  # marker and write test cleaned up
+
+
+@pytest.mark.slurm
+@pytest.mark.double
+def test_doctor_sees_gpus_on_the_node_through_srun(sandbox, tmp_path):
+    """The strict nvidia-smi double on PATH reaches the node through srun's environment: the GPU findings are
+    made from what the node reported (double, not a real GPU)."""
+    env = _sandbox_project(tmp_path, sandbox)
+    env["PATH"] = f"{DOUBLES}{os.pathsep}{env['PATH']}"
+    env["SHIPYARD_DOUBLE_GPUS"] = "NVIDIA H100 80GB HBM3, 520.61.05, 9.0"
+    proc = _doctor(tmp_path, env, "--env", "pytorch-2.5")
+    found = _lines(proc.stdout)
+    node = [w for (s, w, c) in found if c == "srun"][0]
+    detail = found[("FAIL", node, "gpu")]
+    assert detail.startswith("1 x NVIDIA H100 80GB HBM3, driver 520.61.05, sm_90: driver 520.61.05 is too old for "
+                             "CUDA 12.4")
+    assert proc.returncode == 1
+
+
+@pytest.mark.slurm
+def test_doctor_reports_a_step_that_cannot_start(sandbox, tmp_path):
+    env = _sandbox_project(tmp_path, sandbox, partition="nosuchpart", partitions=["nosuchpart"])
+    proc = _doctor(tmp_path, env)
+    assert proc.returncode == 1
+    found = _lines(proc.stdout)
+    detail = found[("FAIL", "compute", "srun")]
+    assert detail.startswith("no step ran on partition nosuchpart:") and "nvalid partition" in detail
