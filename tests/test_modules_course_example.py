@@ -1,0 +1,89 @@
+"""examples/course: the registry loads and `invoke check` passes on it, and every `invoke` command its README walks
+through names a real task and real flags (so the walkthrough cannot silently rot when a task changes)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shipyard import compat, lock, modules, registry
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSE = ROOT / "examples" / "course"
+
+
+def _invoke(*args, **env):
+    full = {**os.environ, "SHIPYARD_REGISTRY": str(COURSE / "registry.yaml"), **env}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, env=full, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_course_registry_loads_with_both_cluster_kinds():
+    reg = registry.load(COURSE / "registry.yaml")
+    kinds = {(c.runtime, c.fabric) for c in reg.clusters.values()}
+    assert ("apptainer", "ib") in kinds and ("pyxis", "efa") in kinds
+    assert reg.registry_target().require_signed
+    assert compat.check_all(reg) == []
+
+
+def test_invoke_check_is_clean_on_the_course_registry():
+    res = _invoke("check")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 error(s), 0 warning(s)" in res.stdout
+
+
+def test_course_environments_lock_inputs_and_modules():
+    reg = registry.load(COURSE / "registry.yaml")
+    assert lock.lock_inputs(reg.environment("course"))[0] == "torch==2.5.1"
+    assert [e.name for e in modules.environments_for(reg, reg.cluster("gwdg"), None)] == ["course", "course-dev"]
+
+
+def _readme_commands() -> list[list[str]]:
+    cmds = []
+    for line in (COURSE / "README.md").read_text().splitlines():
+        m = re.match(r"^    invoke (.*)$", line)
+        if m:
+            cmds.append(shlex.split(m.group(1).split(" #")[0]))
+    return cmds
+
+
+@functools.lru_cache(maxsize=None)
+def _flags(task: str) -> frozenset[str]:
+    res = _invoke("--help", task)
+    assert res.returncode == 0, f"README uses `invoke {task}`, which does not exist: {res.stderr.strip()}"
+    return frozenset(re.findall(r"--[a-z][a-z-]*", res.stdout))
+
+
+@pytest.mark.parametrize("argv", _readme_commands(), ids=lambda a: " ".join(a)[:60])
+def test_readme_commands_name_real_tasks_and_flags(argv):
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    task = words[0]
+    for word in words[1:]:
+        if word.startswith("--"):
+            flag = word.split("=", 1)[0]
+            assert flag in _flags(task), f"`invoke {task}` has no {flag}"
+
+
+def test_readme_covers_the_walk():
+    tasks = {a[0] for a in _readme_commands()}
+    assert {"check", "lock", "render", "build", "sign", "verify", "push", "doctor", "modules", "launch",
+            "nccl-test", "nccl-report"} <= tasks
+
+
+@pytest.mark.parametrize("name", ["course", "course-dev"])
+def test_committed_course_locks_are_fresh_and_hashed(name):
+    reg = registry.load(COURSE / "registry.yaml")
+    path = lock.lock_path(reg, name)
+    assert path.is_file(), f"run `SHIPYARD_REGISTRY=examples/course/registry.yaml invoke lock {name}`"
+    assert lock.stale_reason(reg, reg.environment(name)) is None
+    text = path.read_text()
+    pkgs, hashes = lock.count_pins(text)
+    assert pkgs > 30 and hashes >= pkgs
+    assert "torch==2.5.1 \\" in text and "nvidia-nccl-cu12==2.21.5 \\" in text
