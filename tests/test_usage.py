@@ -123,3 +123,43 @@ def test_bad_jobid_through_invoke_is_one_line():
     proc = subprocess.run([sys.executable, "-m", "invoke", "usage", "12x"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "shipyard: error: JOBID '12x': expected a Slurm job id such as 1234 (or 1234_5 for an array task)"
+
+
+@pytest.mark.slurm
+def test_usage_of_a_real_monitored_two_node_job(sandbox, tmp_path):
+    """The launcher's --monitor sampler writes the CSVs on both sandbox nodes; usage reads what it really wrote."""
+    import shutil
+    import time
+
+    from shipyard import sandbox as sb
+
+    (tmp_path / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
+    (tmp_path / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "train.py", tmp_path / "examples" / "train.py")
+    env = {**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml"), sb.DIR_ENV: str(sandbox.directory)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(ROOT), "launch", "--cluster", "sandbox", "--nodes", "2",
+         "--monitor", "--monitor-interval", "1", "--name", "monitored", "--submit", "--",
+         "examples/train.py", "--steps", "20", "--step-delay", "0.1", "--checkpoint", str(tmp_path / "ck.pt")],
+        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    jobid = [line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("submitted job")][0]
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        state = sandbox.run(["squeue", "--noheader", "--states=all", f"--jobs={jobid}", "--format=%T"]).stdout.strip()
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            break
+        time.sleep(0.5)
+    assert state == "COMPLETED", (tmp_path / "launch" / "logs" / f"monitored-{jobid}.out").read_text()
+    logs = tmp_path / "launch" / "logs"
+    series = usage.load_job(logs, jobid)
+    assert sorted(s.node for s in series) == sorted(sandbox.nodes)
+    for s in series:
+        assert len(s.times) >= 3 and s.gpus == {}  # CPU/RAM really sampled; no nvidia-smi on the sandbox
+        assert all(0 <= c <= 100 for c in s.cpu) and 0 < max(s.mem_used) <= s.mem_total
+    res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "usage", jobid], cwd=tmp_path,
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    assert f"usage of job {jobid}: 2 node(s)" in res.stdout
+    assert all(f"{n}: no GPU samples (nvidia-smi absent)" in res.stdout for n in sandbox.nodes)
+    assert (logs / f"monitored-{jobid}.usage.png").read_bytes()[:4] == b"\x89PNG"
