@@ -445,7 +445,7 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
                 if path.read_text(encoding="utf-8") == text:
                     continue
             atomic_write(path, text, mode=0o755 if path.name.endswith(".sh") else None)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")  # unique per build, sortable
         log_path = containers / "logs" / f"{env.name}-{stamp}.log"
         mf.update_manifest(
             mpath, environment=env.name, status="building", error=None, input_hash=key, spec_hash=env.spec_hash,

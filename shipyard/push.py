@@ -42,7 +42,12 @@ ATTEMPTS = 4
 BACKOFF_S = 1.0
 _TRANSIENT = re.compile(r"\b(429|500|502|503|504)\b|Service Unavailable|Bad Gateway|Gateway Timeout|Too Many Requests|"
                         r"Internal Server Error|Connection (aborted|reset|refused)|timed out")
+_RETRY_STATUS = (429, 500, 502, 503, 504)
 T = TypeVar("T")
+
+
+class TransientRegistryError(Exception):
+    """The registry answered 429 or 5xx: worth another try."""
 
 
 def _now() -> str:
@@ -56,16 +61,20 @@ def is_transient(exc: BaseException) -> bool:
     """Worth another try: the network or the registry hiccupped, rather than a request that can never succeed."""
     import requests
 
-    if isinstance(exc, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
+    if isinstance(exc, (TransientRegistryError, requests.ConnectionError, requests.Timeout, ConnectionError,
+                        TimeoutError)):
         return True
     if isinstance(exc, ShipyardError):
         return False
     return bool(_TRANSIENT.search(str(exc)))
 
 
-def with_retries(what: str, fn: Callable[[], T], out: IO[str], attempts: int = ATTEMPTS,
-                 backoff: float = BACKOFF_S, sleep: Callable[[float], None] = time.sleep) -> T:
-    """Run ``fn``; on a transient error wait ``backoff * 2**n`` seconds and try again, ``attempts`` times in all."""
+def with_retries(what: str, fn: Callable[[], T], out: IO[str] | None, attempts: int | None = None,
+                 backoff: float | None = None) -> T:
+    """Run ``fn``; on a transient error wait ``backoff * 2**n`` seconds and try again, ``attempts`` times in all
+    (defaults: the module's ATTEMPTS and BACKOFF_S, read at call time)."""
+    attempts = ATTEMPTS if attempts is None else attempts
+    backoff = BACKOFF_S if backoff is None else backoff
     for n in range(attempts):
         try:
             return fn()
@@ -75,7 +84,7 @@ def with_retries(what: str, fn: Callable[[], T], out: IO[str], attempts: int = A
             wait = backoff * 2 ** n
             print(f"{what}: transient error ({_first_line(exc)}); retry {n + 1}/{attempts - 1} in {wait:.0f} s",
                   file=out, flush=True)
-            sleep(wait)
+            time.sleep(wait)
     raise AssertionError("unreachable")
 
 
@@ -109,8 +118,11 @@ def _oras(target):
     import oras.provider
 
     class Client(oras.provider.Registry):
-        def do_request(self, *args, **kwargs):
-            return oras.provider.Registry.do_request.__wrapped__(self, *args, **kwargs)
+        def do_request(self, url, method="GET", *args, **kwargs):
+            r = oras.provider.Registry.do_request.__wrapped__(self, url, method, *args, **kwargs)
+            if r.status_code in _RETRY_STATUS:  # oras would report these as assorted ValueErrors
+                raise TransientRegistryError(f"{method} {url}: {r.status_code} {r.reason}")
+            return r
 
     client = Client(hostname=target.host, insecure=target.insecure)
     creds = env_credentials()
