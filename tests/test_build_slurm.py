@@ -1,0 +1,105 @@
+"""`invoke build --slurm`: the batch script (golden + shellcheck) and a real submission to the sandbox cluster."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import fixtures_build as fb
+from helpers_registry import GOLDEN, golden
+from shipyard import build_slurm as bs
+from shipyard import manifest as mf
+from shipyard import registry
+from shipyard.errors import ShipyardError
+
+HPC = """\
+  hpc:
+    runtime: apptainer
+    fabric: ib
+    gpus_per_node: 4
+    modules: [apptainer/1.3.6]
+    scheduler:
+      partition: gpu
+      partitions: [gpu, cpu-build]
+      build_partition: cpu-build
+      account: proj-123
+      time: "02:00:00"
+      build_time: "01:30:00"
+      build_cpus: 16
+      build_mem: 64G
+"""
+
+
+def _reg():
+    text = fb.PROJECT_REGISTRY.format(registry="127.0.0.1:9").replace("clusters:\n", "clusters:\n" + HPC, 1)
+    return registry.load_text(text, "registry.yaml", Path("/proj/registry.yaml"))
+
+
+def _job(reg, cluster: str, partition=None, **kw) -> str:
+    argv = bs.job_argv("tiny", kw.get("backend", "apptainer"), kw.get("fakeroot", False), kw.get("force", False),
+                       kw.get("formats"), python="/usr/bin/python3", tasks=Path("/opt/shipyard"))
+    return bs.render_job(reg, "tiny", reg.cluster(cluster), partition, argv)
+
+
+@pytest.mark.parametrize("cluster,kw,name", [
+    ("sandbox", {}, "sandbox.sbatch"),
+    ("hpc", {"fakeroot": True, "force": True}, "hpc.sbatch"),
+    ("hpc", {"backend": "docker", "formats": "sif,sqsh"}, "hpc-docker.sbatch"),
+])
+def test_build_job_script_golden_and_shellcheck(cluster, kw, name, tmp_path):
+    text = _job(_reg(), cluster, **kw)
+    golden(GOLDEN / "build" / name, text)
+    script = tmp_path / name
+    script.write_text(text)
+    res = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
+
+
+def test_job_uses_build_partition_resources_and_absolute_log():
+    text = _job(_reg(), "hpc")
+    assert "#SBATCH --partition=cpu-build\n" in text and "#SBATCH --account=proj-123\n" in text
+    assert "#SBATCH --cpus-per-task=16\n" in text and "#SBATCH --mem=64G\n" in text
+    assert "#SBATCH --time=01:30:00\n" in text
+    assert "#SBATCH --output=/proj/containers/logs/tiny-build-%j.out\n" in text
+    assert "module load apptainer/1.3.6\n" in text
+    exec_line = [line for line in text.splitlines() if line.startswith("exec ")][0]
+    assert "--slurm" not in exec_line  # the job builds locally on its node; it must not submit itself again
+    assert "#SBATCH --partition=gpu\n" in _job(_reg(), "hpc", partition="gpu")
+
+
+def test_unusable_directive_values_are_refused():
+    reg = _reg()
+    with pytest.raises(ShipyardError, match="not usable in an #SBATCH line"):
+        _job(reg, "hpc", partition="gpu --exclusive")
+
+
+def test_partition_must_belong_to_the_cluster(project):
+    with pytest.raises(ShipyardError, match="--partition nope: not a partition of cluster sandbox"):
+        bs.submit(project, "tiny", cluster_name="sandbox", partition="nope")
+
+
+@pytest.mark.slurm
+@pytest.mark.double
+def test_build_runs_as_a_job_on_a_sandbox_node(sandbox, tmp_path, monkeypatch):
+    """Real Slurm: sbatch on the sandbox's build partition; the build (apptainer build double) runs on a node."""
+    root = fb.make_project(tmp_path / "proj")
+    os.chmod(tmp_path, 0o755)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
+    monkeypatch.setenv("PATH", f"{fb.APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
+    monkeypatch.setattr(bs, "POLL_S", 0.5)
+    reg = registry.load(root / "registry.yaml")
+    assert bs.submit(reg, "tiny", wait=True) == 0
+    m = mf.read_manifest(root / "containers" / "tiny.json")
+    assert m["status"] == "ok"
+    assert m["host"] in sandbox.nodes  # built on a compute node, not on this (login) host
+    assert (root / "containers" / "tiny.sif").read_bytes()[32:41] == b"SIF_MAGIC"
+    logs = list((root / "containers" / "logs").glob("tiny-build-*.out"))
+    assert len(logs) == 1 and "built containers/tiny.sif" in logs[0].read_text()
+    assert shutil.which("sbatch")  # the real client was used through the sandbox wrapper
