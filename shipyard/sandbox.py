@@ -110,6 +110,7 @@ class Plan:
     conf = property(lambda self: self.root / "etc" / "slurm.conf")
     gres = property(lambda self: self.root / "etc" / "gres.conf")
     hosts = property(lambda self: self.root / "etc" / "hosts")
+    resolv = property(lambda self: self.root / "etc" / "resolv.conf")
     env_sh = property(lambda self: self.root / "env.sh")
     state_file = property(lambda self: self.root / "state.json")
     munge_dir = property(lambda self: self.root / "run" / "munge")
@@ -173,11 +174,12 @@ def render(template: str, **context) -> str:
 
 
 def render_configs(plan: Plan) -> dict[str, str]:
-    """slurm.conf, gres.conf and the namespaces' hosts file, keyed by file name."""
+    """slurm.conf, gres.conf and the namespaces' hosts and resolv.conf, keyed by file name."""
     return {
         "slurm.conf": render("slurm.conf.j2", p=plan),
         "gres.conf": render("gres.conf.j2", p=plan),
         "hosts": render("hosts.j2", p=plan),
+        "resolv.conf": render("resolv.conf.j2", p=plan),
     }
 
 
@@ -494,6 +496,21 @@ def info_line(info: dict) -> str:
     return (f"sandbox {info['directory']}: {head}; partition {info['partition']}; nodes {nodes}; "
             f"{info['gpus_per_node']} fake GPUs per node\n"
             f"  clients: invoke sandbox.exec -- sinfo   or   . {shlex.quote(info['env_file'])} && sinfo")
+
+
+# ------------------------------------------------------------------------------------------------ extra SPANK plugins
+# Hook added by the launch area: tests that need a SPANK plugin (the pyxis test double) list it here.
+
+
+def set_plugstack(plugins: Sequence[str | os.PathLike], directory=None) -> Path:
+    """Write the sandbox's ``etc/plugstack.conf`` listing ``plugins`` (``optional`` entries; [] empties it).
+
+    Why no restart: Slurm reads plugstack.conf beside $SLURM_CONF in every client (srun/sbatch option parsing) and
+    in slurmstepd at each step, so the change applies to the next command. ``sandbox.down`` removes it with etc/.
+    """
+    root = _directory(directory)
+    text = "".join(f"optional {Path(p).absolute()}\n" for p in plugins)
+    return atomic_write(root / "etc" / "plugstack.conf", text)
 
 
 def munge_user() -> pwd.struct_passwd:

@@ -125,14 +125,16 @@ def _start_munged(plan: sb.Plan, state: dict) -> None:
 
 
 def _start_holder(plan: sb.Plan, state: dict, name: str) -> int:
-    """A ``sleep`` that owns a new network, UTS and mount namespace with hostname ``name`` and our /etc/hosts.
+    """A ``sleep`` that owns a new network, UTS and mount namespace with hostname ``name`` and our /etc/hosts and
+    /etc/resolv.conf.
 
-    The bind mount exists only inside the new mount namespace (propagation private), so the host never sees it.
+    The bind mounts exist only inside the new mount namespace (propagation private), so the host never sees them.
     """
-    script = 'hostname "$1" && mount --bind "$2" /etc/hosts && exec sleep infinity'
+    script = ('hostname "$1" && mount --bind "$2" /etc/hosts && { [ ! -e /etc/resolv.conf ] || '
+              'mount --bind "$3" /etc/resolv.conf; } && exec sleep infinity')
     pid = _spawn(plan, state, f"ns:{name}",
                  ["unshare", "--net", "--uts", "--mount", "--propagation", "private", "--",
-                  "sh", "-c", script, "holder", name, str(plan.hosts)])
+                  "sh", "-c", script, "holder", name, str(plan.hosts), str(plan.resolv)])
     _wait(lambda: _comm(pid) == "sleep", sb.facts()["timeouts"]["holder_s"], state, f"ns:{name}", plan)
     return pid
 
@@ -195,10 +197,11 @@ def _dead_daemon_error(plan: sb.Plan, state: dict) -> ShipyardError | None:
     for p in state["processes"]:
         if not sb._alive(p):
             last = _tail(p["log"])
-            hint = ""
-            if "Address already in use" in Path(p["log"]).read_text(errors="replace") if Path(p["log"]).exists() \
-                    else False:
-                hint = " (a port it needs is in use)"
+            try:
+                text = Path(p["log"]).read_text(errors="replace")
+            except OSError:
+                text = ""
+            hint = " (a port it needs is in use)" if "Address already in use" in text else ""
             return ShipyardError(f"sandbox.up: {p['role']} exited{hint}; see {p['log']} (last line: {last})")
     return None
 

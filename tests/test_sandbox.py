@@ -45,7 +45,7 @@ def test_plan_follows_the_registry_cluster(reg, plan):
     assert len({n.ip for n in plan.nodes} | {plan.controller.ip}) == 3
 
 
-@pytest.mark.parametrize("name", ["slurm.conf", "gres.conf", "hosts"])
+@pytest.mark.parametrize("name", ["slurm.conf", "gres.conf", "hosts", "resolv.conf"])
 def test_configs_golden(plan, name):
     golden(GOLD / name, sandbox.render_configs(plan)[name])
 
