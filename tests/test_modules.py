@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,17 @@ def test_wrapper_without_nv_is_caught_by_the_double(lmod_site):
     wrapper.write_text(wrapper.read_text().replace(" --nv", ""))
     res = _lmod("module load shipyard/pytorch-2.3; python -c 'print(1)'", lmod_site)
     assert res.returncode == 97 and "--nv given 0 times" in res.stderr
+
+
+def _invoke(*args):
+    env = {**os.environ, "SHIPYARD_REGISTRY": str(ROOT / "registry.yaml")}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_invoke_modules_task(tmp_path):
+    res = _invoke("modules", "pytorch-2.3", "--cluster", "grete", "--prefix", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert f"module use {tmp_path}/modulefiles" in res.stdout and "module load shipyard/pytorch-2.3" in res.stdout
+    res = _invoke("modules", "--prefix", str(tmp_path))  # defaults.cluster is the host-runtime sandbox
+    assert res.returncode == 2 and "runtime is host" in res.stderr and res.stderr.count("\n") == 1

@@ -87,3 +87,24 @@ def test_committed_course_locks_are_fresh_and_hashed(name):
     pkgs, hashes = lock.count_pins(text)
     assert pkgs > 30 and hashes >= pkgs
     assert "torch==2.5.1 \\" in text and "nvidia-nccl-cu12==2.21.5 \\" in text
+
+
+@pytest.mark.slurm
+def test_readme_rehearsal_runs_two_node_training_on_the_sandbox(sandbox, tmp_path, monkeypatch):
+    """README step 7, for real: the course registry's `sandbox` cluster, `invoke launch --nodes 2 --submit`'s code
+    path, train.py copied into the project directory, on the real 2-node Slurm sandbox."""
+    from fixtures_launch import wait_job
+    from shipyard import launch
+
+    (tmp_path / "registry.yaml").write_text((COURSE / "registry.yaml").read_text())
+    (tmp_path / "train.py").write_text((ROOT / "examples" / "train.py").read_text())
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
+    monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
+    monkeypatch.chdir(tmp_path)
+    out = launch.launch_command(["invoke", "launch", "--", "train.py", "--steps", "20"], submit_jobs=True,
+                                cluster="sandbox", nodes=2)
+    job = re.search(r"submitted job (\d+)", out).group(1)
+    info = wait_job(sandbox, job)
+    text = (tmp_path / "launch" / "logs" / f"train-{job}.out").read_text()
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", text[-3000:]
+    assert re.search(r"result: .*world_size=4", text), text[-3000:]
