@@ -131,7 +131,7 @@ def status(c, cluster=None, since="now-2days"):
 )
 @task_guard
 def logs(c, jobid, follow=False, num_lines=20, cluster=None):
-    """Print the tail of a job's output file (found via scontrol, sacct or launch/logs/*-JOBID.out)."""
+    """Print the tail of a job's output file (found via scontrol show job, else launch/logs/*-JOBID.out)."""
     from shipyard import jobs
 
     jobs.logs_command(jobid, follow=follow, lines=num_lines, cluster_name=cluster)
