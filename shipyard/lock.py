@@ -47,6 +47,12 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 HEADER_PREFIX = "# shipyard-lock"
 _TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redact(text: str) -> str:
+    """Drop ``user:token@`` from every URL in ``text``: index credentials never reach the lock or a message."""
+    return _USERINFO.sub("***@", text)
 
 
 def lock_path(reg: Registry, env_name: str) -> Path:
@@ -173,7 +179,7 @@ def render_header(env: Environment, cutoff: str, index_url: str) -> str:
         f"# exclude-newer: {cutoff}",
         f"# python: {env.python.value}",
         f"# platform: {PLATFORM}",
-        f"# index: {index_url}",
+        f"# index: {redact(index_url)}",
     ]
     if env.stack != "base" and env.torch_index.value:
         lines.append(f"# torch-index: {env.torch_index.value}")
@@ -206,7 +212,7 @@ def compile_lock(env: Environment, cutoff: str, index_url: str = DEFAULT_INDEX, 
         proc = subprocess.run(uv_argv(uv_bin, env, cutoff, index_url), cwd=tmp, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-        detail = " ".join(lines[:6])[:600] or f"uv exited {proc.returncode}"
+        detail = redact(" ".join(lines[:6]))[:600] or f"uv exited {proc.returncode}"
         raise ShipyardError(f"environments.{env.name}: uv could not lock the dependencies "
                             f"(exclude-newer {cutoff}): {detail}")
     if "--hash=sha256:" not in proc.stdout:

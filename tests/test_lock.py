@@ -185,3 +185,31 @@ def test_invoke_lock_task_writes_and_reports(lock_project):
     res = subprocess.run([sys.executable, "-m", "invoke", "lock", "tiny", "--exclude-newer", "soon"], cwd=root,
                          env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+def test_render_check_fails_on_a_stale_lock_alone(lock_project):
+    """`invoke render --check` (the lead's renderer) asks stale_reason: a lock older than the registry fails it even
+    when every rendered file is current."""
+    import io
+
+    reg = lock_project()
+    lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+    reg2 = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==1.17.0"))
+    assert definitions.render_command("tiny", registry=reg2, out=io.StringIO()) == 0  # definitions now current
+    out = io.StringIO()
+    assert definitions.render_command("tiny", check=True, registry=reg2, out=out) == 1
+    stale = [ln for ln in out.getvalue().splitlines() if ln.startswith("  ")]
+    assert len(stale) == 1 and "tiny.lock" in stale[0] and "invoke lock tiny" in stale[0]
+    lock.lock(reg2, "tiny")  # relock (same cut-off) -> fresh again
+    assert definitions.render_command("tiny", check=True, registry=reg2, out=io.StringIO()) == 0
+
+
+def test_index_credentials_never_reach_the_lock_or_errors(lock_project, monkeypatch):
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    env = lock_project().environment("tiny")
+    header = lock.render_header(env, CUTOFF, "https://alice:s3cret@mirror.invalid/simple")
+    assert "s3cret" not in header and "alice" not in header
+    assert "# index: https://***@mirror.invalid/simple" in header
+    with pytest.raises(ShipyardError) as exc:  # an unreachable index (.invalid never resolves): uv fails
+        lock.compile_lock(env, CUTOFF, "https://alice:s3cret@mirror.invalid/simple")
+    assert "s3cret" not in str(exc.value) and "mirror.invalid" in str(exc.value)
