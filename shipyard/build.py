@@ -260,16 +260,43 @@ def run_streaming(argv: list[str], log: BuildLog, cwd: Path | None = None, env: 
         raise ShipyardError(f"`{' '.join(argv[:2])}` exited with {rc}; full output in {log.path}")
 
 
+# tool identity (resolved path, size, mtime) -> version string; seeded from the last manifest by build(), so the
+# cache fast path does not start `apptainer --version` again for a binary that did not change
+_known_versions: dict[str, str] = {}
+_tool_ids: dict[str, str] = {}
+
+
+def tool_identity(path: str) -> str:
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return f"{real}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def tool_version(tool: str) -> str:
-    """``apptainer --version`` / ``enroot version`` as one string (the cache key changes when the tool does)."""
-    argv = [tool, "version"] if tool == "enroot" else [tool, "--version"]
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        raise ShipyardError(f"{tool}: not found on PATH") from None
+    """``apptainer --version`` / ``enroot version`` as one string (the cache key changes when the tool does).
+
+    Asked once per tool binary: a binary with the same resolved path, size and mtime as last time reports the
+    version recorded then (the same stat-not-read rule as for artifacts)."""
+    path = shutil.which(tool)
+    if not path:
+        raise ShipyardError(f"{tool}: not found on PATH")
+    ident = tool_identity(path)
+    _tool_ids[tool] = ident
+    if ident in _known_versions:
+        return _known_versions[ident]
+    argv = [path, "version"] if tool == "enroot" else [path, "--version"]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     if res.returncode != 0:
-        raise ShipyardError(f"`{' '.join(argv)}` failed ({res.returncode}): {res.stderr.strip()[:200]}")
-    return res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
+        raise ShipyardError(f"`{tool} {argv[1]}` failed ({res.returncode}): {res.stderr.strip()[:200]}")
+    version = res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
+    _known_versions[ident] = version
+    return version
+
+
+def _seed_tool_versions(m: dict) -> None:
+    for tool, ident in (m.get("tool_ids") or {}).items():
+        if tool in (m.get("tools") or {}):
+            _known_versions.setdefault(ident, m["tools"][tool])
 
 
 def check_sif(path: Path) -> None:
@@ -427,10 +454,11 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
     be.preflight()
     root = Path(reg.root)
     inputs = be.inputs(reg, env)
+    mpath = mf.manifest_path(reg, env.name)
+    _seed_tool_versions(mf.read_manifest(mpath))
     tools = be.tools(fmts)
     key = input_hash(env.spec(), {str(p.relative_to(root)): t for p, t in inputs.items()}, backend, tools, fmts,
                      copied_files(root, env))
-    mpath = mf.manifest_path(reg, env.name)
     containers = root / "containers"
     with build_lock(containers / f"{env.name}.lock", block=block, out=out):
         recover_stale(reg, env.name, out)
@@ -449,7 +477,8 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
         log_path = containers / "logs" / f"{env.name}-{stamp}.log"
         mf.update_manifest(
             mpath, environment=env.name, status="building", error=None, input_hash=key, spec_hash=env.spec_hash,
-            backend=backend, tools=tools, formats=list(fmts), pins={k: p.value for k, p in env.pins().items()},
+            backend=backend, tools=tools, tool_ids={t: _tool_ids[t] for t in tools if t in _tool_ids},
+            formats=list(fmts), pins={k: p.value for k, p in env.pins().items()},
             host=socket.gethostname(), pid=os.getpid(), started=now_iso(), finished=None,
             log=str(log_path.relative_to(root)),
         )

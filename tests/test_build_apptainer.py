@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import fixtures_build as fb
 from fixtures_build import invoke_argv, read_calls
 from shipyard import build as b
 from shipyard import manifest as mf
@@ -70,18 +72,28 @@ def test_second_build_is_cache_hit_without_rehash_and_force_rebuilds(project, ap
     assert mf.read_manifest(project.root / "containers" / "tiny.json")["finished"] >= m["finished"]
 
 
-def test_cache_misses_when_artifact_changed_or_tool_version_changed(project, apptainer_double, monkeypatch):
+def test_cache_misses_when_artifact_changed_or_tool_upgraded(project, apptainer_double, monkeypatch, tmp_path):
+    tooldir = tmp_path / "tool"
+    tooldir.mkdir()
+    tool = tooldir / "apptainer"
+    shutil.copy2(fb.APPTAINER_BUILD_DOUBLE / "apptainer", tool)
+    monkeypatch.setenv("PATH", f"{tooldir}{os.pathsep}{os.environ['PATH']}")
     b.build(project, "tiny")
     sif = project.root / "containers" / "tiny.sif"
     with open(sif, "ab") as fh:  # same path, different size: not intact
         fh.write(b"x")
     b.build(project, "tiny")
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 2
-    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_VERSION", "1.4.0")
+    b.build(project, "tiny")  # same binary: its recorded version is reused, nothing rebuilt
+    assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 2
+    # the tool is upgraded in place (new binary: other size and mtime) and reports another version
+    tool.write_text(tool.read_text().replace('"SHIPYARD_DOUBLE_APPTAINER_VERSION", "1.3.6"',
+                                             '"SHIPYARD_DOUBLE_APPTAINER_VERSION", "1.4.0"'))
     b.build(project, "tiny")
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 3
     m = mf.read_manifest(project.root / "containers" / "tiny.json")
     assert m["tools"]["apptainer"] == "apptainer version 1.4.0"
+    assert m["tool_ids"]["apptainer"].startswith(str(tool) + ":")
 
 
 def test_fakeroot_is_passed(project, apptainer_double):
