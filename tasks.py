@@ -146,14 +146,16 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "command": "run this command (shell words) in the container on the node instead of an interactive shell",
         "gpus": "GPUs to request on the node (default: 1 if the cluster has GPUs, else 0)",
         "time": "time limit (default: the cluster's scheduler.time)",
+        "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
     },
 )
 @task_guard
-def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None):
+def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
     from shipyard import shell as sh
 
-    raise SystemExit(sh.shell_command(env, cluster, dry_run=dry_run, command=command, gpus=gpus, time=time))
+    raise SystemExit(sh.shell_command(env, cluster, dry_run=dry_run, command=command, gpus=gpus, time=time,
+                                      runtime=runtime))
 
 
 @task(

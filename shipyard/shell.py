@@ -55,10 +55,11 @@ def ssh_snippet(cluster: Cluster, user: str) -> str:
     ])
 
 
-def _image(reg: Registry, env: Environment, cluster: Cluster) -> str:
+def _image(reg: Registry, env: Environment, cluster: Cluster, runtime: str) -> str:
+    """``<storage>/<env>.sif`` or ``.sqsh``: the launchers' image location (one rule, in shipyard/launch.py)."""
     from shipyard import launch
 
-    return launch._default_image(reg, env.name, cluster, cluster.runtime)
+    return launch._default_image(reg, env.name, cluster, runtime)
 
 
 def _mounts(reg: Registry, cluster: Cluster):
@@ -72,10 +73,16 @@ def _mounts(reg: Registry, cluster: Cluster):
 
 
 def build(reg: Registry, env_name: str | None = None, cluster_name: str | None = None, *, command: str | None = None,
-          gpus: int | str | None = None, time: str | None = None, user: str | None = None) -> ShellPlan:
+          gpus: int | str | None = None, time: str | None = None, user: str | None = None,
+          runtime: str | None = None) -> ShellPlan:
     """Resolve flags and registry facts into the exact command (no side effects)."""
+    from shipyard.launch import RUNTIMES
+
     cluster = reg.cluster(cluster_name)
     env = reg.environment(env_name)
+    runtime = runtime or cluster.runtime
+    if runtime not in RUNTIMES:
+        raise ShipyardError(f"--runtime {runtime!r}: unknown runtime (valid: {', '.join(RUNTIMES)})")
     if gpus is None:
         gpus = 1 if cluster.gpus_per_node > 0 else 0
     try:
@@ -103,23 +110,23 @@ def build(reg: Registry, env_name: str | None = None, cluster_name: str | None =
     if words is None:
         srun.append("--pty")
     mounts = _mounts(reg, cluster)
-    if cluster.runtime == "pyxis":
-        srun += [f"--container-image={_image(reg, env, cluster)}",
+    if runtime == "pyxis":
+        srun += [f"--container-image={_image(reg, env, cluster, runtime)}",
                  f"--container-mounts={','.join(m.pyxis() for m in mounts)}",
                  f"--container-workdir={reg.root}"]
         inner = ["bash"]
-    elif cluster.runtime == "apptainer":
+    elif runtime == "apptainer":
         verb = "shell" if words is None else "exec"
         inner = ["apptainer", verb, "--nv", "--bind", ",".join(m.apptainer() for m in mounts),
-                 "--pwd", str(reg.root), _image(reg, env, cluster)]
+                 "--pwd", str(reg.root), _image(reg, env, cluster, runtime)]
     else:
         inner = ["bash"] if words is None else []
     snippet = ssh_snippet(cluster, user or getpass.getuser())
     if words is None:
         node = ["bash", "-c", _PRELUDE, "shipyard-shell", snippet] + inner
     else:
-        node = (inner if cluster.runtime == "apptainer" else []) + words
-    modules = cluster.modules if cluster.runtime == "apptainer" else ()
+        node = (inner if runtime == "apptainer" else []) + words
+    modules = cluster.modules if runtime == "apptainer" else ()
     return ShellPlan(cluster.name, tuple(modules), tuple(srun + node), snippet, words is None)
 
 
@@ -150,12 +157,12 @@ def _sandbox_name() -> str:
 
 
 def shell_command(env_name=None, cluster_name=None, *, dry_run=False, command=None, gpus=None, time=None,
-                  registry_path=None) -> int:
+                  runtime=None, registry_path=None) -> int:
     """`invoke shell`: print (``dry_run``) or run the command; returns srun's exit code."""
     from shipyard import registry
 
     reg = registry.load(registry_path)
-    plan = build(reg, env_name, cluster_name, command=command, gpus=gpus, time=time)
+    plan = build(reg, env_name, cluster_name, command=command, gpus=gpus, time=time, runtime=runtime)
     if dry_run:
         print(command_line(plan))
         if plan.interactive:

@@ -182,3 +182,55 @@ def test_interactive_shell_on_a_node_prints_the_snippet(sandbox, sandbox_env, tm
     assert node and node[0] in sandbox.nodes
     assert f"inside-shipyard-shell-{node[0]}" in out
     assert "Host shipyard-sandbox-node" in out
+
+
+@pytest.mark.slurm
+@pytest.mark.double
+def test_apptainer_runtime_on_a_sandbox_node_through_the_double(sandbox, sandbox_env, tmp_path):
+    """`--runtime apptainer` on the sandbox: srun starts the strict apptainer-exec **test double** on a node, which
+    checks --nv, the binds, --pwd and the SIF image before running the command (it isolates nothing)."""
+    import json
+
+    from fixtures_launch import DOUBLES as LAUNCH_DOUBLES, make_sif
+
+    image = make_sif(tmp_path / ".sandbox" / "images" / "pytorch-2.3.sif")
+    calls = tmp_path / "calls.jsonl"
+    env = {**sandbox_env, "PATH": f"{LAUNCH_DOUBLES / 'apptainer-exec'}{os.pathsep}{sandbox_env['PATH']}",
+           "SHIPYARD_APPTAINER_DOUBLE_LOG": str(calls)}
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
+                           "--runtime", "apptainer", "--command", "sh -c 'echo $APPTAINER_CONTAINER $(hostname) $PWD'"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    container, host, pwd = proc.stdout.split()
+    assert container == str(image) and host in sandbox.nodes and pwd == str(tmp_path)
+    (call,) = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert call["command"] == "exec" and call["host"] == host and call["bind"] == [f"{tmp_path}:{tmp_path}"]
+    # The interactive form: `apptainer shell` under a terminal, the snippet printed first.
+    inner = shlex.join([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
+                        "--runtime", "apptainer"])
+    res = subprocess.run(["script", "-qec", inner, "/dev/null"], input="echo in-$APPTAINER_CONTAINER\nexit\n",
+                         cwd=tmp_path, capture_output=True, text=True, env={**env, "SHELL": "/bin/bash"}, timeout=120)
+    out = res.stdout.replace("\r", "")
+    assert res.returncode == 0, out + res.stderr
+    assert f"in-{image}" in out and "Host shipyard-sandbox-node" in out
+    assert json.loads(calls.read_text().splitlines()[-1])["command"] == "shell"
+
+
+@pytest.mark.slurm
+@pytest.mark.double
+def test_pyxis_runtime_flags_reach_the_node(sandbox, sandbox_env, tmp_path, pyxis_double):
+    """`--runtime pyxis` on the sandbox: srun accepts the pyxis flags (the SPANK **test double** registers them and
+    hands each task what it received); no container is started."""
+    image = tmp_path / ".sandbox" / "images" / "pytorch-2.3.sqsh"
+    image.parent.mkdir(parents=True)
+    (tmp_path / "rootfs").mkdir()
+    subprocess.run(["mksquashfs", str(tmp_path / "rootfs"), str(image), "-noappend", "-quiet"], check=True,
+                   capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
+                           "--runtime", "pyxis", "--command", "env"], cwd=tmp_path, capture_output=True, text=True,
+                          env=sandbox_env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = dict(line.split("=", 1) for line in proc.stdout.splitlines() if line.startswith("SHIPYARD_PYXIS_DOUBLE_"))
+    assert got["SHIPYARD_PYXIS_DOUBLE_CONTAINER_IMAGE"] == str(image)
+    assert got["SHIPYARD_PYXIS_DOUBLE_CONTAINER_MOUNTS"] == f"{tmp_path}:{tmp_path}"
+    assert got["SHIPYARD_PYXIS_DOUBLE_CONTAINER_WORKDIR"] == str(tmp_path)
