@@ -362,19 +362,19 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
                             monitor_interval=monitor_interval, nccl_debug=nccl_debug))
 
 
-@task(name="nccl-test", iterable=["env"], auto_shortflags=False, help=_LAUNCH_HELP)
+@task(name="nccl-test", iterable=["env"], auto_shortflags=False,
+      help={k: v for k, v in _LAUNCH_HELP.items() if not k.startswith("monitor")})
 @task_guard
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-              account=None, time=None, mounts=None, env=None, name=None, image=None, monitor=False,
-              monitor_interval=None, nccl_debug=False, submit=False, dry_run=False, registry=None):
+              account=None, time=None, mounts=None, env=None, name=None, image=None, nccl_debug=False,
+              submit=False, dry_run=False, registry=None):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     from shipyard import launch as ln
 
     print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
                             kind="nccl-test", environment=environment, cluster=cluster, nodes=nodes,
                             gpus_per_node=gpus_per_node, runtime=runtime, partition=partition, account=account,
-                            time=time, mounts=mounts, env=env, name=name, image=image, monitor=monitor,
-                            monitor_interval=monitor_interval, nccl_debug=nccl_debug))
+                            time=time, mounts=mounts, env=env, name=name, image=image, nccl_debug=nccl_debug))
 
 
 # ----------------------------------------------------------------------------------------------- locks, modules, signing

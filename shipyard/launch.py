@@ -344,7 +344,7 @@ def build(
         max_restarts=restarts if requeue else 0,
         signal=defaults["signal"],
         signal_before=sig_before,
-        monitor=bool(monitor),
+        monitor=bool(monitor) and kind == "torchrun",
         monitor_interval=interval,
         nccl_debug=bool(nccl_debug),
         rdzv_port=int(defaults["rdzv_port"]),

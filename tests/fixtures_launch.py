@@ -81,3 +81,108 @@ def launch_project(tmp_path, monkeypatch):
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# ------------------------------------------------------------------------------------------------ sandbox fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+DOUBLES = Path(__file__).resolve().parent / "doubles"
+
+# A training stand-in for the plumbing tests: what each rank received (argv, identity, selected environment).
+PROBE = '''\
+import json, os, socket, sys
+keys = [k for k in os.environ if k.startswith(("SHIPYARD_", "NCCL_", "APPTAINER")) or k == "FOO"]
+rec = {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]), "node": os.environ.get("SLURMD_NODENAME"),
+       "host": socket.gethostname(), "cwd": os.getcwd(), "argv": sys.argv[1:], "env": {k: os.environ[k] for k in keys}}
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe-out")
+os.makedirs(out, exist_ok=True)
+with open(os.path.join(out, f"{os.environ['SLURM_JOB_ID']}-{rec['rank']}.json"), "w") as fh:
+    json.dump(rec, fh)
+print(f"probe rank {rec['rank']} done", flush=True)
+'''
+
+
+@pytest.fixture
+def sandbox_project(sandbox, tmp_path, monkeypatch):
+    """A project (the repo's registry.yaml, with its `sandbox` cluster) in a temp dir, talking to the sandbox."""
+    (tmp_path / "registry.yaml").write_text((REPO / "registry.yaml").read_text())
+    (tmp_path / "probe.py").write_text(PROBE)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
+    monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def pyxis_double(sandbox, tmp_path_factory):
+    """The pyxis SPANK test double (tests/doubles/pyxis-spank), compiled and listed in the sandbox's plugstack.conf
+    for this session; removed again at the end so other areas' jobs never see it."""
+    import shutil
+    import subprocess
+
+    from shipyard import sandbox as sb
+
+    if shutil.which("gcc") is None or not Path("/usr/include/slurm/spank.h").exists():
+        pytest.skip("gcc and libslurm-dev (slurm/spank.h) are needed to build the pyxis test double")
+    out = tmp_path_factory.mktemp("pyxis-double") / "pyxis_double.so"
+    src = DOUBLES / "pyxis-spank" / "pyxis_double.c"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(out), str(src)], check=True)
+    out.parent.chmod(0o755)
+    sb.set_plugstack([out], sandbox.directory)
+    try:
+        yield out
+    finally:
+        sb.set_plugstack([], sandbox.directory)
+
+
+def wait_job(sandbox, job_id: str, timeout: float = 240) -> dict:
+    """Poll ``scontrol show job`` until the job is in a final state; return its fields (JobState, ExitCode, ...)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    fields: dict = {}
+    while time.monotonic() < deadline:
+        res = sandbox.run(["scontrol", "show", "job", "-o", job_id])
+        fields = dict(kv.split("=", 1) for kv in res.stdout.split() if "=" in kv)
+        if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            return fields
+        time.sleep(0.5)
+    sandbox.run(["scancel", job_id])
+    raise AssertionError(f"job {job_id} did not finish in {timeout} s: {fields.get('JobState')}")
+
+
+def wait_for_text(path: Path, needle: str, timeout: float = 180) -> str:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and needle in (text := path.read_text(errors="replace")):
+            return text
+        time.sleep(0.3)
+    raise AssertionError(f"{needle!r} did not appear in {path} within {timeout} s")
+
+
+def probes(project: Path, job_id: str) -> list[dict]:
+    """What each rank of a probe job recorded (one JSON file per rank, so interleaved output cannot garble it)."""
+    import json
+
+    files = sorted((project / "probe-out").glob(f"{job_id}-*.json"))
+    return sorted((json.loads(f.read_text()) for f in files), key=lambda r: r["rank"])
+
+
+def make_sif(path: Path) -> Path:
+    """A real SIF file (squashfs partition added with siftool), as the apptainer double requires."""
+    import subprocess
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "rootfs").mkdir()
+        (Path(d) / "rootfs" / "hello").write_text("hi\n")
+        sq = Path(d) / "fs.sqfs"
+        subprocess.run(["mksquashfs", str(Path(d) / "rootfs"), str(sq), "-noappend", "-all-root", "-quiet"],
+                       check=True, capture_output=True)
+        subprocess.run(["siftool", "new", str(path)], check=True, capture_output=True)
+        subprocess.run(["siftool", "add", str(path), str(sq), "--datatype", "4", "--parttype", "2", "--partfs",
+                        "1", "--partarch", "2"], check=True, capture_output=True)
+    return path

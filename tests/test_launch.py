@@ -310,8 +310,13 @@ def test_monitor_writes_the_contract_csv_layout(launch_registry):
     t = _two(launch_registry, monitor=True, monitor_interval=7)
     assert ("timestamp,node,cpu_percent,mem_used_mb,mem_total_mb,gpu_index,gpu_util_percent,gpu_mem_used_mb,"
             "gpu_mem_total_mb") in t
-    assert 'local out="$1.usage.$node.csv"' in t and '"$log_dir/train-$SLURM_JOB_ID" 7 &' in t
-    assert "srun --overlap" in t and 'kill "$monitor"' in t
+    assert 'local out="$1.usage.$node.csv" every=$2 watch=$3' in t
+    assert 'export SHIPYARD_USAGE_PREFIX="$log_dir/train-$SLURM_JOB_ID"' in t
+    # started on every node inside the job step, detached from torchrun, and stopping when torchrun is gone
+    body = t.split("shipyard_node() {\n", 1)[1].split("\n}\n", 1)[0]
+    assert '(shipyard_sample "$SHIPYARD_USAGE_PREFIX" 7 "$$" < /dev/null > /dev/null 2>&1 &)' in body
+    assert 'while sleep "$every" && kill -0 "$watch" 2>/dev/null; do' in t
+    assert 'bash -c "$(declare -f shipyard_sample shipyard_node); shipyard_node' in t
 
 
 # ------------------------------------------------------------------------------------------------ bad input

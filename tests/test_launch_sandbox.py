@@ -1,0 +1,179 @@
+"""Launchers on the real local 2-node Slurm sandbox: host runtime training, chain, USR2 + requeue, monitor CSVs,
+hostile arguments, the pyxis runtime through a SPANK test double and the apptainer runtime through a strict
+apptainer test double. Every job here is submitted with `sbatch` by `invoke launch --submit`'s code path."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from fixtures_launch import DOUBLES, HOSTILE_ARGS, REPO, make_sif, probes, wait_for_text, wait_job
+from shipyard import launch
+
+pytestmark = pytest.mark.slurm
+
+TRAIN = str(REPO / "examples" / "train.py")
+
+
+def submit(project: Path, command, **flags) -> tuple[str, Path]:
+    """Run the `invoke launch --submit` code path; return (first job id, log path)."""
+    out = launch.launch_command(["invoke", "launch", "--", *command], submit_jobs=True, cluster="sandbox", **flags)
+    job = re.search(r"submitted job (\d+)", out).group(1)
+    return job, project / "launch" / "logs" / f"{flags.get('name', 'train')}-{job}.out"
+
+
+def result(log: str) -> dict:
+    m = re.search(r"result: (.*)", log)
+    assert m, log[-3000:]
+    return dict(kv.split("=", 1) for kv in m.group(1).split())
+
+
+def test_host_runtime_two_nodes_trains_with_world_size_4(sandbox, sandbox_project):
+    job, log = submit(sandbox_project, [TRAIN, "--steps", "30", "--checkpoint", "ckpt/a.pt"], nodes=2, monitor=True,
+                      monitor_interval=1)
+    info = wait_job(sandbox, job)
+    text = log.read_text()
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", text[-3000:]
+    r = result(text)
+    assert r["world_size"] == "4" and float(r["last_loss"]) < float(r["first_loss"])
+    # per-node variables expanded on each node (rule 4), the rendezvous host came from the allocation (rule 2)
+    assert "shipyard: node 0 (node1) of 2" in text and "shipyard: node 1 (node2) of 2" in text
+    assert re.search(r"c10d rendezvous at node1 \(10\.77\.0\.11\):29500, id " + job, text)
+    assert "shipyard: job step exit code 0" in text
+    assert "shipyard: NCCL transport: none logged" in text  # CPU/gloo: no NCCL communicator, and it says so
+    # --monitor: one CSV per node in the contract's layout, real CPU/RAM samples, GPU columns empty
+    for node in ("node1", "node2"):
+        path = sandbox_project / "launch" / "logs" / f"train-{job}.usage.{node}.csv"
+        rows = list(csv.DictReader(path.open()))
+        assert list(rows[0]) == ["timestamp", "node", "cpu_percent", "mem_used_mb", "mem_total_mb", "gpu_index",
+                                 "gpu_util_percent", "gpu_mem_used_mb", "gpu_mem_total_mb"]
+        assert rows and all(r["node"] == node and r["gpu_index"] == "" and r["gpu_util_percent"] == "" for r in rows)
+        assert all(0 <= float(r["cpu_percent"]) <= 100 and 0 < int(r["mem_used_mb"]) < int(r["mem_total_mb"])
+                   for r in rows)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", rows[0]["timestamp"])
+
+
+def test_hostile_arguments_reach_every_rank_unchanged(sandbox, sandbox_project):
+    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py"), *HOSTILE_ARGS], nodes=2, name="hostile")
+    info = wait_job(sandbox, job)
+    assert info["ExitCode"] == "0:0", log.read_text()[-3000:]
+    ranks = probes(sandbox_project, job)
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and {r["node"] for r in ranks} == {"node1", "node2"}
+    for r in ranks:
+        assert r["argv"] == list(HOSTILE_ARGS)
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_usr2_checkpoints_and_requeues_then_resumes(sandbox, sandbox_project):
+    job, log = submit(sandbox_project, [TRAIN, "--steps", "40", "--step-delay", "0.2", "--checkpoint", "ckpt/r.pt",
+                                        "--checkpoint-every", "1000"],
+                      nodes=2, requeue=True, max_restarts=1, name="requeue")
+    wait_for_text(log, "step 3 loss")
+    res = sandbox.run(["scancel", "--batch", "--signal=USR2", job])  # what --signal=B:USR2@T does at T
+    assert res.returncode == 0, res.stderr
+    info = wait_job(sandbox, job, timeout=300)
+    text = log.read_text()
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", text[-3000:]
+    assert info["Restarts"] == "1"
+    assert "got SIGUSR2: forwarding it to the job step" in text
+    ck = re.search(r"SIGUSR2: checkpoint at step (\d+)", text)
+    assert ck, text[-3000:]
+    assert f"requeueing job {job} (restart 1 of 1)" in text
+    assert f"shipyard: job {job} (restart 1)" in text
+    step = ck.group(1)
+    assert re.search(rf"resumed from ckpt/r\.pt at step {step}\b", text)
+    r = result(text.split(f"shipyard: job {job} (restart 1)")[1])
+    assert r["start_step"] == step and r["end_step"] == "40" and r["world_size"] == "4"
+
+
+def test_chain_of_two_jobs_resumes_from_the_checkpoint(sandbox, sandbox_project):
+    job, log = submit(sandbox_project, [TRAIN, "--steps", "40", "--step-delay", "0.2", "--checkpoint", "ckpt/c.pt",
+                                        "--checkpoint-every", "1000"], nodes=2, chain=2, name="chain")
+    second = str(int(job) + 1)
+    dep = sandbox.run(["scontrol", "show", "job", "-o", second]).stdout
+    assert re.search(rf"Dependency=afterany:{job}\b", dep), dep
+    wait_for_text(log, "step 3 loss")
+    assert sandbox.run(["scancel", "--batch", "--signal=USR2", job]).returncode == 0
+    first = wait_job(sandbox, job)
+    assert first["ExitCode"] == "0:0" and "stopped after a checkpoint signal" in log.read_text()
+    step = re.search(r"SIGUSR2: checkpoint at step (\d+)", log.read_text()).group(1)
+    info = wait_job(sandbox, second, timeout=300)
+    text2 = (log.parent / f"chain-{second}.out").read_text()
+    assert info["ExitCode"] == "0:0", text2[-3000:]
+    r = result(text2)
+    assert r["start_step"] == step and r["end_step"] == "40"
+
+
+def test_pyxis_runtime_each_node_gets_image_mounts_workdir(sandbox, sandbox_project, pyxis_double):
+    image = sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sqsh"  # clusters.sandbox.storage
+    image.parent.mkdir(parents=True)
+    image.write_bytes(b"hsqs")  # the double checks the file exists; it runs nothing from it
+    (sandbox_project / "data").mkdir()
+    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py"), "x"], nodes=2, runtime="pyxis",
+                      mounts="data:/data:ro", env=["FOO=bar baz"], name="pyxis")
+    info = wait_job(sandbox, job)
+    assert info["ExitCode"] == "0:0", log.read_text()[-3000:]
+    ranks = probes(sandbox_project, job)
+    assert len(ranks) == 4 and {r["node"] for r in ranks} == {"node1", "node2"}
+    for r in ranks:
+        env = r["env"]
+        assert env["SHIPYARD_PYXIS_DOUBLE_CONTAINER_IMAGE"] == str(image)
+        assert env["SHIPYARD_PYXIS_DOUBLE_CONTAINER_MOUNTS"] == f"{sandbox_project}:{sandbox_project}," \
+                                                               f"{sandbox_project / 'data'}:/data:ro"
+        assert env["SHIPYARD_PYXIS_DOUBLE_CONTAINER_WORKDIR"] == str(sandbox_project)
+        assert env["SHIPYARD_PYXIS_DOUBLE_NO_CONTAINER_MOUNT_HOME"] == "1"
+        assert set(env["SHIPYARD_PYXIS_DOUBLE_CONTAINER_ENV"].split(",")) == {
+            "NCCL_IB_DISABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "FOO"}
+        assert env["FOO"] == "bar baz"
+
+
+def test_pyxis_double_is_strict_missing_image_fails_the_job(sandbox, sandbox_project, pyxis_double):
+    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py")], nodes=1, runtime="pyxis",
+                      image=str(sandbox_project / "missing.sqsh"), name="pyxis-bad")
+    info = wait_job(sandbox, job)
+    text = log.read_text()
+    assert info["JobState"] == "FAILED" and info["ExitCode"] != "0:0"
+    assert "image file does not exist" in text and "shipyard: job step exit code 0" not in text
+
+
+def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbox_project, monkeypatch):
+    make_sif(sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif")
+    calls = sandbox_project / "apptainer-calls.jsonl"
+    monkeypatch.setenv("PATH", f"{DOUBLES / 'apptainer-exec'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SHIPYARD_APPTAINER_DOUBLE_LOG", str(calls))
+    (sandbox_project / "data").mkdir()
+    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py"), "a b"], nodes=2, runtime="apptainer",
+                      mounts="data:/data:ro", env=["FOO=from launcher"], name="appt")
+    info = wait_job(sandbox, job)
+    assert info["ExitCode"] == "0:0", log.read_text()[-3000:]
+    seen = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert sorted(c["host"] for c in seen) == ["node1", "node2"]
+    for c in seen:
+        assert c["command"] == "exec" and c["image"] == str(sandbox_project / ".sandbox/images/pytorch-2.3.sif")
+        assert c["bind"] == [f"{sandbox_project}:{sandbox_project}", f"{sandbox_project / 'data'}:/data:ro"]
+        assert c["pwd"] == str(sandbox_project) and c["argv"][:2] == ["bash", "-c"]
+    ranks = probes(sandbox_project, job)
+    assert len(ranks) == 4 and all(r["argv"] == ["a b"] and r["env"]["FOO"] == "from launcher" for r in ranks)
+    assert all(r["env"]["APPTAINER_CONTAINER"].endswith("pytorch-2.3.sif") for r in ranks)
+
+
+def test_apptainer_double_refuses_a_missing_image(sandbox, sandbox_project, monkeypatch):
+    monkeypatch.setenv("PATH", f"{DOUBLES / 'apptainer-exec'}{os.pathsep}{os.environ['PATH']}")
+    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py")], nodes=1, runtime="apptainer",
+                      name="appt-bad")
+    info = wait_job(sandbox, job)
+    assert info["ExitCode"] != "0:0"
+    assert "apptainer (test double): image" in log.read_text()
+
+
+def test_sbatch_test_only_accepts_nccl_test_launcher(sandbox, sandbox_project):
+    """nccl-tests is not installed here: check that Slurm accepts the launcher's resource request."""
+    l = launch.build(__import__("shipyard.registry").registry.load(), cluster="sandbox", nodes=2, kind="nccl-test")
+    path = launch.write(l)
+    res = sandbox.run(["sbatch", "--test-only", str(path)])
+    assert res.returncode == 0 and "to start at" in res.stderr, res.stderr
