@@ -163,23 +163,41 @@ def _verify_manifest(body: bytes, reported: str, ref: str, expect: str | None = 
     return digest
 
 
-class _FileSlice:
-    """``length`` bytes of an open file from ``offset``, read by the HTTP client in small blocks as it sends them:
-    one PATCH of any size costs a few KiB of memory, never the chunk itself."""
+def _patch_file_range(client, url: str, fh, offset: int, n: int) -> tuple[int, str, str]:
+    """PATCH bytes ``offset..offset+n-1`` of ``fh`` to an upload session with ``socket.sendfile``: the kernel
+    copies page cache to socket (zero-copy over plain HTTP), so memory stays flat and Python does not touch the
+    bytes. Returns (status, Location, reason). Auth: the bearer token oras obtained when the session was opened."""
+    import http.client
+    import ssl
+    import urllib.parse
 
-    def __init__(self, fh, offset: int, length: int):
-        fh.seek(offset)
-        self.fh, self.left, self.length = fh, length, length
-
-    def __len__(self) -> int:  # requests takes Content-Length from here
-        return self.length
-
-    def read(self, n: int = -1) -> bytes:
-        if self.left <= 0:
-            return b""
-        data = self.fh.read(self.left if n is None or n < 0 else min(n, self.left))
-        self.left -= len(data)
-        return data
+    u = urllib.parse.urlsplit(url)
+    if u.scheme == "https":
+        verify = client._tls_verify
+        ctx = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+        if verify is False:
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        conn = http.client.HTTPSConnection(u.hostname, u.port, timeout=600, context=ctx)
+    else:
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    try:
+        conn.putrequest("PATCH", u.path + (f"?{u.query}" if u.query else ""), skip_accept_encoding=True)
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(n),
+                   "Content-Range": f"{offset}-{offset + n - 1}"}
+        token = getattr(client.auth, "token", None)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        elif getattr(client.auth, "_basic_auth", None):
+            headers["Authorization"] = f"Basic {client.auth._basic_auth}"
+        for k, v in headers.items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        conn.sock.sendfile(fh, offset, n)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status, resp.getheader("Location", ""), resp.reason
+    finally:
+        conn.close()
 
 
 def _expect(r, codes: tuple[int, ...], what: str):
@@ -189,9 +207,10 @@ def _expect(r, codes: tuple[int, ...], what: str):
 
 
 def upload_blob_streamed(client, container, path: Path, layer: dict, chunk: int | None = None) -> None:
-    """OCI chunked blob upload (POST, PATCH per chunk with Content-Range, PUT ?digest=) that streams each chunk
-    from the file. Why not oras's own chunked_upload: it builds every chunk as bytes in memory and re-hashes the file,
-    which made it 8x slower than cp here; the digest is already in the build manifest (size/mtime-checked)."""
+    """OCI chunked blob upload (POST, one PATCH per chunk with Content-Range, PUT ?digest=) that sends each chunk
+    straight from the file. Why not oras's own chunked_upload: it holds every chunk as bytes in Python and re-hashes
+    the file, which ran at ~0.1x cp here; the digest is already in the build manifest (size/mtime-checked). oras
+    still opens the session, authenticates, and uploads config and manifest."""
     chunk = chunk or CHUNK
     if client.blob_exists(layer, container):
         return
@@ -203,10 +222,13 @@ def upload_blob_streamed(client, container, path: Path, layer: dict, chunk: int 
     with open(path, "rb") as fh:
         for offset in range(0, size, chunk):
             n = min(chunk, size - offset)
-            r = _expect(client.do_request(location, "PATCH", data=_FileSlice(fh, offset, n), headers={
-                "Content-Type": "application/octet-stream", "Content-Length": str(n),
-                "Content-Range": f"{offset}-{offset + n - 1}"}), (202,), f"upload bytes {offset}-{offset + n - 1}")
-            location = client._get_location(r, container) or location
+            url = location if location.startswith("http") else base + location
+            status, loc, reason = _patch_file_range(client, url, fh, offset, n)
+            if status in _RETRY_STATUS:
+                raise TransientRegistryError(f"PATCH {url}: {status} {reason}")
+            if status != 202:
+                raise ValueError(f"upload bytes {offset}-{offset + n - 1}: {status} {reason}")
+            location = loc or location
     sep = "&" if "?" in location else "?"
     url = location if location.startswith("http") else base + location
     _expect(client.do_request(f"{url}{sep}digest={layer['digest']}", "PUT", headers={"Content-Length": "0"}),

@@ -214,3 +214,20 @@ def test_is_transient():
     assert not p.is_transient(ValueError("Issue with http://x/v2/: Not Found"))
     assert not p.is_transient(ValueError("digest sha256:a500b"))
     assert not p.is_transient(ShipyardError("503 but ours"))
+
+
+def test_many_chunks_through_an_authenticating_registry(docker_services, registry_proxy, tmp_path, monkeypatch):
+    """Chunked upload for real: many PATCHes (each sent from the file), each carrying the bearer token."""
+    monkeypatch.setattr(p, "CHUNK", 64 << 10)
+    proxy = registry_proxy(user="carol", password=SECRET)
+    monkeypatch.setenv("SHIPYARD_REGISTRY_USERNAME", "carol")
+    monkeypatch.setenv("SHIPYARD_REGISTRY_PASSWORD", SECRET)
+    reg = project_at(tmp_path, monkeypatch, proxy.address)
+    sif = built_sif(reg, payload=os.urandom(1 << 20))
+    original = sif.read_bytes()
+    p.push(reg, "tiny")
+    patches = [r for r in proxy.requests if r[0] == "PATCH"]
+    assert len(patches) == -(-len(original) // (64 << 10)) and all(r[2] == 202 for r in patches)
+    sif.unlink()
+    p.pull(reg, "tiny")
+    assert sif.read_bytes() == original

@@ -1,0 +1,124 @@
+"""Push of a 1 GiB SIF to a local OCI registry: throughput as a ratio of `cp` of the same file on the same disk,
+and peak memory of the pushing process. Goals (issue 5): >= 0.3x cp, <= 150 MB peak.
+
+Everything runs in one temp directory (one disk): the SIF (a real SIF made with mksquashfs + siftool around 1 GiB
+of random data), the cp copy, and the registry's storage. Each push runs in a child process so its peak RSS
+(ru_maxrss) is its own. Also measured, for reference: the oras library's own chunked push of the same file.
+Usage: python bench/push_sif.py [--size-mib N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+from build_noop import machine  # noqa: E402
+
+from shipyard.services import OciRegistry  # noqa: E402
+
+CHILD_SHIPYARD = """
+import sys, hashlib
+from pathlib import Path
+from shipyard import push, model
+target = model.RegistryTarget("bench", "oras://" + sys.argv[1] + "/bench", insecure=True)
+sif = Path(sys.argv[2])
+push.push_sif(target, "big", sif, sys.argv[3], "v1", {}, None)
+"""
+CHILD_ORAS = """
+import sys
+import oras.client
+c = oras.client.OrasClient(hostname=sys.argv[1], insecure=True)
+c.push(files=[sys.argv[2] + ":application/vnd.sylabs.sif.layer.v1.sif"], target=sys.argv[1] + "/bench/oras:v1",
+       disable_path_validation=True, do_chunked=True)
+"""
+CHILD_IDLE = "import shipyard.push, oras.provider, requests"
+
+
+def child(code: str, *args: str) -> tuple[float, float]:
+    """(wall seconds, peak RSS MB) of a Python child running ``code``."""
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", code, *args])
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"child failed: {code[:60]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def make_sif(work: Path, size: int) -> Path:
+    rootfs = work / "rootfs"
+    rootfs.mkdir()
+    with open(rootfs / "weights.bin", "wb") as fh:
+        left = size
+        while left:
+            n = min(left, 64 << 20)
+            fh.write(os.urandom(n))
+            left -= n
+    subprocess.run(["mksquashfs", str(rootfs), str(work / "fs.sqfs"), "-noappend", "-all-root", "-quiet",
+                    "-noI", "-noD", "-noF", "-noX"], check=True)
+    shutil.rmtree(rootfs)
+    sif = work / "big.sif"
+    (work / "def.txt").write_text("Bootstrap: docker\nFrom: scratch\n")
+    subprocess.run(["siftool", "new", str(sif)], check=True)
+    subprocess.run(["siftool", "add", str(sif), str(work / "def.txt"), "--datatype", "1"], check=True)
+    subprocess.run(["siftool", "add", str(sif), str(work / "fs.sqfs"), "--datatype", "4", "--parttype", "2",
+                    "--partfs", "1", "--partarch", "2"], check=True)
+    (work / "fs.sqfs").unlink()
+    return sif
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mib", type=int, default=1024)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="shipyard-bench-push-", dir=os.environ.get("TMPDIR", "/var/tmp")))
+    reg = OciRegistry(work / "registry").start()
+    try:
+        sif = make_sif(work, args.size_mib << 20)
+        size = sif.stat().st_size
+        from shipyard.build import sha256_file
+
+        sha = sha256_file(sif)  # also warms the page cache for cp and push alike
+        t = time.perf_counter()
+        subprocess.run(["cp", str(sif), str(work / "copy.sif")], check=True)
+        subprocess.run(["sync"], check=True)
+        cp_s = time.perf_counter() - t
+        (work / "copy.sif").unlink()
+        idle_s, idle_mb = child(CHILD_IDLE)
+        push_s, push_mb = child(CHILD_SHIPYARD, reg.address, str(sif), sha)
+        subprocess.run(["sync"], check=True)
+        oras_s, oras_mb = child(CHILD_ORAS, reg.address, str(sif))
+        mbps = lambda s: round(size / s / 1e6, 1)  # noqa: E731
+        report = {
+            "machine": machine(), "size_bytes": size,
+            "cp": {"seconds": round(cp_s, 2), "MB_per_s": mbps(cp_s)},
+            "shipyard push (streamed chunked upload + manifest read-back)": {
+                "seconds": round(push_s, 2), "MB_per_s": mbps(push_s), "peak_rss_MB": round(push_mb, 1),
+                "ratio_to_cp": round(cp_s / push_s, 2)},
+            "oras library chunked push (reference)": {
+                "seconds": round(oras_s, 2), "MB_per_s": mbps(oras_s), "peak_rss_MB": round(oras_mb, 1),
+                "ratio_to_cp": round(cp_s / oras_s, 2)},
+            "python importing shipyard.push (memory floor)": {"peak_rss_MB": round(idle_mb, 1)},
+            "goals": "ratio_to_cp >= 0.3; peak_rss_MB <= 150",
+        }
+    finally:
+        reg.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    (REPO / "bench" / "out").mkdir(exist_ok=True)
+    (REPO / "bench" / "out" / "push_sif.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
