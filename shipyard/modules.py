@@ -111,8 +111,19 @@ def render_wrapper(env: Environment, cluster: Cluster, tool: str, image: str) ->
     )
 
 
+def _lmod_safe(where: str, value: str) -> str:
+    """Lmod (8.6) emits a value with a line break as broken shell code: refuse it instead of loading garbage."""
+    if "\n" in value or "\r" in value:
+        raise ShipyardError(f"{where}: {value!r} contains a line break, which Lmod cannot set in the environment")
+    return value
+
+
 def render_modulefile(env: Environment, cluster: Cluster, image: str, bin_dir: str) -> str:
     """The Lmod Lua modulefile for one environment on one cluster."""
+    for key, value in cluster.env:
+        _lmod_safe(f"clusters.{cluster.name}.env.{key}", value)
+    _lmod_safe(f"clusters.{cluster.name}.storage", image)
+    _lmod_safe("--prefix", bin_dir)
     pins = [(k, p.value) for k, p in env.pins().items() if p.value and k not in ("base", "torch_index")]
     help_text = (
         f"shipyard environment {env.name} on {cluster.name}: PyTorch {env.torch.value}, CUDA {env.cuda.value}, "

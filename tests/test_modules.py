@@ -215,3 +215,35 @@ def test_invoke_modules_task(tmp_path):
     assert f"module use {tmp_path}/modulefiles" in res.stdout and "module load shipyard/pytorch-2.3" in res.stdout
     res = _invoke("modules", "--prefix", str(tmp_path))  # defaults.cluster is the host-runtime sandbox
     assert res.returncode == 2 and "runtime is host" in res.stderr and res.stderr.count("\n") == 1
+
+
+@settings(max_examples=8, deadline=None)
+@given(values=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\n\r"),
+                               max_size=20), min_size=1, max_size=6))
+def test_lua_strings_round_trip_through_real_lmod(values, tmp_path_factory):
+    """Whatever a cluster's env values contain, real Lmod sets exactly that value (quotes, backslashes, newlines,
+    Lua's own [[ ]] and %, shell metacharacters, non-ASCII)."""
+    if not LMOD_INIT.exists():
+        pytest.fail("Lmod is required: apt-get install lmod")
+    tmp = tmp_path_factory.mktemp("lua")
+    (tmp / "mods" / "t").mkdir(parents=True)
+    body = "".join(f"setenv({modules.lua_string(f'SHIPYARD_T{i}')}, {modules.lua_string(v)})\n"
+                   for i, v in enumerate(values))
+    (tmp / "mods" / "t" / "1.lua").write_text(body, encoding="utf-8")
+    dump = ("import json, os; print(json.dumps([os.environ.get(f'SHIPYARD_T{i}') for i in range(%d)]))"
+            % len(values))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LMOD", "MODULE", "_LMFILES_", "LOADEDMODULES"))}
+    res = subprocess.run(["bash", "-c", f"source {LMOD_INIT}; module use {tmp}/mods; module load t/1; "
+                          f"{shlex.quote(sys.executable)} -c {shlex.quote(dump)}"],
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got == values
+
+
+def test_line_breaks_in_cluster_env_are_refused():
+    """Lmod 8.6 turns a value with a newline into broken shell code (seen with real Lmod): refuse it up front."""
+    base = SHIPPED.cluster("grete")
+    cluster = Cluster(**{**base.__dict__, "env": (("NCCL_DEBUG", "INFO\nrm -rf /"),)})
+    with pytest.raises(ShipyardError, match=r"clusters.grete.env.NCCL_DEBUG: .* line break"):
+        modules.render_modulefile(SHIPPED.environment("pytorch-2.3"), cluster, "/i.sif", "/b")
