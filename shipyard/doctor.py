@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import re
 import shlex
-import subprocess
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
@@ -30,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from shipyard import compat
-from shipyard.errors import ShipyardError
+from shipyard.jobs import run_slurm
 from shipyard.model import Cluster, Environment, Gpu, Registry
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -317,20 +316,6 @@ def probe_argv(reg: Registry, cluster: Cluster, storage: str, marker: str, on_no
     return srun + probe
 
 
-def _run(cluster: Cluster, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    from shipyard import sandbox
-
-    env = None
-    if cluster.name == sandbox.CLUSTER:
-        argv, env = sandbox.client_argv(argv, timeout=timeout), sandbox.client_env()
-    try:
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout + 10)
-    except FileNotFoundError:
-        raise ShipyardError(f"{argv[0]} not found: run doctor on a login node of {cluster.name}") from None
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"no answer within {timeout:.0f} s")
-
-
 def run_probes(reg: Registry, cluster: Cluster) -> tuple[str, Probe, Probe | None, str | None]:
     """Run the probe here and on one compute node. Returns (storage, login, node or None, node error)."""
     storage = storage_dir(reg, cluster)
@@ -344,9 +329,9 @@ def run_probes(reg: Registry, cluster: Cluster) -> tuple[str, Probe, Probe | Non
             pass  # the probe reports the directory as not writable
     marker = marker_path.name if marker_path else "-"
     try:
-        login = parse_probe(_run(cluster, probe_argv(reg, cluster, storage, "-", False), 60).stdout)
+        login = parse_probe(run_slurm(cluster, probe_argv(reg, cluster, storage, "-", False), 60).stdout)
         wait = float(facts()["probe_wait_s"]) + 300
-        res = _run(cluster, probe_argv(reg, cluster, storage, marker, True), wait)
+        res = run_slurm(cluster, probe_argv(reg, cluster, storage, marker, True), wait)
     finally:
         if marker_path:
             marker_path.unlink(missing_ok=True)

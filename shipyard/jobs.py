@@ -53,8 +53,9 @@ class Job:
 # ------------------------------------------------------------------------------------------------ Slurm clients
 
 
-def client(cluster: Cluster, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run a Slurm client for ``cluster``: through the sandbox's namespace wrapper on the sandbox, else as is."""
+def run_slurm(cluster: Cluster, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run a command against ``cluster``'s Slurm (through the sandbox's namespace wrapper on the sandbox, else as
+    is), output captured. A command that does not finish in ``timeout`` seconds comes back with exit code 124."""
     from shipyard import sandbox
 
     env = None
@@ -65,7 +66,15 @@ def client(cluster: Cluster, argv: list[str], timeout: float = 60) -> subprocess
     except FileNotFoundError:
         raise ShipyardError(f"{argv[0]} is not on PATH: run this on a login node of cluster {cluster.name}") from None
     except subprocess.TimeoutExpired:
-        raise ShipyardError(f"{argv[0]} did not answer within {timeout:.0f} s (is slurmctld of {cluster.name} up?)") from None
+        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: no answer within {timeout:.0f} s")
+
+
+def client(cluster: Cluster, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """:func:`run_slurm` for the quick clients (squeue, sacct, scontrol): a timeout is a one-line error."""
+    res = run_slurm(cluster, argv, timeout)
+    if res.returncode == 124 and not res.stdout:
+        raise ShipyardError(f"{argv[0]} did not answer within {timeout:.0f} s (is slurmctld of {cluster.name} up?)")
+    return res
 
 
 def _last_error(res: subprocess.CompletedProcess) -> str:

@@ -141,19 +141,13 @@ def command_line(plan: ShellPlan) -> str:
 def run_argv(plan: ShellPlan) -> tuple[list[str], dict[str, str] | None]:
     """argv and environment to execute: module loads need a login shell (Lmod defines `module` there); the sandbox
     needs its namespace wrapper. No timeout on the sandbox: an interactive shell lasts as long as the user wants."""
-    if plan.modules:
-        return ["bash", "-lc", command_line(plan)], None
-    if plan.cluster == _sandbox_name():
-        from shipyard import sandbox
-
-        return sandbox.client_argv(list(plan.argv), timeout=0), sandbox.client_env()
-    return list(plan.argv), None
-
-
-def _sandbox_name() -> str:
     from shipyard import sandbox
 
-    return sandbox.CLUSTER
+    if plan.modules:
+        return ["bash", "-lc", command_line(plan)], None
+    if plan.cluster == sandbox.CLUSTER:
+        return sandbox.client_argv(list(plan.argv), timeout=0), sandbox.client_env()
+    return list(plan.argv), None
 
 
 def shell_command(env_name=None, cluster_name=None, *, dry_run=False, command=None, gpus=None, time=None,
