@@ -232,7 +232,11 @@ def lock(reg: Registry, env_name: str | None = None, exclude_newer: str | None =
         cutoff = normalize_cutoff(exclude_newer)
     else:
         previous = read_header(path).get("exclude-newer")
-        cutoff = normalize_cutoff(previous) if previous else today_cutoff()
+        try:
+            cutoff = normalize_cutoff(previous) if previous else today_cutoff()
+        except ShipyardError:
+            raise ShipyardError(f"{path}: header exclude-newer {previous!r} is not a UTC timestamp; "
+                                "pass --exclude-newer YYYY-MM-DD") from None
     text = compile_lock(env, cutoff, index_url or DEFAULT_INDEX)
     return atomic_write(path, text)
 

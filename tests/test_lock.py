@@ -106,6 +106,14 @@ def test_relock_keeps_the_recorded_cutoff(lock_project):
     assert lock.read_header(path)["exclude-newer"] == "2025-06-01T00:00:00Z"
 
 
+def test_garbled_cutoff_in_header_names_the_lock(lock_project):
+    reg = lock_project()
+    path = lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+    path.write_text(path.read_text().replace(CUTOFF, "last tuesday"))
+    with pytest.raises(ShipyardError, match=r"tiny.lock: header exclude-newer 'last tuesday'"):
+        lock.lock(reg, "tiny")
+
+
 def test_nccl_override_is_locked_and_visible(lock_project):
     reg = lock_project()
     text = lock.lock(reg, "nccl-override", exclude_newer=CUTOFF).read_text()
