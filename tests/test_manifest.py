@@ -55,3 +55,40 @@ def test_concurrent_writers_lose_no_field(tmp_path):
         assert pr.exitcode == 0
     data = manifest.read_manifest(p)
     assert len(data) == 80
+
+
+def _normalized(m: dict) -> dict:
+    """The manifest with values that differ per run (times, host, hashes of run-specific files) replaced."""
+    out = json.loads(json.dumps(m))
+    for k in ("started", "finished", "host", "input_hash", "spec_hash"):
+        out[k] = f"<{k}>"
+    out["log"] = "containers/logs/<env>-<utc time>.log" if out["log"].startswith("containers/logs/") else out["log"]
+    out["tool_ids"] = {t: "<path>:<size>:<mtime_ns>" for t in out["tool_ids"]}
+    for rec in out["artifacts"].values():
+        rec.update(sha256="<sha256>", mtime_ns="<mtime_ns>", size="<size>")
+    return out
+
+
+@pytest.mark.double
+def test_build_manifest_golden(project, apptainer_double):
+    """The manifest a build writes, field by field (volatile values normalized)."""
+    from helpers_registry import GOLDEN, golden
+    from shipyard import build
+
+    m = build.build(project, "tiny")
+    assert m["spec_hash"] == project.environment("tiny").spec_hash and len(m["input_hash"]) == 64
+    golden(GOLDEN / "build" / "manifest-apptainer.json", manifest.render(_normalized(m)))
+
+
+def test_cli_errors_are_one_line(project, tmp_path):
+    import subprocess
+
+    from fixtures_build import invoke_argv
+
+    for args, needle in ((["push", "tiny"], "never built"), (["pull", "tiny"], "no push of tiny"),
+                         (["build", "tiny", "--wait"], "only apply with --slurm"),
+                         (["build", "nope"], "unknown environment 'nope'")):
+        res = subprocess.run(invoke_argv(*args), cwd=project.root, capture_output=True, text=True)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert res.stderr.startswith("shipyard: error: ") and needle in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1
