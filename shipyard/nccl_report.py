@@ -2,9 +2,9 @@
 
 Why a parser of its own: nccl-tests prints a fixed-column text table and nothing machine-readable, and the logs users
 have are srun outputs in which other ranks' ``NCCL INFO`` lines, ``srun --label`` prefixes and ``#`` comments are
-interleaved with the table. A row is therefore recognised by its shape *at the end of a line* (13 fields: size,
-count, type, redop, root, then time/algbw/busbw/#wrong twice), so that a row glued to another rank's output is still
-read, while comment and log lines never match.
+interleaved with the table. A row is therefore recognised by its shape *at the end of a line* (its last 13 words:
+size, count, type, redop, root, then time/algbw/busbw/#wrong twice), so that a row glued to another rank's output is
+still read, while comment and log lines never match.
 
 Bus bandwidth (busbw), not algbw, is what compares with the fabric: nccl-tests scales it by the collective's traffic
 factor, so it can be held against the cluster's nominal line rate (``fabric_options.line_rate_gbps``).
@@ -23,11 +23,12 @@ from shipyard.model import Cluster
 
 _NUM = r"(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|nan|inf|N/A)"
 _WRONG = r"(\d+|N/A)"
+# The last 13 whitespace-separated words of a line, joined by single spaces (see _row()).
 _ROW = re.compile(
-    r"(?:^|\s)(\d+)\s+(\d+)\s+([A-Za-z][A-Za-z0-9_]*)\s+([A-Za-z][A-Za-z0-9_]*)\s+(-?\d+)"
-    + (r"\s+" + _NUM + r"\s+" + _NUM + r"\s+" + _NUM + r"\s+" + _WRONG) * 2
-    + r"\s*$"
+    r"(\d+) (\d+) ([A-Za-z][A-Za-z0-9_]*) ([A-Za-z][A-Za-z0-9_]*) (-?\d+)"
+    + (" " + _NUM + " " + _NUM + " " + _NUM + " " + _WRONG) * 2
 )
+_ROW_WORDS = 13
 _RANK = re.compile(
     r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.*?)\s*$"
 )
@@ -99,6 +100,16 @@ def _f(text: str) -> float:
     return float("nan") if text == "N/A" else float(text)
 
 
+def _row(line: str) -> re.Match | None:
+    """A result row is the last 13 words of a line, whatever precedes them (a label, another rank's output).
+
+    Matching only those words (instead of searching the whole line) keeps the cost per line flat."""
+    words = line.split()
+    if len(words) < _ROW_WORDS or not (words[-1].isdigit() or words[-1] == "N/A"):
+        return None
+    return _ROW.fullmatch(" ".join(words[-_ROW_WORDS:]))
+
+
 def parse_text(text: str, path: str = "<log>") -> Report:
     """Parse nccl-tests output (any *_perf binary). Raises ShipyardError when no result row is found."""
     runs: list[Run] = [Run()]
@@ -107,7 +118,7 @@ def parse_text(text: str, path: str = "<log>") -> Report:
     fallback: list[str] = []  # NET/<plugin> lines: used only when no "Using network" line says it directly
     failures: list[str] = []
     for line in text.splitlines():
-        m = _ROW.search(line)
+        m = _row(line)
         if m:
             g = m.groups()
             row = Row(int(g[0]), int(g[1]), g[2], g[3], int(g[4]),
