@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 
 import pytest
 
@@ -101,6 +102,10 @@ def test_kill_9_during_docker_build_leaves_no_partial_target(dproject, docker_en
     """SIGKILL of the builder while the docker build runs: no tag, no .sif, and the next build notices."""
     api = docker_env.client().api
     monkeypatch.setenv("PATH", f"{fb.APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    # a value no earlier build had, so the daemon's layer cache cannot make the RUN step instant
+    reg_file = dproject.root / "registry.yaml"
+    reg_file.write_text(reg_file.read_text().replace('OMP_NUM_THREADS: "1"',
+                                                     f'OMP_NUM_THREADS: "1"\n      NONCE: "{uuid.uuid4().hex}"', 1))
     proc = subprocess.Popen(fb.invoke_argv("build", "tiny", "--backend", "docker", "--formats", "sif"),
                             cwd=dproject.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     logs = dproject.root / "containers" / "logs"
