@@ -109,6 +109,7 @@ class Launcher:
     gpus_per_node: int
     partition: str
     root: str  # project directory (absolute): workdir, and where launch/ lives
+    registry: str = "registry.yaml"  # the registry file the launcher was generated from
     command: tuple[str, ...] = ()  # training script and its arguments, exactly as given
     account: str | None = None
     time: str | None = None
@@ -270,6 +271,8 @@ def build(
     if g > cl.gpus_per_node:
         raise ShipyardError(f"--gpus-per-node {g}: cluster {cl.name} has {cl.gpus_per_node} GPUs per node "
                             f"(clusters.{cl.name}.gpus_per_node)")
+    if kind == "nccl-test" and g < 1:
+        raise ShipyardError(f"--gpus-per-node {g}: nccl-test runs one rank per GPU and needs at least 1")
     time = time or cl.time
     if time is not None and not _TIME.match(time):
         raise ShipyardError(f"--time {time!r}: expected Slurm time [D-]HH[:MM[:SS]], e.g. 02:00:00")
@@ -332,6 +335,7 @@ def build(
         gpus_per_node=g,
         partition=partition,
         root=str(reg.root),
+        registry=str(reg.root / reg.path.name),
         command=tuple(command),
         account=account or cl.account,
         time=time,
@@ -364,6 +368,8 @@ def regenerate_argv(l: Launcher, user_mounts, user_env, image) -> tuple[str, ...
     argv = ["invoke", task, "--environment", l.environment, "--cluster", l.cluster, "--nodes", str(l.nodes),
             "--gpus-per-node", str(l.gpus_per_node), "--runtime", l.runtime, "--partition", l.partition,
             "--name", l.name]
+    if Path(l.registry).name != "registry.yaml":
+        argv += ["--registry", l.registry]
     if l.account:
         argv += ["--account", l.account]
     if l.time:

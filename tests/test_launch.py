@@ -343,6 +343,7 @@ def test_monitor_writes_the_contract_csv_layout(launch_registry):
         (dict(command=()), "no training command"),
         (dict(runtime="host", image="x.sif"), "--image: the host runtime"),
         (dict(chain=0), "--chain 0"),
+        (dict(gpus_per_node=0, kind="nccl-test"), "nccl-test runs one rank per GPU"),
     ],
 )
 def test_bad_input_one_line(launch_registry, kw, msg):
@@ -350,6 +351,27 @@ def test_bad_input_one_line(launch_registry, kw, msg):
     with pytest.raises(ShipyardError, match=msg) as exc:
         launch.build(launch_registry, **kw)
     assert "\n" not in str(exc.value)
+
+
+def test_registry_file_named_otherwise_is_in_the_header_and_regenerate_command(tmp_path):
+    from fixtures_launch import LAUNCH_REGISTRY
+    from shipyard import registry
+
+    reg = registry.load_text(LAUNCH_REGISTRY, "site.yaml", path=tmp_path / "site.yaml")
+    l = _build(reg, nodes=2)
+    text = launch.render(l)
+    assert f"from {tmp_path / 'site.yaml'}." in text.splitlines()[1]
+    assert l.regenerate[l.regenerate.index("--registry") + 1] == str(tmp_path / "site.yaml")
+
+
+def test_efa_aws_ofi_nccl_version_from_the_installer(launch_registry):
+    from shipyard.launch_fabric import aws_ofi_nccl_version
+
+    c = launch_registry.cluster("lab-efa")
+    assert aws_ofi_nccl_version(c) == "1.16.1"
+    only_installer = replace(c, fabric_options={"efa_installer": "1.40.0"})
+    assert aws_ofi_nccl_version(only_installer) == "1.14.2"
+    assert aws_ofi_nccl_version(replace(c, fabric_options={})) is None
 
 
 def test_sandbox_mount_source_must_exist(tmp_path):

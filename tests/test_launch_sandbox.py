@@ -109,6 +109,7 @@ def test_chain_of_two_jobs_resumes_from_the_checkpoint(sandbox, sandbox_project)
     assert r["start_step"] == step and r["end_step"] == "40"
 
 
+@pytest.mark.double
 def test_pyxis_runtime_each_node_gets_image_mounts_workdir(sandbox, sandbox_project, pyxis_double):
     image = sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sqsh"  # clusters.sandbox.storage
     image.parent.mkdir(parents=True)
@@ -132,6 +133,7 @@ def test_pyxis_runtime_each_node_gets_image_mounts_workdir(sandbox, sandbox_proj
         assert env["FOO"] == "bar baz"
 
 
+@pytest.mark.double
 def test_pyxis_double_is_strict_missing_image_fails_the_job(sandbox, sandbox_project, pyxis_double):
     job, log = submit(sandbox_project, [str(sandbox_project / "probe.py")], nodes=1, runtime="pyxis",
                       image=str(sandbox_project / "missing.sqsh"), name="pyxis-bad")
@@ -141,6 +143,7 @@ def test_pyxis_double_is_strict_missing_image_fails_the_job(sandbox, sandbox_pro
     assert "image file does not exist" in text and "shipyard: job step exit code 0" not in text
 
 
+@pytest.mark.double
 def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbox_project, monkeypatch):
     make_sif(sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif")
     calls = sandbox_project / "apptainer-calls.jsonl"
@@ -162,6 +165,7 @@ def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbo
     assert all(r["env"]["APPTAINER_CONTAINER"].endswith("pytorch-2.3.sif") for r in ranks)
 
 
+@pytest.mark.double
 def test_apptainer_double_refuses_a_missing_image(sandbox, sandbox_project, monkeypatch):
     monkeypatch.setenv("PATH", f"{DOUBLES / 'apptainer-exec'}{os.pathsep}{os.environ['PATH']}")
     job, log = submit(sandbox_project, [str(sandbox_project / "probe.py")], nodes=1, runtime="apptainer",
