@@ -175,7 +175,7 @@ def test_parse_ignores_noise():
 # ------------------------------------------------------------------------------------------------ real Slurm
 
 
-def _sandbox_project(tmp_path, sandbox, **sandbox_changes):
+def _sandbox_project(tmp_path, sandbox, runtime=None, **sandbox_changes):
     """A project whose sandbox cluster stores images in a fresh directory (and takes ``sandbox_changes``)."""
     import yaml
 
@@ -185,6 +185,8 @@ def _sandbox_project(tmp_path, sandbox, **sandbox_changes):
     path = write_tools_registry(tmp_path)
     data = yaml.safe_load(path.read_text())
     data["clusters"]["sandbox"]["storage"] = str(tmp_path / "images")
+    if runtime:
+        data["clusters"]["sandbox"]["runtime"] = runtime
     for key, value in sandbox_changes.items():
         data["clusters"]["sandbox"]["scheduler"][key] = value
     path.write_text(yaml.safe_dump(data))
@@ -250,3 +252,44 @@ def test_doctor_reports_a_step_that_cannot_start(sandbox, tmp_path):
     found = _lines(proc.stdout)
     detail = found[("FAIL", "compute", "srun")]
     assert detail.startswith("no step ran on partition nosuchpart:") and "nvalid partition" in detail
+
+
+@pytest.mark.slurm
+@pytest.mark.double
+def test_doctor_finds_pyxis_in_srun_help(sandbox, tmp_path, pyxis_double):
+    """With the pyxis SPANK **test double** in the sandbox's plugstack.conf, the real `srun --help` lists
+    --container-image, and a pyxis cluster passes the pyxis check; enroot is the strict enroot double."""
+    env = _sandbox_project(tmp_path, sandbox, runtime="pyxis")
+    env["PATH"] = f"{DOUBLES}{os.pathsep}{env['PATH']}"
+    proc = _doctor(tmp_path, env)
+    found = _lines(proc.stdout)
+    assert found[("PASS", "login", "pyxis")] == "present: srun --help lists --container-image"
+    node = [w for (s, w, c) in found if c == "srun"][0]
+    assert found[("PASS", node, "enroot")] == "version 3.5.0"
+    assert found[("PASS", node, "apptainer")].startswith("not needed (runtime pyxis)")
+
+
+@pytest.fixture
+def without_spank_plugins(sandbox):
+    """The sandbox's plugstack.conf emptied for one test (the session's pyxis double may be listed), then restored."""
+    from shipyard import sandbox as sb
+
+    conf = sandbox.directory / "etc" / "plugstack.conf"
+    saved = conf.read_text() if conf.exists() else None
+    sb.set_plugstack([], sandbox.directory)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            conf.write_text(saved)
+
+
+@pytest.mark.slurm
+def test_doctor_without_pyxis_fails_a_pyxis_cluster(sandbox, tmp_path, without_spank_plugins):
+    env = _sandbox_project(tmp_path, sandbox, runtime="pyxis")
+    proc = _doctor(tmp_path, env)
+    assert proc.returncode == 1
+    found = _lines(proc.stdout)
+    assert found[("FAIL", "login", "pyxis")].startswith("runtime pyxis, but srun --help does not list")
+    node = [w for (s, w, c) in found if c == "srun"][0]
+    assert found[("FAIL", node, "enroot")].startswith("enroot not found")
