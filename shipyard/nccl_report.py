@@ -282,7 +282,11 @@ def report_command(log: str, out: str | None = None, cluster_name: str | None = 
     from shipyard import registry
 
     report = parse_file(log)
-    cluster = registry.load().cluster(cluster_name)
+    # A log can be read anywhere; only the line rate needs the registry (and a named cluster needs it to exist).
+    if cluster_name is None and not registry.registry_path().exists():
+        cluster = None
+    else:
+        cluster = registry.load().cluster(cluster_name)
     png = Path(out) if out else Path(log).with_suffix(".png")
     if png.suffix.lower() != ".png":
         raise ShipyardError(f"--out {out}: the plot is written as PNG; give a path ending in .png")

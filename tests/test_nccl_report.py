@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -155,3 +156,12 @@ def test_failed_log_error_quotes_the_failure():
 @pytest.mark.parametrize("n,text", [(8, "8 B"), (1024, "1 KiB"), (1536, "1536 B"), (2**34, "16 GiB"), (2**41, "2 TiB")])
 def test_human_bytes(n, text):
     assert nr.human_bytes(n) == text
+
+
+def test_task_outside_a_project_needs_no_registry(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "nccl-report",
+                           str(LOGS / "all_reduce_efa_2x8.log"), "--out", str(tmp_path / "p.png")],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "SHIPYARD_REGISTRY"})
+    assert proc.returncode == 0, proc.stderr
+    assert "nominal line rate" not in proc.stdout and (tmp_path / "p.png").exists()
