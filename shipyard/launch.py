@@ -280,6 +280,13 @@ def build(
     if not _NAME.match(name):
         raise ShipyardError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it names "
                             "launch/<name>.sbatch and the job)")
+    account = account or cl.account
+    if account is not None and not _NAME.match(account):
+        raise ShipyardError(f"--account {account!r}: use letters, digits, '.', '_' and '-' (it goes into an "
+                            "#SBATCH line)")
+    if any(c.isspace() or not c.isprintable() or c in "%#" for c in str(reg.root)):
+        raise ShipyardError(f"{reg.root}: the project directory's path has spaces, control characters, '%' or '#'; "
+                            "#SBATCH --output cannot name a log there (move the project)")
     if kind == "torchrun" and not command:
         raise ShipyardError("no training command: put the script and its arguments after `--`, e.g. "
                             "invoke launch --nodes 2 -- examples/train.py --epochs 3")
@@ -337,7 +344,7 @@ def build(
         root=str(reg.root),
         registry=str(reg.root / reg.path.name),
         command=tuple(command),
-        account=account or cl.account,
+        account=account,
         time=time,
         cpus_per_task=(cl.cpus_per_node if kind == "torchrun" else None),
         image=img,

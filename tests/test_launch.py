@@ -343,6 +343,7 @@ def test_monitor_writes_the_contract_csv_layout(launch_registry):
         (dict(command=()), "no training command"),
         (dict(runtime="host", image="x.sif"), "--image: the host runtime"),
         (dict(chain=0), "--chain 0"),
+        (dict(account="a\nrm -rf /"), "--account"),
         (dict(gpus_per_node=0, kind="nccl-test"), "nccl-test runs one rank per GPU"),
     ],
 )
@@ -362,6 +363,15 @@ def test_registry_file_named_otherwise_is_in_the_header_and_regenerate_command(t
     text = launch.render(l)
     assert f"from {tmp_path / 'site.yaml'}." in text.splitlines()[1]
     assert l.regenerate[l.regenerate.index("--registry") + 1] == str(tmp_path / "site.yaml")
+
+
+def test_project_path_that_breaks_sbatch_lines_is_refused(tmp_path):
+    from fixtures_launch import LAUNCH_REGISTRY
+    from shipyard import registry
+
+    reg = registry.load_text(LAUNCH_REGISTRY, "registry.yaml", path=tmp_path / "my project" / "registry.yaml")
+    with pytest.raises(ShipyardError, match="project directory's path has spaces"):
+        _build(reg)
 
 
 def test_efa_aws_ofi_nccl_version_from_the_installer(launch_registry):

@@ -59,7 +59,17 @@ def test_host_runtime_two_nodes_trains_with_world_size_4(sandbox, sandbox_projec
 
 
 def test_hostile_arguments_reach_every_rank_unchanged(sandbox, sandbox_project):
-    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py"), *HOSTILE_ARGS], nodes=2, name="hostile")
+    """Through the real command line: `invoke launch ... --submit -- probe.py <hostile words>` (invoke itself would
+    lose the quoting of its `--` remainder; the task reads sys.argv)."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "launch", "--cluster",
+                          "sandbox", "--nodes", "2", "--name", "hostile", "--submit", "--",
+                          str(sandbox_project / "probe.py"), *HOSTILE_ARGS], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    job = re.search(r"submitted job (\d+)", res.stdout).group(1)
+    log = sandbox_project / "launch" / "logs" / f"hostile-{job}.out"
     info = wait_job(sandbox, job)
     assert info["ExitCode"] == "0:0", log.read_text()[-3000:]
     ranks = probes(sandbox_project, job)
