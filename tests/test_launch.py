@@ -411,3 +411,28 @@ def test_write_is_atomic_and_prints_how_to_submit(launch_project):
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
     dry = launch.launch_command(["invoke", "launch", "--", "t.py"], dry_run=True, cluster="lab-socket", name="d")
     assert dry.startswith("#!/bin/bash") and not (launch_project / "launch" / "d.sbatch").exists()
+
+
+@pytest.mark.parametrize(
+    "cluster,log_line,expect",
+    [
+        ("lab-ib", "node1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+         "shipyard: NCCL transport selected: IB (as expected on fabric ib)"),
+        ("lab-ib", "node1:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
+         "shipyard: WARNING: NCCL transport selected: Socket, expected IB on fabric ib"),
+        ("lab-efa", "node1:1:1 [0] NCCL INFO Using network AWS Libfabric",
+         "shipyard: NCCL transport selected: AWS Libfabric (as expected on fabric efa)"),
+        ("lab-socket", "rank 0 step 1 loss 0.5", "shipyard: NCCL transport: none logged"),
+    ],
+)
+def test_transport_line_reads_only_this_runs_part_of_the_log(launch_registry, tmp_path, cluster, log_line, expect):
+    """Run the launcher's own transport block in bash over a log whose earlier part (a previous, requeued run) says
+    something else: only what this run appended counts."""
+    t = launch.render(_build(launch_registry, cluster=cluster, nodes=2))
+    block = t[t.index("transport=$(tail"): t.index("fi\n", t.index("transport=$(tail")) + 3]
+    log = tmp_path / "job.out"
+    log.write_text("old run: NCCL INFO NET/Socket : Using [0]lo\n")
+    script = f'log={log}\nlog_start=$(stat -c %s "$log")\necho {launch.shell_quote(log_line)} >> "$log"\n{block}'
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().startswith(expect), res.stdout
