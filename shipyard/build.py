@@ -122,15 +122,35 @@ def input_hash(spec: dict, texts: dict[str, str], backend: str, tools: dict[str,
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def copied_files(root: Path, env) -> dict[str, str]:
-    """sha256 of every file that ``files:`` copies into the image (a directory counts file by file)."""
+def copy_sources(text: str, syntax: str) -> list[str]:
+    """The project files a rendered definition copies into the image: ``%files`` lines of a .def, ``COPY`` lines
+    of a Dockerfile. Read from the text itself, so the build context and the cache key hold exactly what the build
+    uses (the environment's ``files:`` and, when locked, definitions/ENV.lock)."""
+    out: list[str] = []
+    section = None
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if syntax == "def":
+            if line.startswith("%"):
+                section = words[0]
+            elif section == "%files":
+                out.append(words[0])
+        elif words[0].upper() == "COPY":
+            out += [w for w in words[1:-1] if not w.startswith("--")]
+    return list(dict.fromkeys(out))
+
+
+def copied_files(root: Path, sources: list[str]) -> dict[str, str]:
+    """sha256 of every file a build copies in (a directory counts file by file): part of the input hash."""
     out: dict[str, str] = {}
-    for f in env.files:
-        src = root / f.src
+    for rel in sources:
+        src = root / rel
+        if not src.exists():
+            raise ShipyardError(f"{rel}: the definition copies it into the image, but it does not exist under {root}")
         paths = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
         for p in paths:
-            if not p.is_file():
-                raise ShipyardError(f"environments.{env.name}.files: {f.src} does not exist under {root}")
             out[str(p.relative_to(root))] = sha256_file(p)
     return out
 
@@ -393,6 +413,9 @@ class ApptainerBackend:
 
         return {definitions.definition_path(reg, env.name): definitions.render_definition(env, reg)}
 
+    def sources(self, inputs: dict[Path, str]) -> list[str]:
+        return [src for p, t in inputs.items() if p.suffix == ".def" for src in copy_sources(t, "def")]
+
     def tools(self, formats) -> dict[str, str]:
         return {"apptainer": tool_version("apptainer")}
 
@@ -458,7 +481,7 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
     _seed_tool_versions(mf.read_manifest(mpath))
     tools = be.tools(fmts)
     key = input_hash(env.spec(), {str(p.relative_to(root)): t for p, t in inputs.items()}, backend, tools, fmts,
-                     copied_files(root, env))
+                     copied_files(root, [s for s in be.sources(inputs) if root / s not in inputs]))
     containers = root / "containers"
     with build_lock(containers / f"{env.name}.lock", block=block, out=out):
         recover_stale(reg, env.name, out)

@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from shipyard.build import Job, ShipyardError, artifact_path, run_streaming, temp_path, tool_version
+from shipyard.build import Job, ShipyardError, artifact_path, copy_sources, run_streaming, temp_path, tool_version
 
 # Formats beyond the docker image, and the tool that makes each from it.
 FORMAT_TOOLS = {"sif": "apptainer", "sqsh": "enroot"}
@@ -77,6 +77,9 @@ class DockerBackend:
         return {definitions.dockerfile_path(reg, env.name): definitions.render_dockerfile(env, reg),
                 definitions.test_script_path(reg, env.name): definitions.render_test_script(env, reg)}
 
+    def sources(self, inputs: dict[Path, str]) -> list[str]:
+        return [src for p, t in inputs.items() if p.suffix == ".Dockerfile" for src in copy_sources(t, "docker")]
+
     def tools(self, formats) -> dict[str, str]:
         tools = {"docker": "docker engine " + self.api.version().get("Version", "?")}
         for fmt in formats:
@@ -97,9 +100,9 @@ class DockerBackend:
         from shipyard import definitions
 
         root = job.root
-        dockerfile = str(definitions.dockerfile_path(job.reg, job.env.name).relative_to(root))
-        test_script = str(definitions.test_script_path(job.reg, job.env.name).relative_to(root))
-        ctx = context_tar(root, [dockerfile, test_script] + [f.src for f in job.env.files])
+        path = definitions.dockerfile_path(job.reg, job.env.name)
+        dockerfile = str(path.relative_to(root))
+        ctx = context_tar(root, [dockerfile] + copy_sources(path.read_text(encoding="utf-8"), "docker"))
         image_id = None
         try:
             stream = self.api.build(fileobj=ctx, custom_context=True, dockerfile=dockerfile, rm=True, forcerm=True,

@@ -309,3 +309,31 @@ def test_manifest_json_is_valid_and_has_no_credentials(project, apptainer_double
         if p.is_file():
             assert secret.encode() not in p.read_bytes(), p
     assert secret not in capsys.readouterr().out
+
+
+def _with_files(project) -> Path:
+    """Give `tiny` a `files:` entry (data/config.txt -> /opt/config.txt) and return the source file."""
+    reg_file = project.root / "registry.yaml"
+    reg_file.write_text(reg_file.read_text().replace(
+        "    stack: base\n", "    stack: base\n    files:\n      - {src: data/config.txt, dst: /opt/config.txt}\n", 1))
+    src = project.root / "data" / "config.txt"
+    src.parent.mkdir()
+    src.write_text("lr: 0.1\n")
+    return src
+
+
+def test_copied_files_are_part_of_the_cache_key(project, apptainer_double):
+    from shipyard import registry
+
+    src = _with_files(project)
+    reg = registry.load(project.root / "registry.yaml")
+    b.build(reg, "tiny")
+    b.build(reg, "tiny")
+    assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 1
+    src.write_text("lr: 0.2\n")  # same definition text, other content copied in: a rebuild
+    b.build(reg, "tiny")
+    assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 2
+    src.unlink()
+    with pytest.raises(ShipyardError, match="data/config.txt: the definition copies it into the image, but it "
+                                            "does not exist"):
+        b.build(reg, "tiny")

@@ -156,3 +156,19 @@ def test_no_docker_engine_is_one_line_error(project, monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     with pytest.raises(ShipyardError, match="docker backend: .*does not answer|no Docker engine"):
         b.build(project, "tiny", backend="docker")
+
+
+def test_files_reach_the_image_through_the_build_context(dproject, docker_env):
+    reg_file = dproject.root / "registry.yaml"
+    reg_file.write_text(reg_file.read_text().replace(
+        "    stack: base\n", "    stack: base\n    files:\n      - {src: data/config.txt, dst: /opt/config.txt}\n", 1))
+    (dproject.root / "data").mkdir()
+    (dproject.root / "data" / "config.txt").write_text("lr: 0.1\n")
+    (dproject.root / "containers").mkdir(exist_ok=True)
+    (dproject.root / "containers" / "huge.sif").write_bytes(b"\0" * 1024)  # never sent to the daemon
+    m = b.build(registry.load(reg_file), "tiny", backend="docker")
+    client = docker_env.client()
+    out = client.containers.run(m["image"]["tag"], ["/bin/cat", "/opt/config.txt"], remove=True, network_mode="none")
+    assert out == b"lr: 0.1\n"
+    ls = client.containers.run(m["image"]["tag"], ["/bin/ls", "/"], remove=True, network_mode="none").decode()
+    assert "containers" not in ls.split()
