@@ -6,8 +6,8 @@ launcher for the sandbox with the host runtime, submits it, waits, and prints th
 going down), the job id and the log path. Where the sandbox cannot run (no root, not Debian/Ubuntu) it says why in
 one line and only renders.
 
-Each step is its own function so that the launcher step (:func:`write_launcher`) can change alone: today it uses
-``shipyard.launch`` when that module is importable and falls back to the sandbox's own minimal launcher otherwise.
+Each step is its own function; the launcher step (:func:`write_launcher`) is ``shipyard.launch`` itself, so the demo
+submits exactly what ``invoke launch --cluster sandbox --runtime host`` writes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from shipyard import sandbox
-from shipyard.cli import atomic_write
 from shipyard.errors import ShipyardError
 
 JOB_NAME = "shipyard-demo"
@@ -78,35 +77,22 @@ def ensure_host_requirements(cluster) -> list[str]:
 
 
 def write_launcher(reg, info: dict, steps: int) -> tuple[Path, str, Path]:
-    """Write the 2-node torchrun launcher for the sandbox (host runtime). Returns (script, log pattern with %j,
-    checkpoint). This is the one step that changes when ``invoke launch`` takes over."""
-    cluster = reg.cluster(sandbox.CLUSTER)
+    """Write the 2-node torchrun launcher for the sandbox with the host runtime, through ``shipyard.launch`` (the
+    code path of ``invoke launch --cluster sandbox --runtime host``), so the demo runs the launcher users get.
+
+    Returns (script, log path with ``%j`` for the job id, checkpoint). This is the one step that knows about launch.
+    """
+    from shipyard import launch
+
     train = reg.root / TRAIN
     if not train.is_file():
         raise ShipyardError(f"demo: {train} is missing (the demo trains with the project's examples/train.py)")
-    jobs = Path(info["directory"]) / "jobs"
-    ckpt = jobs / "demo.pt"
-    command = [str(train), "--steps", str(steps), "--checkpoint", str(ckpt)]
-    log = str(jobs / f"{JOB_NAME}-%j.out")
-    if re.search(r"\s", log):
-        raise ShipyardError(f"demo: sandbox directory {info['directory']!r} contains whitespace, which #SBATCH "
-                            "--output cannot carry; set $SHIPYARD_SANDBOX_DIR to a path without spaces")
-    text = sandbox.render(
-        "demo.sbatch.j2",
-        job_name=JOB_NAME,
-        partition=info["partition"],
-        nodes=len(info["nodes"]),
-        gpus_per_node=info["gpus_per_node"],
-        cpus_per_task=cluster.cpus_per_node or 1,
-        time=cluster.time or "00:10:00",
-        log=log,
-        rdzv_port=29500,
-        python=sys.executable,
-        command=command,
-        script=jobs / "demo.sbatch",
-    )
-    script = atomic_write(jobs / "demo.sbatch", text, mode=0o755)
-    return script, log, ckpt
+    ckpt = Path(info["directory"]) / "jobs" / "demo.pt"
+    spec = launch.build(reg, None, cluster=sandbox.CLUSTER, nodes=len(info["nodes"]),
+                        gpus_per_node=info["gpus_per_node"], runtime="host", name=JOB_NAME,
+                        command=[str(train), "--steps", str(steps), "--checkpoint", str(ckpt)])
+    script = launch.write(spec)
+    return script, f"{spec.log_dir}/{spec.name}-%j.out", ckpt
 
 
 def submit(script: Path, directory=None) -> str:
@@ -149,6 +135,7 @@ def parse_result(log_text: str) -> dict | None:
 def run_job(reg, info: dict, steps: int = 60, timeout: float = 600) -> dict:
     """Write, submit and wait for the demo job; everything the report needs (also used by bench/)."""
     script, log_pattern, ckpt = write_launcher(reg, info, steps)
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
     ckpt.unlink(missing_ok=True)  # the demo trains from scratch each time, so the loss visibly goes down
     job = submit(script, info["directory"])
     done = wait(job, info["directory"], timeout)

@@ -29,15 +29,6 @@ def plan(reg):
     return sandbox.make_plan("/SANDBOX", cluster=reg.cluster("sandbox"))
 
 
-def _demo_script(plan, steps=60, python="/opt/py/bin/python", train="/PROJECT/examples/train.py"):
-    return sandbox.render(
-        "demo.sbatch.j2", job_name="shipyard-demo", partition=plan.partition, nodes=len(plan.nodes),
-        gpus_per_node=plan.gpus_per_node, cpus_per_task=plan.cpus_per_node, time=plan.max_time,
-        log=f"{plan.root}/jobs/shipyard-demo-%j.out", rdzv_port=29500, python=python,
-        command=[train, "--steps", str(steps), "--checkpoint", f"{plan.root}/jobs/demo.pt"],
-        script=f"{plan.root}/jobs/demo.sbatch")
-
-
 def test_plan_follows_the_registry_cluster(reg, plan):
     c = reg.cluster("sandbox")
     assert [n.name for n in plan.nodes] == ["node1", "node2"] and len(plan.nodes) == c.nodes
@@ -76,22 +67,6 @@ def test_env_sh_quotes_a_hostile_directory(reg, tmp_path):
                          check=True).stdout.splitlines()
     assert out == [f"{HOSTILE}/etc/slurm.conf", HOSTILE, "function"]
     assert not list(tmp_path.glob("PWNED*"))
-
-
-def test_demo_launcher_golden_and_shellcheck(plan, tmp_path):
-    text = _demo_script(plan)
-    golden(GOLD / "demo.sbatch", text)
-    (tmp_path / "demo.sbatch").write_text(text)
-    subprocess.run(["shellcheck", "-S", "warning", str(tmp_path / "demo.sbatch")], check=True)
-
-
-def test_demo_launcher_quotes_paths(plan, tmp_path):
-    text = _demo_script(plan, python="/opt/p y/python", train="/it's/$(x)/train.py")
-    assert "'/opt/p y/python' -m torch.distributed.run" in text
-    assert "'/it'\"'\"'s/$(x)/train.py'" in text
-    (tmp_path / "d.sbatch").write_text(text)
-    subprocess.run(["shellcheck", "-S", "warning", str(tmp_path / "d.sbatch")], check=True)
-    subprocess.run(["bash", "-n", str(tmp_path / "d.sbatch")], check=True)
 
 
 @pytest.mark.parametrize("value", ["x", "0", "65", "-1", "1.5", ""])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,10 +59,15 @@ def test_fake_gpus_accepted_and_bounded(sandbox):
     assert bad.returncode != 0 and "Requested node configuration is not available" in bad.stderr
 
 
-def test_two_node_torchrun_job_world_size_four(sandbox):
-    """The demo's launcher: sbatch, c10d rendezvous on the first node, gloo all-reduce, world size 4, exit 0."""
-    reg = registry.load(ROOT / "registry.yaml")
+def test_two_node_torchrun_job_world_size_four(sandbox, tmp_path):
+    """The demo's job (shipyard.launch's host-runtime launcher): sbatch, c10d rendezvous on the first node, gloo
+    all-reduce, world size 4, exit 0. The project is a copy in tmp_path, so launch/ is written there."""
+    shutil.copy(ROOT / "registry.yaml", tmp_path / "registry.yaml")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "train.py", tmp_path / "examples" / "train.py")
+    reg = registry.load(tmp_path / "registry.yaml")
     job = demo.run_job(reg, sandbox.info, steps=10, timeout=300)
+    assert Path(job["script"]).parent == tmp_path / "launch"
     log = Path(job["log"]).read_text()
     assert job["state"] == "COMPLETED" and job["exit"] == "0:0", log[-3000:]
     assert "--rdzv-backend=c10d" in Path(job["script"]).read_text()
