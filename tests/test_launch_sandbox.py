@@ -155,15 +155,30 @@ def test_pyxis_double_is_strict_missing_image_fails_the_job(sandbox, sandbox_pro
 
 @pytest.mark.double
 def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbox_project, monkeypatch):
+    """The cluster's `module load apptainer` runs in real Lmod; the module puts the apptainer **test double** on
+    PATH (a real site's module would put the real apptainer there)."""
+    import yaml
+
+    lmod_init = Path("/usr/share/lmod/lmod/init/bash")
+    if not lmod_init.exists():
+        pytest.skip("Lmod is not installed (apt-get install lmod)")
+    data = yaml.safe_load((sandbox_project / "registry.yaml").read_text())
+    data["clusters"]["sandbox"]["modules"] = ["apptainer"]
+    (sandbox_project / "registry.yaml").write_text(yaml.safe_dump(data))
+    modules = sandbox_project / "modulefiles"
+    modules.mkdir()
+    (modules / "apptainer.lua").write_text(f'prepend_path("PATH", "{DOUBLES / "apptainer-exec"}")\n')
+    monkeypatch.setenv("MODULEPATH", str(modules))
+    monkeypatch.setenv("BASH_ENV", str(lmod_init))  # how a site gives non-interactive batch shells `module`
     make_sif(sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif")
     calls = sandbox_project / "apptainer-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{DOUBLES / 'apptainer-exec'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SHIPYARD_APPTAINER_DOUBLE_LOG", str(calls))
     (sandbox_project / "data").mkdir()
     job, log = submit(sandbox_project, [str(sandbox_project / "probe.py"), "a b"], nodes=2, runtime="apptainer",
                       mounts="data:/data:ro", env=["FOO=from launcher"], name="appt")
     info = wait_job(sandbox, job)
     assert info["ExitCode"] == "0:0", log.read_text()[-3000:]
+    assert "module load apptainer" in (sandbox_project / "launch" / "appt.sbatch").read_text()
     seen = [json.loads(line) for line in calls.read_text().splitlines()]
     assert sorted(c["host"] for c in seen) == ["node1", "node2"]
     for c in seen:
