@@ -179,13 +179,18 @@ def test_credentials_from_env_are_used_and_never_written_or_logged(docker_servic
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
     b.build(reg, "pytorch-2.3")
+    # and a launcher written with the credential in the environment (the launch area's CLI, as a user runs it)
+    res = subprocess.run(fb.invoke_argv("launch", "--environment", "tiny", "--name", "t", "--", "python", "t.py"),
+                         cwd=reg.root, capture_output=True, text=True)
+    assert res.returncode == 0 and (reg.root / "launch" / "t.sbatch").is_file(), res.stderr
+    assert SECRET not in res.stdout + res.stderr
     captured = capfd.readouterr()
     encoded = basic.split()[1]
     for text in (captured.out, captured.err):
         assert SECRET not in text and encoded not in text
     for path, data in _all_bytes_under(reg.root):
         assert SECRET.encode() not in data and encoded.encode() not in data, path
-    assert (reg.root / "containers" / "logs").is_dir() and (reg.root / "definitions").is_dir()
+    assert all((reg.root / d).is_dir() for d in ("containers/logs", "definitions", "launch"))
 
 
 def test_credentials_from_docker_config(docker_services, registry_proxy, tmp_path, monkeypatch):
