@@ -30,7 +30,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
@@ -99,6 +98,24 @@ def intact(root: Path, record: dict) -> bool:
     except (OSError, KeyError, TypeError):
         return False
     return st.st_size == record.get("size") and st.st_mtime_ns == record.get("mtime_ns")
+
+
+def intact_or_signed(reg, env_name: str, m: dict, fmt: str) -> bool:
+    """Like :func:`intact`, but a SIF that ``invoke sign`` changed in place (signing appends a signature object)
+    still counts: when its sha256 is the one the signature recorded, the artifact is re-recorded once and kept,
+    instead of being rebuilt (which would throw the signature away)."""
+    record = (m.get("artifacts") or {}).get(fmt)
+    if not record:
+        return False
+    if intact(reg.root, record):
+        return True
+    sig = m.get("signature") or {}
+    path = Path(reg.root) / record["path"]
+    if fmt != "sif" or not sig.get("image_sha256") or not path.is_file() \
+            or sha256_file(path) != sig["image_sha256"]:
+        return False
+    record_artifact(reg, env_name, fmt)
+    return True
 
 
 def record_artifact(reg, env_name: str, fmt: str) -> dict:
@@ -487,7 +504,9 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
         recover_stale(reg, env.name, out)
         m = mf.read_manifest(mpath)
         if not force and m.get("status") == "ok" and m.get("input_hash") == key \
-                and all(intact(root, r) for r in m.get("artifacts", {}).values()) and be.still_there(m):
+                and all(intact_or_signed(reg, env.name, m, f) for f in m.get("artifacts", {})) \
+                and be.still_there(m):
+            m = mf.read_manifest(mpath)
             what = ", ".join(r["path"] for r in m.get("artifacts", {}).values()) or m.get("image", {}).get("tag", "")
             print(f"{env.name}: up to date ({what}; input hash {key[:12]}); --force rebuilds", file=out)
             return m
@@ -525,7 +544,9 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
                 log.write(f"build failed: {msg}")
                 mf.update_manifest(mpath, status="failed", error=msg, finished=now_iso(), pid=None)
                 raise
-            m = mf.update_manifest(mpath, status="ok", finished=now_iso(), pid=None, artifacts=records, **extra)
+            # a docker image from an earlier docker-backend build no longer describes this build
+            m = mf.update_manifest(mpath, status="ok", finished=now_iso(), pid=None, artifacts=records,
+                                   **{"image": None, **extra})
             done = ", ".join(r["path"] for r in records.values()) or extra.get("image", {}).get("tag", "")
             log.write(f"built {done}")
     return m

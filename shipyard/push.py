@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -354,6 +353,16 @@ def pull_image(target, env_name: str, tag: str, expect_digest: str | None, out: 
 # ----------------------------------------------------------------------------------------------- commands
 
 
+def _signature_problem(reg, env_name: str, m: dict) -> str | None:
+    """Why the image may not go to a ``require_signed`` registry (None: it may). The signing area's check when
+    present (signature must match the current file), else at least a recorded signature."""
+    try:
+        from shipyard.sign import signature_problem
+    except ImportError:
+        return None if m.get("signature") else f"{env_name} is not signed; run `invoke sign {env_name}` first"
+    return signature_problem(reg, env_name)
+
+
 def push(reg, env_name: str, registry_name: str | None = None, tag: str | None = None,
          out: IO[str] | None = None) -> dict:
     """Push ``env_name``'s SIF (``oras://`` registries) or docker image (``docker://``); record it in the manifest."""
@@ -364,9 +373,10 @@ def push(reg, env_name: str, registry_name: str | None = None, tag: str | None =
     if m.get("status") != "ok":
         state = f"the last build {m['status']}" if m.get("status") else "it was never built"
         raise ShipyardError(f"{mpath}: cannot push {env.name}: {state}; run `invoke build {env.name}` first")
-    if target.require_signed and not m.get("signature"):
-        raise ShipyardError(f"registries.{target.name}: require_signed is true but {env.name} is not signed; "
-                            f"run `invoke sign {env.name}` first")
+    if target.require_signed:
+        problem = _signature_problem(reg, env.name, m)
+        if problem:
+            raise ShipyardError(f"registries.{target.name}: require_signed is true: {problem}")
     tag = tag or m["input_hash"][:12]
     annotations = {"org.opencontainers.image.title": env.name, "org.shipyard.input-hash": m["input_hash"],
                    "org.shipyard.spec-sha256": m.get("spec_hash", ""), "org.opencontainers.image.created":
@@ -376,9 +386,10 @@ def push(reg, env_name: str, registry_name: str | None = None, tag: str | None =
         if not rec:
             raise ShipyardError(f"{mpath}: {env.name} has no SIF to push (docker-backend builds make one only where "
                                 "apptainer exists); push the image to a docker:// registry instead")
-        if not b.intact(Path(reg.root), rec):
+        if not b.intact_or_signed(reg, env.name, m, "sif"):
             raise ShipyardError(f"{rec['path']} changed since it was built (size/mtime differ from {mpath.name}); "
                                 f"rebuild with `invoke build {env.name} --force`")
+        rec = mf.read_manifest(mpath)["artifacts"]["sif"]  # re-recorded if signing changed the file
         record = push_sif(target, env.name, Path(reg.root) / rec["path"], rec["sha256"], tag, annotations, out)
     else:
         image = m.get("image")
@@ -386,7 +397,7 @@ def push(reg, env_name: str, registry_name: str | None = None, tag: str | None =
             raise ShipyardError(f"{mpath}: {env.name} has no docker image (it was built with --backend apptainer); "
                                 "push its SIF to an oras:// registry instead")
         record = push_image(target, env.name, image, tag, out)
-    record["registry"] = target.name
+    record.update(registry=target.name, input_hash=m["input_hash"])
     pushed = dict(m.get("pushed", {}))
     pushed[target.name] = record
     mf.update_manifest(mpath, pushed=pushed)

@@ -6,7 +6,6 @@ Started once per test session by ``shipyard.services`` (private data root, unix 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess

@@ -2,7 +2,6 @@
 
 import json
 import multiprocessing
-import os
 
 import pytest
 

@@ -123,7 +123,7 @@ def test_push_refuses_unbuilt_changed_or_unsigned(docker_services, tmp_path, mon
     with pytest.raises(ShipyardError, match="never built"):
         p.push(reg, "tiny")
     sif = built_sif(reg)
-    with pytest.raises(ShipyardError, match="require_signed is true but tiny is not signed"):
+    with pytest.raises(ShipyardError, match="require_signed is true: .*not signed; run `invoke sign tiny`"):
         p.push(reg, "tiny", "signed-only")
     with open(sif, "ab") as fh:
         fh.write(b"tampered")
@@ -236,3 +236,25 @@ def test_many_chunks_through_an_authenticating_registry(docker_services, registr
     sif.unlink()
     p.pull(reg, "tiny")
     assert sif.read_bytes() == original
+
+
+def test_signed_sif_is_kept_by_build_and_pushed_to_signed_only(docker_services, tmp_path, monkeypatch):
+    """`invoke sign` appends a signature to the SIF in place; build must not rebuild it, push must accept it."""
+    _, regd = docker_services
+    monkeypatch.setenv("PATH", f"{fb.APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
+    reg = project_at(tmp_path, monkeypatch, regd.address)
+    first = b.build(reg, "tiny")
+    sif = reg.root / "containers" / "tiny.sif"
+    with open(sif, "ab") as fh:  # what signing does to the file, as the signing area records it
+        fh.write(b"signature object")
+    mf.update_manifest(mf.manifest_path(reg, "tiny"), signature={"image_sha256": b.sha256_file(sif)})
+    again = b.build(reg, "tiny")
+    assert again["finished"] == first["finished"]  # a cache hit: not rebuilt, the signature survives
+    assert again["artifacts"]["sif"]["sha256"] == b.sha256_file(sif)
+    rec = p.push(reg, "tiny", "signed-only")
+    assert rec["reference"].startswith(f"oras://{regd.address}/signed/tiny:")
+    b.build(reg, "tiny", force=True)  # a new, unsigned image
+    with pytest.raises(ShipyardError, match="require_signed is true: .*changed since `invoke sign`"):
+        p.push(reg, "tiny", "signed-only")
