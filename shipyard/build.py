@@ -490,6 +490,8 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
     """Build ``env_name`` (or skip it when the cache says it is current) and return the manifest."""
     env = reg.environment(env_name)
     fmts = formats if isinstance(formats, tuple) else parse_formats(formats, backend)
+    if fakeroot and backend != "apptainer":
+        raise ShipyardError(f"--fakeroot applies to `apptainer build` only, not to --backend {backend}")
     be = backend_for(backend, fakeroot)
     be.preflight()
     root = Path(reg.root)

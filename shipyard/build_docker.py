@@ -12,7 +12,6 @@ set. A build that is killed or fails therefore never leaves that tag on a partia
 
 from __future__ import annotations
 
-import os
 import shutil
 import tarfile
 import tempfile
@@ -29,9 +28,8 @@ def client(timeout: int = 3600):
     """A low-level Docker API client for $DOCKER_HOST (or the default socket); a clear error when none answers."""
     import docker
 
-    try:
-        api = docker.APIClient(base_url=os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock",
-                               timeout=timeout, version="auto")
+    try:  # DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, as the docker CLI reads them
+        api = docker.APIClient(timeout=timeout, version="auto", **docker.utils.kwargs_from_env())
     except docker.errors.DockerException as exc:
         raise ShipyardError(f"docker backend: no Docker engine at ${{DOCKER_HOST}} or /var/run/docker.sock "
                             f"({str(exc).splitlines()[0][:160]}); start dockerd or set DOCKER_HOST") from None

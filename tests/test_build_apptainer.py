@@ -285,6 +285,8 @@ def test_bad_flags_are_one_line_errors(project, apptainer_double):
         b.build(project, "tiny", formats="sif,sqsh")
     with pytest.raises(ShipyardError, match="unknown format tar"):
         b.build(project, "tiny", backend="docker", formats="tar")
+    with pytest.raises(ShipyardError, match="--fakeroot applies to `apptainer build` only"):
+        b.build(project, "tiny", backend="docker", fakeroot=True)
     with pytest.raises(ShipyardError, match="--backend podman: unknown backend"):
         b.build(project, "tiny", backend="podman")
 
