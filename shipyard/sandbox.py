@@ -378,18 +378,15 @@ def run_client(argv: Sequence[str], directory=None, timeout: float | None = None
     return subprocess.run(client_argv(argv, directory, timeout), **kwargs)
 
 
-def argv_after_dashdash(argv: Sequence[str]) -> list[str]:
-    """The words after the first standalone ``--``, exactly as the shell passed them.
-
-    invoke joins its remainder into one string and loses quoting, so ``sandbox.exec`` reads ``sys.argv`` itself.
-    """
-    argv = list(argv)
-    return argv[argv.index("--") + 1:] if "--" in argv else []
-
-
 def exec_command(argv: Sequence[str], directory=None) -> int:
-    """``invoke sandbox.exec -- CMD ...``: run CMD against the sandbox with the terminal attached; its exit code."""
-    return subprocess.run(client_argv(argv_after_dashdash(argv), directory, timeout=0),
+    """``invoke sandbox.exec -- CMD ...``: run CMD against the sandbox with the terminal attached; its exit code.
+
+    ``argv`` is ``sys.argv``: invoke joins its ``--`` remainder into one string and loses quoting, so the words
+    after ``--`` are read from it (with launch's reader, which ``invoke launch`` uses for the same reason).
+    """
+    from shipyard.launch import argv_after_dashdash
+
+    return subprocess.run(client_argv(list(argv_after_dashdash(argv)), directory, timeout=0),
                           env=client_env(directory)).returncode
 
 
@@ -413,17 +410,19 @@ def status(directory=None) -> str:
     return "\n".join(lines)
 
 
-def up(nodes: int | None = None, gpus_per_node: int | None = None, directory=None, install: bool = True) -> dict:
+def up(nodes: int | None = None, gpus_per_node: int | None = None, directory=None, install: bool = True, *,
+       cluster=None) -> dict:
     """Start the sandbox (or report the one already running there) and wait until every node is idle.
 
-    Returns ``{"directory", "controller": {name, ip}, "nodes": [{name, hostname, ip}], "partition",
+    ``cluster`` (a :class:`shipyard.model.Cluster`) gives the shape; by default the loaded registry's
+    ``clusters.sandbox``. Returns ``{"directory", "controller": {name, ip}, "nodes": [{name, hostname, ip}], "partition",
     "gpus_per_node", "already_running", "seconds"}``. ``seconds`` is packages-installed to every-node-idle.
     """
     reason = cannot_run_reason()
     if reason:
         raise ShipyardError(f"sandbox.up: {reason}")
     root = _directory(directory)
-    plan = make_plan(root, nodes, gpus_per_node)
+    plan = make_plan(root, nodes, gpus_per_node, cluster)
     with _locked(root):
         state = _read_state(root)
         if _running(state):
@@ -522,5 +521,5 @@ def munge_user() -> pwd.struct_passwd:
 
 
 __all__ = ["up", "down", "status", "is_up", "default_directory", "client_argv", "client_env", "run_client",
-           "exec_command", "argv_after_dashdash", "make_plan", "render_configs", "render_env_sh",
+           "exec_command", "make_plan", "render_configs", "render_env_sh",
            "cannot_run_reason", "missing_packages", "Plan", "Host"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -76,6 +77,26 @@ def test_two_node_torchrun_job_world_size_four(sandbox, tmp_path):
     assert r["last_loss"] < r["first_loss"]
     text, ok = demo.report(job, 2, 2)
     assert ok, text
+
+
+def test_invoke_demo_end_to_end(sandbox, tmp_path):
+    """The README's main command, as a user runs it: renders, reuses the running sandbox, trains, prints."""
+    shutil.copy(ROOT / "registry.yaml", tmp_path / "registry.yaml")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "train.py", tmp_path / "examples" / "train.py")
+    env = dict(os.environ, SHIPYARD_REGISTRY=str(tmp_path / "registry.yaml"),
+               SHIPYARD_SANDBOX_DIR=str(sandbox.directory))
+    res = subprocess.run([sys.executable, "-m", "invoke", "demo", "--steps", "20"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert (tmp_path / "definitions" / "pytorch-2.3.def").exists()
+    assert "already running" in out
+    assert re.search(r"^job \d+: COMPLETED \(exit 0:0\)", out, re.M), out
+    assert re.search(r"^training: world size 4 \(ranks 0, 1, 2, 3 reported\), steps 0->20, loss .* \(going down\)$",
+                     out, re.M), out
+    log = re.search(r"^log: (.*)$", out, re.M)[1]
+    assert Path(log).parent == tmp_path / "launch" / "logs" and "result: world_size=4" in Path(log).read_text()
 
 
 def test_up_twice_is_idempotent(sandbox):
@@ -230,3 +251,29 @@ def test_socket_of_localhost_untouched(sandbox):
         with socket.socket() as s:
             s.settimeout(1)
             assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_fixture_tears_down_after_a_failing_test(tmp_path):
+    """A session whose test fails still stops the sandbox its fixture started: no process of it, no directory."""
+    if sb.cannot_run_reason():
+        pytest.skip(sb.cannot_run_reason())
+    record = tmp_path / "seen.json"
+    (tmp_path / "test_inner.py").write_text(
+        "import json, pathlib\n"
+        "def test_fails(sandbox):\n"
+        "    state = json.loads((sandbox.directory / 'state.json').read_text())\n"
+        f"    pathlib.Path({str(record)!r}).write_text(json.dumps({{'dir': str(sandbox.directory), "
+        "'procs': state['processes']}))\n"
+        "    assert sandbox.run(['sinfo', '-h']).returncode == 0\n"
+        "    assert False, 'this test fails on purpose'\n")
+    env = {k: v for k, v in os.environ.items() if k != sb.DIR_ENV}
+    env["PYTHONPATH"] = str(ROOT / "tests") + os.pathsep + str(ROOT)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "fixtures_sandbox", "-p", "no:cacheprovider",
+                          str(tmp_path / "test_inner.py")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 1 and "1 failed" in res.stdout, res.stdout + res.stderr
+    seen = json.loads(record.read_text())
+    assert len(seen["procs"]) == 7
+    for p in seen["procs"]:
+        assert not sb._alive(p), p
+    assert not Path(seen["dir"]).exists()
