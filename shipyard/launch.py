@@ -69,14 +69,6 @@ def shell_join(words: Sequence[str]) -> str:
     return " ".join(shell_quote(w) for w in words)
 
 
-class Raw(str):
-    """A word the template writes as-is (a shell expression we generate, e.g. ``"$head_addr"``), never user input."""
-
-
-def _word(w: str) -> str:
-    return str(w) if isinstance(w, Raw) else shell_quote(w)
-
-
 # ------------------------------------------------------------------------------------------------ the model
 
 
@@ -433,7 +425,7 @@ def _jinja() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["q"] = shell_quote
-    env.filters["words"] = lambda ws: " ".join(_word(w) for w in ws)
+    env.filters["words"] = shell_join
     return env
 
 

@@ -6,7 +6,6 @@ The sandbox tests (real Slurm) are in test_launch_sandbox.py.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -29,10 +28,6 @@ CMD = ("examples/train.py", "--epochs", "3", "--checkpoint", "ckpt/model.pt")
 def _build(reg, **kw):
     kw.setdefault("command", CMD)
     return launch.build(reg, **kw)
-
-
-def _node_count(reg, cluster, nodes):
-    return nodes if reg.cluster(cluster).nodes is None or nodes <= reg.cluster(cluster).nodes else None
 
 
 def shellcheck(text: str) -> subprocess.CompletedProcess:
