@@ -431,3 +431,24 @@ def test_transport_line_reads_only_this_runs_part_of_the_log(launch_registry, tm
     res = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().startswith(expect), res.stdout
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True),
+                       st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=16),
+                       max_size=4))
+def test_env_values_reach_the_job_exactly(env):
+    """Any --env value (quotes, $, newlines, non-ASCII) is exported verbatim: run the launcher's export lines in bash."""
+    from fixtures_launch import FAKE_ROOT, LAUNCH_REGISTRY
+    from shipyard import registry
+
+    env = {k: v for k, v in env.items() if k != "RDMAV_FORK_SAFE"}
+    reg = registry.load_text(LAUNCH_REGISTRY, "registry.yaml", path=FAKE_ROOT / "registry.yaml")
+    t = launch.render(_build(reg, cluster="lab-ib", nodes=2, env=[f"{k}={v}" for k, v in env.items()]))
+    exports = t[t.index("# NCCL preset"): t.index("# Rendezvous host")]
+    names = " ".join(env) or "NONE"
+    script = exports + f'for n in {names}; do printf "%s=%s\\0" "$n" "${{!n-}}"; done'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout.decode()
+    got = dict(item.split("=", 1) for item in out.split("\0")[:-1])
+    assert {k: got[k] for k in env} == env
+    assert shellcheck(t).returncode == 0
