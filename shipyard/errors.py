@@ -13,6 +13,8 @@ class ShipyardError(Exception):
     exit_code = 2
 
     def __init__(self, message: str, exit_code: int = 2):
+        # One line, always: a key or value that carries a newline is shown escaped.
+        message = str(message).replace("\r", "\\r").replace("\n", "\\n")
         super().__init__(message)
         self.exit_code = exit_code
 

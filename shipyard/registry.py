@@ -35,6 +35,8 @@ from shipyard.model import (
 )
 
 REGISTRY_ENV = "SHIPYARD_REGISTRY"
+# libyaml's parser when PyYAML was built with it (it keeps marks, so file:line errors still work)
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CUDA_IMAGE = re.compile(r"^(?:docker\.io/)?nvidia/cuda:")
 
 
@@ -68,7 +70,7 @@ def _construct(node: yaml.Node, path: tuple, lines: _Lines, fname: str) -> Any:
             if not isinstance(knode, yaml.ScalarNode):
                 raise ShipyardError(f"{fname}:{knode.start_mark.line + 1}: {_dotted(path) or '<top>'}: "
                                     "keys must be plain strings")
-            key = yaml.SafeLoader.construct_scalar(yaml.SafeLoader(""), knode)  # keys stay strings: '2.3' not 2.3
+            key = str(knode.value)  # keys stay strings: '2.3' not 2.3
             if key in out:
                 raise ShipyardError(f"{fname}:{knode.start_mark.line + 1}: {_dotted(path + (key,))}: duplicate key")
             lines[path + (key,)] = knode.start_mark.line + 1
@@ -86,7 +88,7 @@ def _construct(node: yaml.Node, path: tuple, lines: _Lines, fname: str) -> Any:
 def parse_yaml(text: str, fname: str) -> tuple[Any, _Lines]:
     """Parse YAML into plain data plus a map of key paths to lines; malformed YAML -> one-line ShipyardError."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_FAST_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
