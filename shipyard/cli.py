@@ -77,7 +77,7 @@ def atomic_write(path: str | os.PathLike, text: str | bytes, mode: int | None = 
     return path
 
 
-OPTIONAL_POSITIONALS = {"env"}
+OPTIONAL_POSITIONALS = {"env", "environment"}
 
 
 def allow_optional_positionals(names=OPTIONAL_POSITIONALS) -> None:
