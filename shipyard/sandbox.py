@@ -396,8 +396,8 @@ def status(directory=None) -> str:
     state = _read_state(root)
     if not _running(state):
         dead = [p["role"] for p in (state or {}).get("processes", []) if not _alive(p)]
-        why = f" (stopped: {', '.join(dead)}; run invoke sandbox.down, then sandbox.up)" if dead and state.get(
-            "status") == "up" else ""
+        crashed = bool(dead) and state.get("status") == "up"
+        why = f" (stopped: {', '.join(dead)}; invoke sandbox.up restarts it)" if crashed else ""
         return f"sandbox {root}: down{why}"
     info = state["info"]
     lines = [f"sandbox {root}: up since {time.strftime('%H:%M:%S', time.localtime(state['started']))}, "
@@ -447,7 +447,9 @@ def _stop(state: dict, root: Path) -> None:
     stop_s = facts()["timeouts"]["stop_s"]
     procs = [p for p in state.get("processes", []) if _alive(p)]
     holders = [p for p in procs if p["role"].startswith("ns:")]
-    inodes = {_netns_inode(p["pid"]) for p in holders} - {None}
+    # The sandbox's namespaces, found through any live process that ran in one (a holder may have died while its
+    # slurmd lives on). Never this process's own namespace: munged, for one, runs in the host's.
+    inodes = {_netns_inode(p["pid"]) for p in procs if p["role"] != "munged"} - {None, _netns_inode(os.getpid())}
     holder_pids = {p["pid"] for p in holders}
     inside = []
     if inodes:

@@ -91,7 +91,8 @@ def test_missing_packages_are_named_with_the_apt_command(tmp_path, monkeypatch):
     assert "\n" not in msg
     if not sandbox.cannot_run_reason():  # the whole `sandbox.up --no-install` path refuses the same way
         with pytest.raises(ShipyardError, match="missing .*slurmctld.*apt-get install -y"):
-            sandbox.up(directory=tmp_path / "sb", install=False)
+            sandbox.up(directory=tmp_path / "sb", install=False,
+                       cluster=registry.load(ROOT / "registry.yaml").cluster("sandbox"))
         assert not sandbox.is_up(tmp_path / "sb")
 
 

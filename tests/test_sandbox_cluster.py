@@ -24,6 +24,7 @@ from shipyard import sandbox_start
 from shipyard.errors import ShipyardError
 
 pytestmark = pytest.mark.slurm
+CLUSTER = registry.load(ROOT / "registry.yaml").cluster("sandbox")  # not the current directory's registry
 
 
 def test_two_idle_nodes(sandbox):
@@ -101,12 +102,12 @@ def test_invoke_demo_end_to_end(sandbox, tmp_path):
 
 def test_up_twice_is_idempotent(sandbox):
     before = json.loads((sandbox.directory / "state.json").read_text())["processes"]
-    info = sb.up(directory=sandbox.directory)
+    info = sb.up(directory=sandbox.directory, cluster=CLUSTER)
     assert info["already_running"] is True and info["nodes"] == sandbox.info["nodes"]
     after = json.loads((sandbox.directory / "state.json").read_text())["processes"]
     assert after == before
     with pytest.raises(ShipyardError, match="already runs with 2 nodes x 2 GPUs"):
-        sb.up(nodes=3, directory=sandbox.directory)
+        sb.up(nodes=3, directory=sandbox.directory, cluster=CLUSTER)
 
 
 def test_status_env_file_and_exec_cli(sandbox):
@@ -157,7 +158,7 @@ def throwaway():
 
 def test_crash_recovery_and_down_leaves_nothing(throwaway):
     mounts_before = _suspect_mounts(throwaway)
-    sb.up(directory=throwaway)
+    sb.up(directory=throwaway, cluster=CLUSTER)
     state = json.loads((throwaway / "state.json").read_text())
     procs = {p["role"]: p for p in state["processes"]}
     assert set(procs) == {"munged", "ns:ctl", "ns:node1", "ns:node2", "slurmctld", "slurmd-node1", "slurmd-node2"}
@@ -169,9 +170,9 @@ def test_crash_recovery_and_down_leaves_nothing(throwaway):
         time.sleep(0.05)
     assert not sb.is_up(throwaway)
     assert "stopped: slurmd-node2" in sb.status(throwaway)
-    err = sandbox_start._dead_daemon_error(sb.make_plan(throwaway), state)
+    err = sandbox_start._dead_daemon_error(sb.make_plan(throwaway, cluster=CLUSTER), state)
     assert "slurmd-node2 exited" in str(err) and str(throwaway / "log" / "slurmd-node2.log") in str(err)
-    info = sb.up(directory=throwaway)
+    info = sb.up(directory=throwaway, cluster=CLUSTER)
     assert info["already_running"] is False and sb.is_up(throwaway)
 
     # A running job, so that down must also end job processes inside the namespaces.
@@ -209,7 +210,7 @@ def test_crash_recovery_and_down_leaves_nothing(throwaway):
 
 
 def test_down_keep_keeps_logs(throwaway):
-    sb.up(nodes=1, gpus_per_node=1, directory=throwaway)
+    sb.up(nodes=1, gpus_per_node=1, directory=throwaway, cluster=CLUSTER)
     assert "files kept" in sb.down(throwaway, keep=True)
     assert (throwaway / "log" / "slurmctld.log").exists() and not sb.is_up(throwaway)
     assert json.loads((throwaway / "state.json").read_text())["status"] == "down"
@@ -241,7 +242,7 @@ def test_unreachable_directory_is_refused(tmp_path):
         pytest.skip(sb.cannot_run_reason())
     os.chmod(tmp_path, 0o700)
     with pytest.raises(ShipyardError, match="not searchable by others"):
-        sb.up(directory=tmp_path / "sb", install=False)
+        sb.up(directory=tmp_path / "sb", install=False, cluster=CLUSTER)
     assert not sb.is_up(tmp_path / "sb")
 
 
@@ -277,3 +278,31 @@ def test_fixture_tears_down_after_a_failing_test(tmp_path):
     for p in seen["procs"]:
         assert not sb._alive(p), p
     assert not Path(seen["dir"]).exists()
+
+
+def test_wait_for_idle_names_the_failing_daemon_and_its_log(throwaway, monkeypatch):
+    """The idle wait's two timeouts, provoked for real: a node that is not idle, and a controller that is stopped."""
+    sb.up(directory=throwaway, cluster=CLUSTER)
+    state = json.loads((throwaway / "state.json").read_text())
+    pids = {p["role"]: p["pid"] for p in state["processes"]}
+    plan = sb.make_plan(throwaway, cluster=CLUSTER)
+    facts = json.loads(json.dumps(sb.facts()))
+    facts["timeouts"]["idle_s"] = 1
+    monkeypatch.setattr(sb, "facts", lambda: facts)
+
+    res = sb.run_client(["scontrol", "update", "nodename=node2", "state=drain", "reason=test"], throwaway,
+                        capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    with pytest.raises(ShipyardError) as exc:
+        sandbox_start._wait_idle(plan, state, pids["ns:ctl"])
+    msg = str(exc.value)
+    assert "node node2 is 'drain', not idle" in msg and str(throwaway / "log" / "slurmd-node2.log") in msg
+
+    os.kill(pids["slurmctld"], signal.SIGSTOP)
+    try:
+        with pytest.raises(ShipyardError) as exc:
+            sandbox_start._wait_idle(plan, state, pids["ns:ctl"])
+    finally:
+        os.kill(pids["slurmctld"], signal.SIGCONT)
+    msg = str(exc.value)
+    assert "slurmctld did not answer within 1 s" in msg and str(throwaway / "log" / "slurmctld.log") in msg
