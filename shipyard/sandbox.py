@@ -372,7 +372,8 @@ def client_argv(argv: Sequence[str], directory=None, timeout: float | None = Non
     return wrap + [str(a) for a in argv]
 
 
-def run_client(argv: Sequence[str], directory=None, timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+def run_client(argv: Sequence[str], directory=None, timeout: float | None = None,
+               **kwargs) -> subprocess.CompletedProcess:
     """Run a Slurm client against the sandbox (``subprocess.run`` keyword arguments pass through)."""
     kwargs.setdefault("env", client_env(directory))
     return subprocess.run(client_argv(argv, directory, timeout), **kwargs)
@@ -415,8 +416,9 @@ def up(nodes: int | None = None, gpus_per_node: int | None = None, directory=Non
     """Start the sandbox (or report the one already running there) and wait until every node is idle.
 
     ``cluster`` (a :class:`shipyard.model.Cluster`) gives the shape; by default the loaded registry's
-    ``clusters.sandbox``. Returns ``{"directory", "controller": {name, ip}, "nodes": [{name, hostname, ip}], "partition",
-    "gpus_per_node", "already_running", "seconds"}``. ``seconds`` is packages-installed to every-node-idle.
+    ``clusters.sandbox``. Returns ``{"directory", "controller": {name, ip}, "nodes": [{name, hostname, ip}],
+    "partition", "gpus_per_node", "env_file", "conf", "logs", "already_running", "seconds"}``; ``seconds`` is
+    packages-installed to every-node-idle.
     """
     reason = cannot_run_reason()
     if reason:
