@@ -174,6 +174,97 @@ def doctor(c, cluster=None, env=None):
         raise SystemExit(code)
 
 
+# ----------------------------------------------------------------------------------------------- development
+
+
+@task(
+    name="test",
+    help={
+        "no_install": "do not apt-get install missing test packages",
+        "k": "only tests matching this pytest -k expression",
+        "pytest_args": "extra pytest arguments, one shell-quoted string (e.g. '-x -q')",
+    },
+)
+@task_guard
+def test_(c, no_install=False, k=None, pytest_args=""):
+    """Install what the tests need (Slurm, munge, dockerd, registry, shellcheck, ...) and run the whole suite."""
+    import shlex
+
+    from shipyard import devtools
+
+    args = shlex.split(pytest_args) + (["-k", k] if k else [])
+    code = devtools.run_tests(args, install=not no_install)
+    if code:
+        raise SystemExit(code)
+
+
+# ----------------------------------------------------------------------------------------------- launchers
+
+_LAUNCH_HELP = {
+    "environment": "environment to run (default: defaults.environment)",
+    "cluster": "cluster profile (default: defaults.cluster)",
+    "nodes": "number of nodes (default: 1)",
+    "gpus_per_node": "GPUs per node (default: the cluster's gpus_per_node)",
+    "runtime": "pyxis | apptainer | host (default: the cluster's runtime)",
+    "partition": "Slurm partition (default: the cluster's scheduler.partition)",
+    "account": "Slurm account (default: the cluster's scheduler.account)",
+    "time": "time limit [D-]HH[:MM[:SS]] (default: the cluster's scheduler.time)",
+    "mounts": "extra mounts SRC:DST[:ro],... (added to the cluster's binds and the project directory)",
+    "env": "NAME=VALUE exported to the job and overriding the image's value (repeatable)",
+    "name": "launcher name: writes launch/<name>.sbatch",
+    "image": "container image instead of <cluster.storage>/<env>.sqsh|.sif (pyxis: also REGISTRY#IMAGE:TAG)",
+    "monitor": "sample CPU/RAM/GPU usage on every node into launch/logs/<name>-<jobid>.usage.<node>.csv",
+    "monitor_interval": "seconds between usage samples (default 5)",
+    "nccl_debug": "NCCL_DEBUG=INFO for every subsystem (by default only NET, for the transport line)",
+    "submit": "submit with sbatch --parsable and print the job id(s)",
+    "dry_run": "print the launcher instead of writing it",
+    "registry": "registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
+}
+
+
+@task(
+    positional=["environment"],
+    iterable=["env"],
+    auto_shortflags=False,
+    help={
+        **_LAUNCH_HELP,
+        "chain": "submit K jobs, each starting after the previous one ends (afterany), resuming from its checkpoint",
+        "requeue": "requeue the job after a checkpoint signal, while SLURM_RESTART_COUNT < --max-restarts",
+        "max_restarts": "requeues allowed with --requeue (default 3)",
+        "signal_before": "send USR2 this many seconds before the time limit (default 90 with --requeue/--chain)",
+    },
+)
+@task_guard
+def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
+           account=None, time=None, mounts=None, env=None, name=None, image=None, chain=None, requeue=False,
+           max_restarts=None, signal_before=None, monitor=False, monitor_interval=None, nccl_debug=False,
+           submit=False, dry_run=False, registry=None):
+    """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
+    from shipyard import launch as ln
+
+    print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
+                            environment=environment, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
+                            runtime=runtime, partition=partition, account=account, time=time, mounts=mounts,
+                            env=env, name=name, image=image, chain=chain, requeue=requeue,
+                            max_restarts=max_restarts, signal_before=signal_before, monitor=monitor,
+                            monitor_interval=monitor_interval, nccl_debug=nccl_debug))
+
+
+@task(name="nccl-test", positional=["environment"], iterable=["env"], auto_shortflags=False,
+      help={k: v for k, v in _LAUNCH_HELP.items() if not k.startswith("monitor")})
+@task_guard
+def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
+              account=None, time=None, mounts=None, env=None, name=None, image=None, nccl_debug=False,
+              submit=False, dry_run=False, registry=None):
+    """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
+    from shipyard import launch as ln
+
+    print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
+                            kind="nccl-test", environment=environment, cluster=cluster, nodes=nodes,
+                            gpus_per_node=gpus_per_node, runtime=runtime, partition=partition, account=account,
+                            time=time, mounts=mounts, env=env, name=name, image=image, nccl_debug=nccl_debug))
+
+
 # ----------------------------------------------------------------------------------------------- sandbox, demo
 # The local Slurm cluster (shipyard/sandbox.py) and the README's main command (shipyard/demo.py).
 
@@ -311,72 +402,6 @@ def pull(c, env=None, registry="", tag=""):
     p.pull(load(), env or None, registry or None, tag or None)
 
 
-# ----------------------------------------------------------------------------------------------- launchers
-
-_LAUNCH_HELP = {
-    "environment": "environment to run (default: defaults.environment)",
-    "cluster": "cluster profile (default: defaults.cluster)",
-    "nodes": "number of nodes (default: 1)",
-    "gpus_per_node": "GPUs per node (default: the cluster's gpus_per_node)",
-    "runtime": "pyxis | apptainer | host (default: the cluster's runtime)",
-    "partition": "Slurm partition (default: the cluster's scheduler.partition)",
-    "account": "Slurm account (default: the cluster's scheduler.account)",
-    "time": "time limit [D-]HH[:MM[:SS]] (default: the cluster's scheduler.time)",
-    "mounts": "extra mounts SRC:DST[:ro],... (added to the cluster's binds and the project directory)",
-    "env": "NAME=VALUE exported to the job and overriding the image's value (repeatable)",
-    "name": "launcher name: writes launch/<name>.sbatch",
-    "image": "container image instead of <cluster.storage>/<env>.sqsh|.sif (pyxis: also REGISTRY#IMAGE:TAG)",
-    "monitor": "sample CPU/RAM/GPU usage on every node into launch/logs/<name>-<jobid>.usage.<node>.csv",
-    "monitor_interval": "seconds between usage samples (default 5)",
-    "nccl_debug": "NCCL_DEBUG=INFO for every subsystem (by default only NET, for the transport line)",
-    "submit": "submit with sbatch --parsable and print the job id(s)",
-    "dry_run": "print the launcher instead of writing it",
-    "registry": "registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
-}
-
-
-@task(
-    iterable=["env"],
-    auto_shortflags=False,
-    help={
-        **_LAUNCH_HELP,
-        "chain": "submit K jobs, each starting after the previous one ends (afterany), resuming from its checkpoint",
-        "requeue": "requeue the job after a checkpoint signal, while SLURM_RESTART_COUNT < --max-restarts",
-        "max_restarts": "requeues allowed with --requeue (default 3)",
-        "signal_before": "send USR2 this many seconds before the time limit (default 90 with --requeue/--chain)",
-    },
-)
-@task_guard
-def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-           account=None, time=None, mounts=None, env=None, name=None, image=None, chain=None, requeue=False,
-           max_restarts=None, signal_before=None, monitor=False, monitor_interval=None, nccl_debug=False,
-           submit=False, dry_run=False, registry=None):
-    """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
-    from shipyard import launch as ln
-
-    print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
-                            environment=environment, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
-                            runtime=runtime, partition=partition, account=account, time=time, mounts=mounts,
-                            env=env, name=name, image=image, chain=chain, requeue=requeue,
-                            max_restarts=max_restarts, signal_before=signal_before, monitor=monitor,
-                            monitor_interval=monitor_interval, nccl_debug=nccl_debug))
-
-
-@task(name="nccl-test", iterable=["env"], auto_shortflags=False,
-      help={k: v for k, v in _LAUNCH_HELP.items() if not k.startswith("monitor")})
-@task_guard
-def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-              account=None, time=None, mounts=None, env=None, name=None, image=None, nccl_debug=False,
-              submit=False, dry_run=False, registry=None):
-    """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
-    from shipyard import launch as ln
-
-    print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
-                            kind="nccl-test", environment=environment, cluster=cluster, nodes=nodes,
-                            gpus_per_node=gpus_per_node, runtime=runtime, partition=partition, account=account,
-                            time=time, mounts=mounts, env=env, name=name, image=image, nccl_debug=nccl_debug))
-
-
 # ----------------------------------------------------------------------------------------------- locks, modules, signing
 
 
@@ -440,5 +465,5 @@ def verify(c, env=None):
 
 # ----------------------------------------------------------------------------------------------- namespace
 
-ns = Collection(list_, show, check, render, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
+ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
                 sandbox_tasks, demo, build, push, pull, lock_, modules, sign, verify)
