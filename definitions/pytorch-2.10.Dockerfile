@@ -15,13 +15,15 @@ LABEL org.shipyard.torchaudio="2.10.0"
 LABEL org.shipyard.cudnn="9.10.2.21"
 LABEL org.shipyard.base="nvidia/cuda:12.8.1-runtime-ubuntu24.04"
 LABEL org.shipyard.stack="shipyard"
-LABEL org.shipyard.locked="false"
+LABEL org.shipyard.locked="true"
+LABEL org.shipyard.lock-sha256="f99dc8004dbc9765c12b4b0e1dc0c0ff51440ae5107ca9ba0a7d34a8bb6bbcc0"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="8f716924f1825fadac39ad9f910485a8b5cba82e4d3f1ddc4f9a8b2ccf9f0b50"
 
 ENV SHIPYARD_ENV="pytorch-2.10"
 ENV PATH="/opt/venv/bin:$PATH"
 
+COPY definitions/pytorch-2.10.lock /opt/shipyard/pytorch-2.10.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
 RUN set -eu; \
     # Python 3.12 (OS package) in /opt/venv
@@ -29,8 +31,8 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv python3.12-dev; \
     python3.12 -m venv /opt/venv; \
-    # PyTorch 2.10.0 for CUDA 12.8 from PyPI (the default CUDA variant)
-    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.10.0 torchvision==0.25.0 torchaudio==2.10.0; \
+    # Every Python package from the hash-locked closure (pytorch-2.10.lock); pip refuses any other bytes
+    /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.10.lock; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs

@@ -14,13 +14,15 @@ LABEL org.shipyard.torchvision="0.29.1"
 LABEL org.shipyard.cudnn="9.24.0.43"
 LABEL org.shipyard.base="nvidia/cuda:13.0.2-runtime-ubuntu24.04"
 LABEL org.shipyard.stack="shipyard"
-LABEL org.shipyard.locked="false"
+LABEL org.shipyard.locked="true"
+LABEL org.shipyard.lock-sha256="00800ff529f34fb068e7f76c98f46d2081dec7ca98f8888ee62bb7be9d558589"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="3f47ffbaace301d127134b54d6b567869d3e4d008c8e08cb462074bf43023891"
 
 ENV SHIPYARD_ENV="pytorch-2.14"
 ENV PATH="/opt/venv/bin:$PATH"
 
+COPY definitions/pytorch-2.14.lock /opt/shipyard/pytorch-2.14.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
 RUN set -eu; \
     # Python 3.12 (OS package) in /opt/venv
@@ -28,8 +30,8 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv python3.12-dev; \
     python3.12 -m venv /opt/venv; \
-    # PyTorch 2.14.1 for CUDA 13.0 from PyPI (the default CUDA variant)
-    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.14.1 torchvision==0.29.1; \
+    # Every Python package from the hash-locked closure (pytorch-2.14.lock); pip refuses any other bytes
+    /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.14.lock; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs

@@ -15,7 +15,8 @@ LABEL org.shipyard.torchaudio="2.3.1"
 LABEL org.shipyard.cudnn="8.9.2.26"
 LABEL org.shipyard.base="nvidia/cuda:12.1.1-devel-ubuntu22.04"
 LABEL org.shipyard.stack="shipyard"
-LABEL org.shipyard.locked="false"
+LABEL org.shipyard.locked="true"
+LABEL org.shipyard.lock-sha256="4da049fadba0e93aac10bf3297ebe9b5a86ef595a55985ace800f0a966485acc"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="ee08e3885d6f7f9d1a9ad91a6e7d75b9ff2f417aa5b524f5f5fb6b4953828193"
 LABEL org.shipyard.course="example"
@@ -24,6 +25,7 @@ ENV SHIPYARD_ENV="pytorch-2.3-dev"
 ENV PATH="/opt/venv/bin:$PATH"
 ENV OMP_NUM_THREADS="1"
 
+COPY definitions/pytorch-2.3-dev.lock /opt/shipyard/pytorch-2.3-dev.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
 RUN set -eu; \
     # Python 3.11 (deadsnakes PPA) in /opt/venv
@@ -38,10 +40,8 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends git build-essential; \
-    # PyTorch 2.3.1 for CUDA 12.1 from PyPI (the default CUDA variant)
-    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.3.1 torchvision==0.18.1 torchaudio==2.3.1; \
-    # Extra pip packages (exact pins from registry.yaml)
-    /opt/venv/bin/python -m pip install --no-cache-dir numpy==1.26.4 ninja==1.11.1.1; \
+    # Every Python package from the hash-locked closure (pytorch-2.3-dev.lock); pip refuses any other bytes
+    /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.3-dev.lock; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs

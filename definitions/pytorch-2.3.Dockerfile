@@ -15,7 +15,8 @@ LABEL org.shipyard.torchaudio="2.3.1"
 LABEL org.shipyard.cudnn="8.9.2.26"
 LABEL org.shipyard.base="nvidia/cuda:12.1.1-runtime-ubuntu22.04"
 LABEL org.shipyard.stack="shipyard"
-LABEL org.shipyard.locked="false"
+LABEL org.shipyard.locked="true"
+LABEL org.shipyard.lock-sha256="985bd5ae75a60b473c7b46dd2243762506cef63e1e5462a2c10e69f36e0bdd18"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="6c7780d6938f0ffad72bc44ecc6a60f4519bb84b1810b3565bdad70dc15dd742"
 LABEL org.shipyard.course="example"
@@ -24,6 +25,7 @@ ENV SHIPYARD_ENV="pytorch-2.3"
 ENV PATH="/opt/venv/bin:$PATH"
 ENV OMP_NUM_THREADS="1"
 
+COPY definitions/pytorch-2.3.lock /opt/shipyard/pytorch-2.3.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
 RUN set -eu; \
     # Python 3.11 (deadsnakes PPA) in /opt/venv
@@ -38,10 +40,8 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends git; \
-    # PyTorch 2.3.1 for CUDA 12.1 from PyPI (the default CUDA variant)
-    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.3.1 torchvision==0.18.1 torchaudio==2.3.1; \
-    # Extra pip packages (exact pins from registry.yaml)
-    /opt/venv/bin/python -m pip install --no-cache-dir numpy==1.26.4; \
+    # Every Python package from the hash-locked closure (pytorch-2.3.lock); pip refuses any other bytes
+    /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.3.lock; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs

@@ -15,13 +15,15 @@ LABEL org.shipyard.torchaudio="2.5.1"
 LABEL org.shipyard.cudnn="9.1.0.70"
 LABEL org.shipyard.base="nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 LABEL org.shipyard.stack="shipyard"
-LABEL org.shipyard.locked="false"
+LABEL org.shipyard.locked="true"
+LABEL org.shipyard.lock-sha256="f5444c7fb0812024358b3fad88c50d2f08f3557ac92784b2e39136319a15fc64"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="286386c3cd2b798944766d495ba90dc06965de0915f0e5687c71f9243b4dfd64"
 
 ENV SHIPYARD_ENV="pytorch-2.5"
 ENV PATH="/opt/venv/bin:$PATH"
 
+COPY definitions/pytorch-2.5.lock /opt/shipyard/pytorch-2.5.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
 RUN set -eu; \
     # Python 3.11 (deadsnakes PPA) in /opt/venv
@@ -32,8 +34,8 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev; \
     python3.11 -m venv /opt/venv; \
-    # PyTorch 2.5.1 for CUDA 12.4 from PyPI (the default CUDA variant)
-    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1; \
+    # Every Python package from the hash-locked closure (pytorch-2.5.lock); pip refuses any other bytes
+    /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.5.lock; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs

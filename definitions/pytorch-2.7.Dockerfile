@@ -15,13 +15,15 @@ LABEL org.shipyard.torchaudio="2.7.1"
 LABEL org.shipyard.cudnn="9.5.1.17"
 LABEL org.shipyard.base="nvidia/cuda:12.6.3-runtime-ubuntu24.04"
 LABEL org.shipyard.stack="shipyard"
-LABEL org.shipyard.locked="false"
+LABEL org.shipyard.locked="true"
+LABEL org.shipyard.lock-sha256="f2876737b3c387e90b0dc623bc5a48a54c124af4c9fcaf89246ddb5bdf6a73c5"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="86ab2ee61c42f5d8c02d008650208c3c3c4130fa1cae84e895c489d191ed501f"
 
 ENV SHIPYARD_ENV="pytorch-2.7"
 ENV PATH="/opt/venv/bin:$PATH"
 
+COPY definitions/pytorch-2.7.lock /opt/shipyard/pytorch-2.7.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
 RUN set -eu; \
     # Python 3.12 (OS package) in /opt/venv
@@ -29,8 +31,8 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv python3.12-dev; \
     python3.12 -m venv /opt/venv; \
-    # PyTorch 2.7.1 for CUDA 12.6 from PyPI (the default CUDA variant)
-    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.7.1 torchvision==0.22.1 torchaudio==2.7.1; \
+    # Every Python package from the hash-locked closure (pytorch-2.7.lock); pip refuses any other bytes
+    /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.7.lock; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs

@@ -11,6 +11,7 @@ references in registry values reach the .def unchanged; the Dockerfile renderer 
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import shlex
 import sys
@@ -66,21 +67,25 @@ def dockerfile_path(reg: Registry, env_name: str) -> Path:
     return reg.root / "definitions" / f"{env_name}.Dockerfile"
 
 
-def _locked(reg: Registry | None, env: Environment) -> bool:
+def _lock_sha256(reg: Registry | None, env: Environment) -> str | None:
+    """sha256 of definitions/<env>.lock when there is one (the definition then installs from it)."""
     if reg is None:
-        return False
-    return (reg.root / "definitions" / f"{env.name}.lock").is_file()
+        return None
+    try:
+        return hashlib.sha256((reg.root / "definitions" / f"{env.name}.lock").read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
 
 
 def render_definition(env: Environment, reg: Registry | None = None) -> str:
     """The Apptainer definition text for ``env`` (installs from definitions/<env>.lock when it exists)."""
-    recipe = build_recipe(env, locked=_locked(reg, env))
+    recipe = build_recipe(env, lock_sha256=_lock_sha256(reg, env))
     return _jinja().get_template("definition.def.j2").render(r=recipe, version=__version__)
 
 
 def render_dockerfile(env: Environment, reg: Registry | None = None) -> str:
     """The Dockerfile text for ``env``, from the same recipe as the .def."""
-    recipe = build_recipe(env, locked=_locked(reg, env))
+    recipe = build_recipe(env, lock_sha256=_lock_sha256(reg, env))
     return _jinja().get_template("Dockerfile.j2").render(
         r=recipe, version=__version__, test_path=TEST_PATH, test_dir=SHIPYARD_DIR
     )
@@ -92,7 +97,7 @@ def test_script_path(reg: Registry, env_name: str) -> Path:
 
 def render_test_script(env: Environment, reg: Registry | None = None) -> str:
     """The %test commands as a standalone script: COPYed into Docker images and run by the docker backend."""
-    recipe = build_recipe(env, locked=_locked(reg, env))
+    recipe = build_recipe(env, lock_sha256=_lock_sha256(reg, env))
     return _jinja().get_template("test.sh.j2").render(r=recipe, version=__version__)
 
 

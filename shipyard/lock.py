@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import io
 import json
 import re
 import subprocess
@@ -222,7 +223,8 @@ def compile_lock(env: Environment, cutoff: str, index_url: str = DEFAULT_INDEX, 
 
 def lock(reg: Registry, env_name: str | None = None, exclude_newer: str | None = None,
          index_url: str | None = None) -> Path:
-    """``invoke lock``: write ``definitions/<env>.lock`` atomically and return its path.
+    """``invoke lock``: write ``definitions/<env>.lock`` atomically, re-render the environment's definitions (they
+    install from the lock and carry its sha256 as a label) and return the lock's path.
 
     The cut-off is, in order: ``exclude_newer``; the one in the existing lock; midnight UTC today.
     """
@@ -238,7 +240,11 @@ def lock(reg: Registry, env_name: str | None = None, exclude_newer: str | None =
             raise ShipyardError(f"{path}: header exclude-newer {previous!r} is not a UTC timestamp; "
                                 "pass --exclude-newer YYYY-MM-DD") from None
     text = compile_lock(env, cutoff, index_url or DEFAULT_INDEX)
-    return atomic_write(path, text)
+    atomic_write(path, text)
+    from shipyard import definitions  # late: definitions asks this module whether a lock is stale
+
+    definitions.render_command(env.name, registry=reg, out=io.StringIO())
+    return path
 
 
 def count_pins(text: str) -> tuple[int, int]:

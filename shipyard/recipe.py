@@ -121,8 +121,12 @@ def pip_check(env: Environment, python: str) -> Step:
     return Step("pip check: the installed set must be consistent", (f"{python} -m pip check",))
 
 
-def build_recipe(env: Environment, locked: bool = False) -> Recipe:
-    """The pure function from a resolved environment to build primitives."""
+def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
+    """The pure function from a resolved environment (and the sha256 of its lock file, if any) to build primitives.
+
+    The lock's digest becomes a label, so re-locking changes the committed definition and shows up in review.
+    """
+    locked = lock_sha256 is not None
     ours = env.stack == "shipyard"
     python = f"{VENV}/bin/python" if ours else "python3"
     post: list[Step] = [Step("Fail on the first error", ("set -eu",))]
@@ -151,8 +155,10 @@ def build_recipe(env: Environment, locked: bool = False) -> Recipe:
 
     labels = [("org.shipyard.environment", env.name)]
     labels += [(f"org.shipyard.{k.replace('_', '-')}", p.value) for k, p in env.pins().items() if p.value]
-    labels += [("org.shipyard.stack", env.stack), ("org.shipyard.locked", "true" if locked else "false"),
-               ("org.shipyard.version", __version__), ("org.shipyard.spec-sha256", env.spec_hash)]
+    labels += [("org.shipyard.stack", env.stack), ("org.shipyard.locked", "true" if locked else "false")]
+    if locked:
+        labels.append(("org.shipyard.lock-sha256", lock_sha256))
+    labels += [("org.shipyard.version", __version__), ("org.shipyard.spec-sha256", env.spec_hash)]
     labels += list(env.labels)
 
     environment = [EnvVar("SHIPYARD_ENV", env.name)]
