@@ -183,7 +183,7 @@ def test_crash_recovery_and_down_leaves_nothing(throwaway):
 
     # A running job, so that down must also end job processes inside the namespaces.
     state = json.loads((throwaway / "state.json").read_text())
-    res = sb.run_client(["sbatch", "--parsable", "-N2", f"--output={throwaway}/job-%j.out", "--wrap", "srun sleep 300"],
+    res = sb.run_client(["sbatch", "--parsable", "-N2", "--output=/dev/null", "--wrap", "srun sleep 300"],
                         throwaway,
                         capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
