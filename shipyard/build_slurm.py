@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 from typing import IO
 
-import jinja2
 
 from shipyard import __version__
 from shipyard.cli import atomic_write
 from shipyard.errors import ShipyardError
+from shipyard.templating import template_environment
 
 _DIRECTIVE = re.compile(r"^[A-Za-z0-9._:%/+=@,-]+$")  # what may stand in an #SBATCH line without quoting
 _DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
@@ -31,11 +31,8 @@ POLL_S = 2.0
 
 
 @functools.lru_cache(maxsize=1)
-def _jinja() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("shipyard", "templates/build"),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    env.filters["shquote"] = shlex.quote
-    return env
+def _jinja():
+    return template_environment("build", {"shquote": shlex.quote})
 
 
 def _directive(value, what: str):

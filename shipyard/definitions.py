@@ -17,13 +17,12 @@ import shlex
 import sys
 from pathlib import Path
 
-import jinja2
 
 from shipyard import __version__
 from shipyard.cli import atomic_write
-from shipyard.errors import ShipyardError
 from shipyard.model import Environment, Registry
 from shipyard.recipe import SHIPYARD_DIR, build_recipe
+from shipyard.templating import template_environment
 
 TEST_PATH = f"{SHIPYARD_DIR}/test.sh"
 _BUILD_ARG_REF = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -48,15 +47,9 @@ def _dockerenv(value: str, expand: bool = False) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _jinja() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("shipyard", "templates"),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters.update(envquote=_envquote, dockerquote=_dockerquote, dockerenv=_dockerenv, shquote=shlex.quote)
-    return env
+def _jinja():
+    return template_environment("", {"envquote": _envquote, "dockerquote": _dockerquote, "dockerenv": _dockerenv,
+                                     "shquote": shlex.quote})
 
 
 def definition_path(reg: Registry, env_name: str) -> Path:

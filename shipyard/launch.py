@@ -22,13 +22,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
-import jinja2
 
 from shipyard import __version__
 from shipyard.cli import atomic_write
 from shipyard.errors import ShipyardError
 from shipyard.launch_fabric import EnvVar, check_forbidden, expected_transport, fabric_env, launch_data
 from shipyard.model import Cluster, Registry
+from shipyard.templating import template_environment
 
 RUNTIMES = ("pyxis", "apptainer", "host")
 SANDBOX = "sandbox"  # the registry's cluster that `invoke sandbox.up` runs on this machine (see shipyard/sandbox.py)
@@ -416,17 +416,8 @@ def container_argv(l: Launcher) -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _jinja() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("shipyard", "templates/launch"),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["q"] = shell_quote
-    env.filters["words"] = shell_join
-    return env
+def _jinja():
+    return template_environment("launch", {"q": shell_quote, "words": shell_join}, trim_blocks=True)
 
 
 def render(l: Launcher) -> str:

@@ -21,12 +21,12 @@ import shlex
 import sys
 from pathlib import Path
 
-import jinja2
 
 from shipyard import __version__
 from shipyard.cli import atomic_write
 from shipyard.errors import ShipyardError
 from shipyard.model import Cluster, Environment, Registry
+from shipyard.templating import template_environment
 
 # The tools a course needs inside the image; each gets a wrapper of the same shape.
 TOOLS = ("python", "python3", "pip", "pip3", "torchrun")
@@ -48,15 +48,8 @@ def lua_string(value: object) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _jinja() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("shipyard", "templates/modules"),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["lua"] = lua_string
-    return env
+def _jinja():
+    return template_environment("modules", {"lua": lua_string})
 
 
 def image_path(reg: Registry | None, cluster: Cluster, env: Environment) -> str:

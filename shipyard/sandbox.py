@@ -37,11 +37,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import jinja2
 import yaml
 
 from shipyard.cli import atomic_write
 from shipyard.errors import ShipyardError
+from shipyard.templating import template_environment
 
 DIR_ENV = "SHIPYARD_SANDBOX_DIR"
 CLUSTER = "sandbox"  # the registry's cluster entry that gives the shape
@@ -156,16 +156,8 @@ def make_plan(directory, nodes: int | None = None, gpus_per_node: int | None = N
 
 
 @functools.lru_cache(maxsize=1)
-def _jinja() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("shipyard", "templates/sandbox"),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["q"] = lambda v: shlex.quote(str(v))
-    return env
+def _jinja():
+    return template_environment("sandbox", {"q": lambda v: shlex.quote(str(v))}, trim_blocks=True)
 
 
 def render(template: str, **context) -> str:

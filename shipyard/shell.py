@@ -17,7 +17,6 @@ import getpass
 import shlex
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 from shipyard.errors import ShipyardError
 from shipyard.model import Cluster, Environment, Registry

@@ -77,11 +77,11 @@ def parse_key_list(text: str) -> list[dict]:
 def parse_verify(text: str) -> list[dict]:
     """Signers reported by ``apptainer verify``: [{'fingerprint', 'entity', 'source'}] (source LOCAL/REMOTE)."""
     out: list[dict] = []
-    entity = source = None
+    entity = None
     for line in text.splitlines():
         m = re.match(r"^\s*\[(\w+)\]\s+Signing entity:\s*(.*?)\s*$", line)
         if m:
-            source, entity = m.group(1), m.group(2)
+            entity = m.group(2)
             continue
         m = re.match(r"^\s*\[(\w+)\]\s+Fingerprint:\s*([0-9A-Fa-f]+)\s*$", line)
         if m:

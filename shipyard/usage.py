@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shipyard.cli import atomic_write, table
+from shipyard.cli import table
 from shipyard.errors import ShipyardError
 
 HEADER = ("timestamp,node,cpu_percent,mem_used_mb,mem_total_mb,gpu_index,gpu_util_percent,gpu_mem_used_mb,"
