@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,7 @@ def main() -> int:
                 sb.down(directory)
     finally:
         sb.down(directory)
+        shutil.rmtree(work, ignore_errors=True)  # the baseline's checkpoint; down() already removed the sandbox
     med = {"up_s": statistics.median(ups), "srun_N2_s": statistics.median(sruns),
            "demo_job_s": statistics.median(jobs), "baseline_local_torchrun_s": base}
     out = {"machine": machine(), "repeat": args.repeat, "steps": args.steps, "median": med,
