@@ -72,10 +72,11 @@ def check(env_name: str | None = None, cluster_name: str | None = None, registry
     errors = sum(p.severity == compat.ERROR for p in problems)
     warns = len(problems) - errors
     n_env = 1 if env_name else len(reg.environments)
+    n_clusters = 1 if cluster_name else len(reg.clusters)
     if problems:
         print(table(["severity", "environment", "cluster", "key", "problem"],
                     [[p.severity, p.environment or "-", p.cluster or "-", p.key, p.message] for p in problems]),
               file=out)
-    print(f"{reg.path}: {n_env} environment(s), {len(reg.clusters)} cluster(s): "
+    print(f"{reg.path}: {n_env} environment(s), {n_clusters} cluster(s): "
           f"{errors} error(s), {warns} warning(s)", file=out)
     return 1 if errors else 0
