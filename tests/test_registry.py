@@ -145,3 +145,16 @@ def test_not_a_mapping_and_empty():
 def test_missing_file(tmp_path):
     with pytest.raises(ShipyardError, match="registry not found"):
         registry.load(tmp_path / "nope.yaml")
+
+
+def test_readme_registry_example_is_valid():
+    """The README's registry example must load and check clean: docs that users copy stay true."""
+    import re
+
+    from shipyard import compat
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+    reg = registry.load_text(block, "README.md")
+    assert set(reg.environments) == {"pytorch-2.3", "pytorch-2.3-dev"}
+    assert [p for p in compat.check_all(reg) if p.severity == compat.ERROR] == []
