@@ -70,18 +70,32 @@ def _lock_sha256(reg: Registry | None, env: Environment) -> str | None:
         return None
 
 
+def _recipe(env: Environment, reg: Registry | None):
+    return build_recipe(env, lock_sha256=_lock_sha256(reg, env))
+
+
+def _render_def(recipe) -> str:
+    return _jinja().get_template("definition.def.j2").render(r=recipe, version=__version__)
+
+
+def _render_dockerfile(recipe) -> str:
+    return _jinja().get_template("Dockerfile.j2").render(
+        r=recipe, version=__version__, test_path=TEST_PATH, test_dir=SHIPYARD_DIR
+    )
+
+
+def _render_test_script(recipe) -> str:
+    return _jinja().get_template("test.sh.j2").render(r=recipe, version=__version__)
+
+
 def render_definition(env: Environment, reg: Registry | None = None) -> str:
     """The Apptainer definition text for ``env`` (installs from definitions/<env>.lock when it exists)."""
-    recipe = build_recipe(env, lock_sha256=_lock_sha256(reg, env))
-    return _jinja().get_template("definition.def.j2").render(r=recipe, version=__version__)
+    return _render_def(_recipe(env, reg))
 
 
 def render_dockerfile(env: Environment, reg: Registry | None = None) -> str:
     """The Dockerfile text for ``env``, from the same recipe as the .def."""
-    recipe = build_recipe(env, lock_sha256=_lock_sha256(reg, env))
-    return _jinja().get_template("Dockerfile.j2").render(
-        r=recipe, version=__version__, test_path=TEST_PATH, test_dir=SHIPYARD_DIR
-    )
+    return _render_dockerfile(_recipe(env, reg))
 
 
 def test_script_path(reg: Registry, env_name: str) -> Path:
@@ -90,63 +104,56 @@ def test_script_path(reg: Registry, env_name: str) -> Path:
 
 def render_test_script(env: Environment, reg: Registry | None = None) -> str:
     """The %test commands as a standalone script: COPYed into Docker images and run by the docker backend."""
-    recipe = build_recipe(env, lock_sha256=_lock_sha256(reg, env))
-    return _jinja().get_template("test.sh.j2").render(r=recipe, version=__version__)
+    return _render_test_script(_recipe(env, reg))
 
 
 def rendered_files(reg: Registry, env: Environment) -> dict[Path, str]:
-    """Every file `render` owns for one environment, path -> text."""
+    """Every file `render` owns for one environment, path -> text (one recipe, one read of the lock)."""
+    recipe = _recipe(env, reg)
     return {
-        definition_path(reg, env.name): render_definition(env, reg),
-        dockerfile_path(reg, env.name): render_dockerfile(env, reg),
-        test_script_path(reg, env.name): render_test_script(env, reg),
+        definition_path(reg, env.name): _render_def(recipe),
+        dockerfile_path(reg, env.name): _render_dockerfile(recipe),
+        test_script_path(reg, env.name): _render_test_script(recipe),
     }
 
 
-def _lock_stale(reg: Registry, env: Environment) -> str | None:
+def _read(path: Path) -> str | None:
     try:
-        from shipyard import lock
-    except ImportError:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
-    fn = getattr(lock, "stale_reason", None)
-    return fn(reg, env) if fn else None
 
 
 def render_command(env_name: str | None, all_envs: bool = False, check: bool = False, registry=None,
                    out=sys.stdout) -> int:
     """`invoke render`: write (or, with check, compare) definitions; returns the exit code."""
+    from shipyard import lock  # late: lock re-renders through this module
     from shipyard.registry import load
 
     reg = registry if isinstance(registry, Registry) else load(registry)
     envs = list(reg.environments.values()) if all_envs else [reg.environment(env_name)]
     stale: list[str] = []
+    known: set[Path] = set()
     written = 0
     for env in envs:
         for path, text in rendered_files(reg, env).items():
+            known.add(path)
             rel = path.relative_to(reg.root)
+            current = _read(path)
             if check:
-                try:
-                    current = path.read_text(encoding="utf-8")
-                except FileNotFoundError:
+                if current is None:
                     stale.append(f"{rel} (missing)")
-                    continue
-                if current != text:
+                elif current != text:
                     stale.append(f"{rel} (differs from registry.yaml)")
-            else:
-                try:
-                    if path.read_text(encoding="utf-8") == text:
-                        continue
-                except FileNotFoundError:
-                    pass
+            elif current != text:
                 atomic_write(path, text, mode=0o755 if path.name.endswith(".sh") else 0o644)
                 written += 1
                 print(f"wrote {rel}", file=out)
         if check:
-            why = _lock_stale(reg, env)
+            why = lock.stale_reason(reg, env)
             if why:
                 stale.append(f"definitions/{env.name}.lock ({why})")
     if all_envs and check:
-        known = {p for e in envs for p in rendered_files(reg, e)}
         for p in sorted((reg.root / "definitions").glob("*")):
             if (p.suffix in (".def", ".Dockerfile") or p.name.endswith(".test.sh")) and p not in known:
                 stale.append(f"{p.relative_to(reg.root)} (no such environment in registry.yaml)")

@@ -62,7 +62,8 @@ class _Lines(dict):
     """key path tuple -> 1-based line of that key (or of the item, for list entries)."""
 
 
-def _construct(node: yaml.Node, path: tuple, lines: _Lines, fname: str) -> Any:
+def _construct(node: yaml.Node, path: tuple, lines: _Lines, fname: str,
+               scalars: yaml.constructor.SafeConstructor) -> Any:
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
@@ -74,13 +75,12 @@ def _construct(node: yaml.Node, path: tuple, lines: _Lines, fname: str) -> Any:
             if key in out:
                 raise ShipyardError(f"{fname}:{knode.start_mark.line + 1}: {_dotted(path + (key,))}: duplicate key")
             lines[path + (key,)] = knode.start_mark.line + 1
-            out[key] = _construct(vnode, path + (key,), lines, fname)
+            out[key] = _construct(vnode, path + (key,), lines, fname, scalars)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_construct(v, path + (i,), lines, fname) for i, v in enumerate(node.value)]
-    loader = yaml.SafeLoader("")
+        return [_construct(v, path + (i,), lines, fname, scalars) for i, v in enumerate(node.value)]
     try:
-        return loader.construct_object(node, deep=True)
+        return scalars.construct_object(node, deep=True)
     except yaml.YAMLError as exc:
         raise ShipyardError(f"{fname}:{node.start_mark.line + 1}: {_dotted(path)}: {exc}") from None
 
@@ -99,7 +99,8 @@ def parse_yaml(text: str, fname: str) -> tuple[Any, _Lines]:
     lines = _Lines()
     if node is None:
         return None, lines
-    return _construct(node, (), lines, fname), lines
+    # one scalar constructor per document (YAML 1.1 safe types: ints, floats, bools, null, timestamps)
+    return _construct(node, (), lines, fname, yaml.constructor.SafeConstructor()), lines
 
 
 def _dotted(path) -> str:
@@ -143,14 +144,21 @@ def _subschema(path) -> dict | None:
     return deref(cur)
 
 
+def _unknown_key(err: jsonschema.ValidationError) -> str | None:
+    """The first key an additionalProperties error is about (the schema names no key itself)."""
+    if err.validator != "additionalProperties" or not isinstance(err.instance, dict):
+        return None
+    allowed = _subschema(list(err.absolute_path)).get("properties", {})
+    return next((k for k in err.instance if k not in allowed), None)
+
+
 def _describe(err: jsonschema.ValidationError) -> str:
     sub = err.schema if isinstance(err.schema, dict) else {}
     v = err.validator
     inst = err.instance
     if v == "additionalProperties":
         allowed = sorted(_subschema(list(err.absolute_path)).get("properties", {}))
-        extra = [k for k in inst if k not in allowed] if isinstance(inst, dict) else []
-        key = extra[0] if extra else "?"
+        key = _unknown_key(err) or "?"
         close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.5)
         hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(allowed)})"
         return f"unknown key '{key}'{hint}"
@@ -174,8 +182,6 @@ def _describe(err: jsonschema.ValidationError) -> str:
         return f"{inst!r} does not match the expected form {sub['pattern']}{extra}"
     if v == "oneOf":
         return f"{inst!r} is not valid: expected a version string like \"0.18.1\" or false"
-    if v in ("minimum", "exclusiveMinimum", "minProperties", "maxLength"):
-        return err.message
     return err.message
 
 
@@ -187,22 +193,10 @@ def validate(data: Any, lines: Mapping, fname: str) -> None:
     errors = list(validator.iter_errors(data))
     if not errors:
         return
-
-    def best(e: jsonschema.ValidationError) -> jsonschema.ValidationError:
-        # oneOf/anyOf: report the most specific branch
-        while e.context:
-            e = min(e.context, key=lambda c: -len(c.absolute_path))
-        return e
-
-    errors = [best(e) if e.validator != "oneOf" else e for e in errors]
     errors.sort(key=lambda e: (_line(lines, e.absolute_path) or 0, _dotted(e.absolute_path)))
     e = errors[0]
-    path = list(e.absolute_path)
-    if e.validator == "additionalProperties" and isinstance(e.instance, dict):
-        allowed = _subschema(path).get("properties", {})
-        extra = [k for k in e.instance if k not in allowed]
-        if extra:
-            path = path + [extra[0]]
+    key = _unknown_key(e)
+    path = list(e.absolute_path) + ([key] if key is not None else [])
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     raise ShipyardError(f"{fname}:{_line(lines, path) or 1}: {_dotted(path) or '<top>'}: {_describe(e)}{more}")
 
