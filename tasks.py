@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from invoke import Collection, task
 
-from shipyard.cli import allow_optional_positionals, task_guard
+from shipyard.cli import allow_optional_positionals, argv_after_dashdash, task_guard
 
 allow_optional_positionals()
 
@@ -23,7 +23,7 @@ allow_optional_positionals()
 @task_guard
 def list_(c):
     """List environments and clusters as tables."""
-    from shipyard import report
+    from shipyard.registry import report
 
     print(report.list_tables())
 
@@ -32,7 +32,7 @@ def list_(c):
 @task_guard
 def show(c, env=None):
     """Show an environment's fully resolved pins and where each came from."""
-    from shipyard import report
+    from shipyard.registry import report
 
     print(report.show(env))
 
@@ -41,7 +41,7 @@ def show(c, env=None):
 @task_guard
 def check(c, env=None, cluster=None):
     """Check every environment against the compatibility data and its clusters; exit 1 on any ERROR."""
-    from shipyard import report
+    from shipyard.registry import report
 
     code = report.check(env, cluster)
     if code:
@@ -59,7 +59,7 @@ def check(c, env=None, cluster=None):
 @task_guard
 def render(c, env=None, all=False, check=False):
     """Render definitions/<env>.def (and .Dockerfile) from registry.yaml."""
-    from shipyard import definitions
+    from shipyard.definitions import render as definitions
 
     code = definitions.render_command(env, all_envs=all, check=check)
     if code:
@@ -82,7 +82,7 @@ def render(c, env=None, all=False, check=False):
 @task_guard
 def nccl_report(c, log, out=None, cluster=None):
     """Parse nccl-tests output into a bus-bandwidth table and a PNG plot against message size."""
-    from shipyard import nccl_report as nr
+    from shipyard.jobs import nccl_report as nr
 
     text, png = nr.report_command(log, out, cluster)
     print(text, end="")
@@ -99,7 +99,7 @@ def nccl_report(c, log, out=None, cluster=None):
 @task_guard
 def usage(c, jobid, out=None):
     """Summarise a job's --monitor CSVs per node (CPU, RAM, GPU) and plot them over time."""
-    from shipyard import usage as us
+    from shipyard.jobs import usage as us
 
     text, png = us.usage_command(jobid, out)
     print(text, end="")
@@ -115,7 +115,7 @@ def usage(c, jobid, out=None):
 @task_guard
 def status(c, cluster=None, since="now-2days"):
     """Table of your shipyard jobs: queued/running (squeue) and finished (sacct)."""
-    from shipyard import jobs
+    from shipyard.jobs import status as jobs
 
     print(jobs.status_command(cluster, since), end="")
 
@@ -132,7 +132,7 @@ def status(c, cluster=None, since="now-2days"):
 @task_guard
 def logs(c, jobid, follow=False, num_lines=20, cluster=None):
     """Print the tail of a job's output file (found via scontrol show job, else launch/logs/*-JOBID.out)."""
-    from shipyard import jobs
+    from shipyard.jobs import status as jobs
 
     jobs.logs_command(jobid, follow=follow, lines=num_lines, cluster_name=cluster)
 
@@ -152,7 +152,7 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
 @task_guard
 def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
-    from shipyard import shell as sh
+    from shipyard.launch import shell as sh
 
     raise SystemExit(sh.shell_command(env, cluster, dry_run=dry_run, command=command, gpus=gpus, time=time,
                                       runtime=runtime))
@@ -167,7 +167,7 @@ def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, tim
 @task_guard
 def doctor(c, cluster=None, env=None):
     """Preflight: Slurm, pyxis, apptainer/enroot, fakeroot, GPUs and driver, shared storage; PASS/WARN/FAIL + fix."""
-    from shipyard import doctor as dr
+    from shipyard.jobs import doctor as dr
 
     code = dr.doctor_command(cluster, env)
     if code:
@@ -190,7 +190,7 @@ def test_(c, no_install=False, k=None, pytest_args=""):
     """Install what the tests need (Slurm, munge, dockerd, registry, shellcheck, ...) and run the whole suite."""
     import shlex
 
-    from shipyard import devtools
+    from shipyard.dev import testing as devtools
 
     args = shlex.split(pytest_args) + (["-k", k] if k else [])
     code = devtools.run_tests(args, install=not no_install)
@@ -240,7 +240,7 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
            max_restarts=None, signal_before=None, monitor=False, monitor_interval=None, nccl_debug=False,
            submit=False, dry_run=False, registry=None):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
-    from shipyard import launch as ln
+    from shipyard.launch import launcher as ln
 
     print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
                             environment=environment, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
@@ -257,7 +257,7 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
               account=None, time=None, mounts=None, env=None, name=None, image=None, nccl_debug=False,
               submit=False, dry_run=False, registry=None):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
-    from shipyard import launch as ln
+    from shipyard.launch import launcher as ln
 
     print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
                             kind="nccl-test", environment=environment, cluster=cluster, nodes=nodes,
@@ -314,7 +314,7 @@ def sandbox_exec(c, directory=None):
 
     from shipyard import sandbox
 
-    raise SystemExit(sandbox.exec_command(sys.argv, directory))
+    raise SystemExit(sandbox.exec_command(argv_after_dashdash(sys.argv), directory))
 
 
 sandbox_tasks = Collection("sandbox", sandbox_up, sandbox_down, sandbox_status, sandbox_exec)
@@ -359,7 +359,7 @@ def demo(c, steps=60, timeout=600, no_install=False):
 def build(c, env=None, backend="apptainer", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
           cluster="", partition="", wait=False):
     """Build containers/ENV.sif (and .sqsh / a docker image) when its inputs changed; record containers/ENV.json."""
-    from shipyard import build as b
+    from shipyard.containers import engine as b
 
     code = b.build_command(env, backend=backend, fakeroot=fakeroot, force=force, formats=formats or None,
                            block=not no_block, slurm=slurm, cluster=cluster, partition=partition, wait=wait)
@@ -379,7 +379,7 @@ def build(c, env=None, backend="apptainer", fakeroot=False, force=False, formats
 @task_guard
 def push(c, env=None, registry="", tag=""):
     """Push ENV's image and verify the pushed digest by reading the manifest back; record it in containers/ENV.json."""
-    from shipyard import push as p
+    from shipyard.containers import push as p
     from shipyard.registry import load
 
     p.push(load(), env or None, registry or None, tag or None)
@@ -396,7 +396,7 @@ def push(c, env=None, registry="", tag=""):
 @task_guard
 def pull(c, env=None, registry="", tag=""):
     """Fetch ENV's image from a registry and verify its digest (SIF lands in containers/ENV.sif)."""
-    from shipyard import push as p
+    from shipyard.containers import push as p
     from shipyard.registry import load
 
     p.pull(load(), env or None, registry or None, tag or None)
@@ -418,9 +418,9 @@ def pull(c, env=None, registry="", tag=""):
 @task_guard
 def lock_(c, env=None, exclude_newer=None, index_url=None):
     """Write definitions/<env>.lock: the full dependency closure, pinned with sha256 hashes (uv pip compile)."""
-    from shipyard import lock
+    from shipyard.definitions import render
 
-    lock.lock_command(env, exclude_newer, index_url)
+    render.lock_command(env, exclude_newer, index_url)
 
 
 @task(
@@ -434,7 +434,7 @@ def lock_(c, env=None, exclude_newer=None, index_url=None):
 @task_guard
 def modules(c, env=None, cluster=None, prefix=None):
     """Write Lmod modulefiles shipyard/<env>.lua and apptainer exec --nv wrappers (python, torchrun, pip, ...)."""
-    from shipyard import modules as m
+    from shipyard.launch import modules as m
 
     m.modules_command(env, cluster, prefix)
 
@@ -449,7 +449,7 @@ def modules(c, env=None, cluster=None, prefix=None):
 @task_guard
 def sign(c, env=None, keyidx=0):
     """Sign containers/<env>.sif with apptainer sign (your keyring) and record the signature in the manifest."""
-    from shipyard import sign as s
+    from shipyard.containers import sign as s
 
     s.sign_command(env, int(keyidx))
 
@@ -458,7 +458,7 @@ def sign(c, env=None, keyidx=0):
 @task_guard
 def verify(c, env=None):
     """Verify containers/<env>.sif with apptainer verify --local against the key recorded by invoke sign."""
-    from shipyard import sign as s
+    from shipyard.containers import sign as s
 
     s.verify_command(env)
 

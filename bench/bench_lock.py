@@ -2,7 +2,7 @@
 
 Baseline: ``pip install --dry-run --report`` for the same requirements, target platform and Python (with
 ``--use-feature=fast-deps`` so pip reads wheel metadata by HTTP range request instead of downloading ~800 MB of
-torch). Measured: shipyard's lock (``shipyard.lock.compile_lock``) with uv's cache warm, and with ``--no-cache``
+torch). Measured: shipyard's lock (``shipyard.definitions.pylock.compile_lock``) with uv's cache warm, and with ``--no-cache``
 semantics (a fresh UV_CACHE_DIR per run). Both resolve against live PyPI; read the ratios, not the seconds.
 
     python bench/bench_lock.py [ENV] [--runs N]

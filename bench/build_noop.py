@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import fixtures_build as fb  # noqa: E402
+
 from shipyard import build as b  # noqa: E402
 from shipyard import registry  # noqa: E402
 

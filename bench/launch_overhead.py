@@ -73,8 +73,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     rounds = ap.parse_args().rounds
-    from shipyard import launch, registry
+    from shipyard import registry
     from shipyard import sandbox as sb
+    from shipyard.launch import launcher as launch
 
     preset = os.environ.get(sb.DIR_ENV)
     directory = Path(preset) if preset else Path(tempfile.mkdtemp(prefix="shipyard-bench-"))

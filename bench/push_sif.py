@@ -25,12 +25,13 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from build_noop import machine  # noqa: E402
 
-from shipyard.services import OciRegistry  # noqa: E402
+from shipyard.dev.services import OciRegistry  # noqa: E402
 
 CHILD_SHIPYARD = """
 import sys, hashlib
 from pathlib import Path
-from shipyard import push, model
+from shipyard.containers import push
+from shipyard.registry import model
 target = model.RegistryTarget("bench", "oras://" + sys.argv[1] + "/bench", insecure=True)
 sif = Path(sys.argv[2])
 push.push_sif(target, sys.argv[4], sif, sys.argv[3], "v1", {}, None)
@@ -42,7 +43,7 @@ c = oras.client.OrasClient(hostname=sys.argv[1], insecure=True)
 c.push(files=[sys.argv[2] + ":application/vnd.sylabs.sif.layer.v1.sif"], target=sys.argv[1] + "/bench/" + sys.argv[3] + ":v1",
        disable_path_validation=True, do_chunked=True)
 """
-CHILD_IDLE = "import shipyard.push, oras.provider, requests"
+CHILD_IDLE = "import shipyard.containers.push, oras.provider, requests"
 
 
 def child(code: str, *args: str) -> tuple[float, float]:
@@ -103,7 +104,7 @@ def main() -> None:
     try:
         sif = make_sif(work, args.size_mib << 20)
         size = sif.stat().st_size
-        from shipyard.build import sha256_file
+        from shipyard.containers.engine import sha256_file
 
         sha = sha256_file(sif)  # also warms the page cache for cp and push alike
         def cp() -> float:

@@ -21,24 +21,19 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from shipyard import sandbox
+from shipyard import registry, sandbox, slurm
+from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
+from shipyard.launch import launcher as launch
 
 JOB_NAME = "shipyard-demo"
 TRAIN = Path("examples") / "train.py"
 _RESULT = re.compile(r"result: world_size=(\d+) start_step=(\d+) end_step=(\d+) first_loss=([0-9.]+) "
                      r"last_loss=([0-9.]+)")
-_FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
-             "DEADLINE"}
 
 
 def render_environment(out=sys.stdout) -> int:
     """Render the default environment's definition (the registry area's ``invoke render``)."""
-    try:
-        from shipyard import definitions
-    except ImportError as exc:
-        raise ShipyardError(f"demo: shipyard.definitions is not available yet ({exc}); cannot render the default "
-                            "environment") from None
     return definitions.render_command(None, all_envs=False, check=False, out=out)
 
 
@@ -82,7 +77,6 @@ def write_launcher(reg, info: dict, steps: int) -> tuple[Path, str, Path]:
 
     Returns (script, log path with ``%j`` for the job id, checkpoint). This is the one step that knows about launch.
     """
-    from shipyard import launch
 
     train = reg.root / TRAIN
     if not train.is_file():
@@ -97,11 +91,7 @@ def write_launcher(reg, info: dict, steps: int) -> tuple[Path, str, Path]:
 
 def submit(script: Path, directory=None) -> str:
     """sbatch the launcher against the sandbox; the job id."""
-    res = sandbox.run_client(["sbatch", "--parsable", str(script)], directory, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise ShipyardError(f"demo: sbatch {script} failed: {(res.stderr.strip() or res.stdout.strip())}",
-                            exit_code=1)
-    return res.stdout.strip().split(";")[0]
+    return slurm.submit(slurm.SANDBOX, script, directory=directory)
 
 
 def wait(job: str, directory=None, timeout: float = 600) -> dict:
@@ -109,13 +99,12 @@ def wait(job: str, directory=None, timeout: float = 600) -> dict:
     t0 = time.monotonic()
     fields: dict[str, str] = {}
     while time.monotonic() - t0 < timeout:
-        res = sandbox.run_client(["scontrol", "show", "job", "-o", job], directory, capture_output=True, text=True)
-        fields = dict(re.findall(r"(\w+)=(\S*)", res.stdout))
-        if fields.get("JobState") in _FINISHED:
+        fields = slurm.job_fields(slurm.SANDBOX, job, directory)
+        if fields.get("JobState") in slurm.final_states():
             break
         time.sleep(0.25)
     else:
-        sandbox.run_client(["scancel", job], directory, capture_output=True)
+        slurm.run(slurm.SANDBOX, ["scancel", job], directory=directory)
         raise ShipyardError(f"demo: job {job} did not finish within {timeout:.0f} s (state "
                             f"{fields.get('JobState', 'unknown')}); cancelled it", exit_code=1)
     return {"state": fields["JobState"], "exit": fields.get("ExitCode", "?"),
@@ -165,7 +154,6 @@ def report(job: dict, nodes: int, gpus_per_node: int) -> tuple[str, bool]:
 
 def demo_command(steps: int = 60, timeout: float = 600, install: bool = True) -> int:
     """``invoke demo``; returns the exit code (0: the job ran and trained; 1: it did not)."""
-    from shipyard import registry
 
     reg = registry.load()
     code = render_environment()

@@ -1,30 +1,49 @@
-"""One way to load the Jinja2 templates under shipyard/templates/, shared by every renderer.
+"""One way to load the Jinja2 templates that sit with each stage (``shipyard/<stage>/templates/``).
 
 Every generated artifact is a template file rendered from the model. All renderers want the same safety settings:
 an undefined name is an error (StrictUndefined), never an empty string in a script; no HTML autoescaping; the
-trailing newline kept, so output is byte-stable. Each renderer adds only its own filters (shell or Lua quoting).
+trailing newline kept, so output is byte-stable. The escaping rules of :mod:`shipyard.escaping` are registered as
+filters for every template, so a template can only quote a value the one way its file's syntax needs.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+import functools
+import shlex
 
 import jinja2
 
+from shipyard import escaping
 
-def template_environment(folder: str = "", filters: Mapping[str, Callable] | None = None,
-                         trim_blocks: bool = False) -> jinja2.Environment:
-    """A Jinja2 environment for ``shipyard/templates/<folder>`` with ``filters`` registered.
+FILTERS = {
+    "q": escaping.shell_quote,
+    "words": escaping.shell_join,
+    "shquote": shlex.quote,
+    "envquote": escaping.env_value,
+    "dockerquote": escaping.docker_quote,
+    "dockerenv": escaping.docker_env,
+    "lua": escaping.lua_string,
+}
 
-    Callers cache the result (``functools.lru_cache``); building it parses nothing until a template is asked for.
+
+@functools.lru_cache(maxsize=None)
+def template_environment(package: str, trim_blocks: bool = False) -> jinja2.Environment:
+    """The Jinja2 environment for the templates of ``package`` (e.g. ``"shipyard.launch"``), built once.
+
+    Building it parses nothing until a template is asked for.
     """
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("shipyard", f"templates/{folder}" if folder else "templates"),
+        loader=jinja2.PackageLoader(package, "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
         trim_blocks=trim_blocks,
         lstrip_blocks=trim_blocks,
     )
-    env.filters.update(filters or {})
+    env.filters.update(FILTERS)
     return env
+
+
+def render(package: str, template: str, trim_blocks: bool = False, **context) -> str:
+    """Render ``<package>/templates/<template>`` with ``context``."""
+    return template_environment(package, trim_blocks).get_template(template).render(**context)

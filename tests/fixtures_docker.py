@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.services import Dockerd, OciRegistry
+from shipyard.dev.services import Dockerd, OciRegistry
 
 TINY_BASE = "shipyard-test/base:1"
 # What the tiny base "carries", i.e. what a stack: base environment's %test must find in it.

@@ -9,7 +9,7 @@ from typing import Callable
 import pytest
 
 from shipyard import registry
-from shipyard.model import Registry
+from shipyard.registry.model import Registry
 
 # Every test that resolves against live PyPI pins this cut-off, so the results cannot drift between runs.
 CUTOFF = "2026-11-01T00:00:00Z"

@@ -15,12 +15,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 import fixtures_build as fb
+import pytest
 from fixtures_build import invoke_argv, read_calls
-from shipyard import build as b
-from shipyard import manifest as mf
+
+from shipyard.containers import apptainer, common
+from shipyard.containers import engine as b
+from shipyard.containers import manifest as mf
 from shipyard.errors import ShipyardError
 
 pytestmark = pytest.mark.double
@@ -49,7 +50,7 @@ def test_build_renames_temp_into_place_and_records_manifest(project, apptainer_d
     assert m["status"] == "ok" and m["backend"] == "apptainer"
     assert m["tools"] == {"apptainer": "apptainer version 1.3.6"}
     assert m["pins"]["torch"] == "2.3.1" and m["spec_hash"] == project.environment("tiny").spec_hash
-    assert m["artifacts"]["sif"]["sha256"] == b.sha256_file(sif)
+    assert m["artifacts"]["sif"]["sha256"] == common.sha256_file(sif)
     assert m["artifacts"]["sif"]["size"] == sif.stat().st_size
     assert m["started"] <= m["finished"] and m["host"] and "pid" not in m
     log = root / m["log"]
@@ -61,8 +62,8 @@ def test_build_renames_temp_into_place_and_records_manifest(project, apptainer_d
 def test_second_build_is_cache_hit_without_rehash_and_force_rebuilds(project, apptainer_double, capsys, monkeypatch):
     b.build(project, "tiny")
     hashed = []
-    real = b.sha256_file
-    monkeypatch.setattr(b, "sha256_file", lambda p: hashed.append(p) or real(p))
+    real = common.sha256_file
+    monkeypatch.setattr(common, "sha256_file", lambda p: hashed.append(p) or real(p))
     m = b.build(project, "tiny")
     assert "up to date" in capsys.readouterr().out
     assert hashed == []  # fast path: stat only, the SIF is not read
@@ -236,7 +237,7 @@ def test_no_block_exits_clearly_while_another_build_runs(project, apptainer_doub
 
 
 def test_preflight_names_missing_apptainer(tmp_path):
-    problems = b.preflight_apptainer(fakeroot=False, which=lambda name: None,
+    problems = apptainer.preflight_apptainer(fakeroot=False, which=lambda name: None,
                                      environ={"APPTAINER_TMPDIR": str(tmp_path),
                                               "APPTAINER_CACHEDIR": str(tmp_path)},
                                      min_free_gib={"tmpdir": 0, "cachedir": 0})
@@ -249,21 +250,21 @@ def test_preflight_names_missing_fakeroot_mapping(tmp_path):
     env = {"APPTAINER_TMPDIR": str(tmp_path), "APPTAINER_CACHEDIR": str(tmp_path)}
     common = dict(environ=env, uid=1234, user="alice", subuid=str(subuid), subgid=str(subuid),
                   min_free_gib={"tmpdir": 0, "cachedir": 0})
-    problems = b.preflight_apptainer(fakeroot=True, which=lambda n: "/x/apptainer" if n == "apptainer" else None,
+    problems = apptainer.preflight_apptainer(fakeroot=True, which=lambda n: "/x/apptainer" if n == "apptainer" else None,
                                      **common)
     assert len(problems) == 1 and "--fakeroot needs a subuid/subgid mapping for alice" in problems[0]
     # a mapping, or the fakeroot command, is enough
     subuid.write_text("alice:100000:65536\n")
-    assert b.preflight_apptainer(fakeroot=True, which=lambda n: "/x/" + n if n == "apptainer" else None,
+    assert apptainer.preflight_apptainer(fakeroot=True, which=lambda n: "/x/" + n if n == "apptainer" else None,
                                  **common) == []
     subuid.write_text("")
-    assert b.preflight_apptainer(fakeroot=True, which=lambda n: "/x/" + n, **common) == []
+    assert apptainer.preflight_apptainer(fakeroot=True, which=lambda n: "/x/" + n, **common) == []
 
 
 def test_preflight_names_too_little_free_space(tmp_path):
     env = {"APPTAINER_TMPDIR": str(tmp_path / "not" / "yet"), "APPTAINER_CACHEDIR": str(tmp_path)}
     free_gib = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize / 2**30
-    problems = b.preflight_apptainer(fakeroot=False, which=lambda n: "/x/" + n, environ=env,
+    problems = apptainer.preflight_apptainer(fakeroot=False, which=lambda n: "/x/" + n, environ=env,
                                      min_free_gib={"tmpdir": free_gib + 100, "cachedir": 0})
     assert len(problems) == 1
     assert problems[0].startswith(f"APPTAINER_TMPDIR ({tmp_path / 'not' / 'yet'}) has ")
@@ -296,9 +297,9 @@ def test_record_artifact_rerecords_after_in_place_change(project, apptainer_doub
     sif = project.root / "containers" / "tiny.sif"
     with open(sif, "ab") as fh:
         fh.write(b"signature block")
-    m = b.record_artifact(project, "tiny", "sif")
-    assert m["artifacts"]["sif"]["sha256"] == b.sha256_file(sif)
-    assert b.intact(project.root, m["artifacts"]["sif"])
+    m = common.record_artifact(project, "tiny", "sif")
+    assert m["artifacts"]["sif"]["sha256"] == common.sha256_file(sif)
+    assert common.intact(project.root, m["artifacts"]["sif"])
 
 
 def test_manifest_json_is_valid_and_has_no_credentials(project, apptainer_double, monkeypatch, capsys):

@@ -12,13 +12,13 @@ import subprocess
 import time
 import uuid
 
+import fixtures_build as fb
 import pytest
 
-import fixtures_build as fb
-from shipyard import build as b
-from shipyard import manifest as mf
-from shipyard import push as p
 from shipyard import registry
+from shipyard.containers import engine as b
+from shipyard.containers import manifest as mf
+from shipyard.containers import push as p
 from shipyard.errors import ShipyardError
 
 pytestmark = pytest.mark.docker

@@ -7,13 +7,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import fixtures_build as fb
+import pytest
 from helpers_registry import GOLDEN, golden
-from shipyard import build_slurm as bs
-from shipyard import manifest as mf
+
 from shipyard import registry
+from shipyard.containers import manifest as mf
+from shipyard.containers import on_slurm as bs
 from shipyard.errors import ShipyardError
 
 HPC = """\

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers_registry import DATA
-from shipyard import compat, registry
+
+from shipyard import registry
+from shipyard.registry import compat
 
 BASE = (DATA / "minimal.yaml").read_text()
 

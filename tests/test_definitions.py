@@ -7,10 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers_registry import DATA, GOLDEN, ROOT, golden, sections, shellcheck
 from spython.main.parse.parsers import SingularityParser
 
-from helpers_registry import DATA, GOLDEN, ROOT, golden, sections, shellcheck
-from shipyard import definitions, registry
+from shipyard import registry
+from shipyard.definitions import render as definitions
 
 SHIPPED = registry.load(ROOT / "registry.yaml")
 FEATURES = registry.load(DATA / "features.yaml")
@@ -106,7 +107,7 @@ def test_stack_base_installs_no_torch():
 
 
 def test_rendering_is_deterministic_across_processes():
-    code = ("from shipyard import registry, definitions as d; r = registry.load('registry.yaml'); "
+    code = ("from shipyard import registry; from shipyard.definitions import render as d; r = registry.load('registry.yaml'); "
             "print(''.join(d.render_definition(e, r) + d.render_dockerfile(e, r) for e in r.environments.values()))")
     a = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                        env={"PYTHONHASHSEED": "1", "PATH": "/usr/bin:/bin"}).stdout

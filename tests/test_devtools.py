@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shipyard import devtools
+from shipyard.dev import testing as devtools
 
 
 def test_no_tests_collected_is_a_failure(capsys):

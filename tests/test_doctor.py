@@ -10,9 +10,10 @@ import sys
 from dataclasses import replace
 
 import pytest
-
 from helpers_registry import GOLDEN, ROOT, golden
-from shipyard import doctor, registry
+
+from shipyard import registry
+from shipyard.jobs import doctor
 
 DATA = ROOT / "tests" / "data" / "doctor"
 DOUBLES = ROOT / "tests" / "doubles" / "doctor"
@@ -178,8 +179,8 @@ def test_parse_ignores_noise():
 def _sandbox_project(tmp_path, sandbox, runtime=None, **sandbox_changes):
     """A project whose sandbox cluster stores images in a fresh directory (and takes ``sandbox_changes``)."""
     import yaml
-
     from fixtures_tools import write_tools_registry
+
     from shipyard import sandbox as sb
 
     path = write_tools_registry(tmp_path)

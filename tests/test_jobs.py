@@ -13,11 +13,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from fixtures_tools import write_tools_registry
 from helpers_registry import GOLDEN, ROOT, golden
-from shipyard import jobs
+
 from shipyard.errors import ShipyardError
+from shipyard.jobs import status as jobs
 
 S = jobs.SEP
 

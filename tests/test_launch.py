@@ -12,13 +12,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fixtures_launch import HOSTILE_ARGS
+from helpers_registry import GOLDEN, golden
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixtures_launch import HOSTILE_ARGS
-from helpers_registry import GOLDEN, golden
-from shipyard import launch
+from shipyard import escaping, slurm
 from shipyard.errors import ShipyardError
+from shipyard.launch import launcher as launch
 
 RUNTIMES = ("host", "pyxis", "apptainer")
 FABRIC_CLUSTER = {"efa": "lab-efa", "ib": "lab-ib", "socket": "lab-socket"}
@@ -126,7 +127,7 @@ def test_regenerate_command_writes_the_same_file(launch_project):
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
                 max_size=5))
 def test_shell_quote_round_trips_through_bash(words):
-    assert bash_words(" ".join(launch.shell_quote(w) for w in words)) == words
+    assert bash_words(" ".join(escaping.shell_quote(w) for w in words)) == words
 
 
 def test_hostile_args_reach_argv_through_the_rendered_script(launch_registry, tmp_path):
@@ -223,11 +224,11 @@ def test_rule5_failure_handling_signal_requeue(launch_registry):
 def test_rule5_chain_uses_afterany(launch_registry, tmp_path, monkeypatch):
     calls = []
 
-    def fake_client(l, argv):
-        calls.append(argv)
+    def fake_run(cluster, argv, **kwargs):  # the one Slurm client every sbatch goes through
+        calls.append(list(argv))
         return subprocess.CompletedProcess(argv, 0, f"{100 + len(calls)}\n", "")
 
-    monkeypatch.setattr(launch, "_client", fake_client)
+    monkeypatch.setattr(slurm, "run", fake_run)
     l = _build(launch_registry, nodes=2, chain=3)
     assert launch.submit(l, tmp_path / "x.sbatch") == ["101", "102", "103"]
     assert calls[0][:2] == ["sbatch", "--parsable"] and not any(a.startswith("--dependency") for a in calls[0])
@@ -351,6 +352,7 @@ def test_bad_input_one_line(launch_registry, kw, msg):
 
 def test_registry_file_named_otherwise_is_in_the_header_and_regenerate_command(tmp_path):
     from fixtures_launch import LAUNCH_REGISTRY
+
     from shipyard import registry
 
     reg = registry.load_text(LAUNCH_REGISTRY, "site.yaml", path=tmp_path / "site.yaml")
@@ -362,6 +364,7 @@ def test_registry_file_named_otherwise_is_in_the_header_and_regenerate_command(t
 
 def test_project_path_that_breaks_sbatch_lines_is_refused(tmp_path):
     from fixtures_launch import LAUNCH_REGISTRY
+
     from shipyard import registry
 
     reg = registry.load_text(LAUNCH_REGISTRY, "registry.yaml", path=tmp_path / "my project" / "registry.yaml")
@@ -370,7 +373,7 @@ def test_project_path_that_breaks_sbatch_lines_is_refused(tmp_path):
 
 
 def test_efa_aws_ofi_nccl_version_from_the_installer(launch_registry):
-    from shipyard.launch_fabric import aws_ofi_nccl_version
+    from shipyard.launch.fabric import aws_ofi_nccl_version
 
     c = launch_registry.cluster("lab-efa")
     assert aws_ofi_nccl_version(c) == "1.16.1"
@@ -427,7 +430,7 @@ def test_transport_line_reads_only_this_runs_part_of_the_log(launch_registry, tm
     block = t[t.index("transport=$(tail"): t.index("fi\n", t.index("transport=$(tail")) + 3]
     log = tmp_path / "job.out"
     log.write_text("old run: NCCL INFO NET/Socket : Using [0]lo\n")
-    script = f'log={log}\nlog_start=$(stat -c %s "$log")\necho {launch.shell_quote(log_line)} >> "$log"\n{block}'
+    script = f'log={log}\nlog_start=$(stat -c %s "$log")\necho {escaping.shell_quote(log_line)} >> "$log"\n{block}'
     res = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().startswith(expect), res.stdout
@@ -440,6 +443,7 @@ def test_transport_line_reads_only_this_runs_part_of_the_log(launch_registry, tm
 def test_env_values_reach_the_job_exactly(env):
     """Any --env value (quotes, $, newlines, non-ASCII) is exported verbatim: run the launcher's export lines in bash."""
     from fixtures_launch import FAKE_ROOT, LAUNCH_REGISTRY
+
     from shipyard import registry
 
     env = {k: v for k, v in env.items() if k != "RDMAV_FORK_SAFE"}

@@ -11,9 +11,17 @@ import re
 from pathlib import Path
 
 import pytest
+from fixtures_launch import (
+    DOUBLES,
+    HOSTILE_ARGS,
+    REPO,
+    make_sif,
+    probes,
+    wait_for_text,
+    wait_job,
+)
 
-from fixtures_launch import DOUBLES, HOSTILE_ARGS, REPO, make_sif, probes, wait_for_text, wait_job
-from shipyard import launch
+from shipyard.launch import launcher as launch
 
 pytestmark = pytest.mark.slurm
 

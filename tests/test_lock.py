@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from spython.main.parse.parsers import SingularityParser
-
 from fixtures_lock import CUTOFF, REGISTRY_TEXT
 from helpers_registry import sections, shellcheck
-from shipyard import definitions, lock
+from spython.main.parse.parsers import SingularityParser
+
+from shipyard.definitions import pylock as lock
+from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
 
 
@@ -80,10 +81,10 @@ def _requirement_blocks(text: str) -> dict[str, list[str]]:
 
 def test_lock_is_deterministic_complete_and_hashed(lock_project):
     reg = lock_project()
-    path = lock.lock(reg, "e", exclude_newer=CUTOFF)
+    path = definitions.relock(reg, "e", exclude_newer=CUTOFF)
     first = path.read_bytes()
     path.unlink()
-    second = lock.lock(reg, "e", exclude_newer=CUTOFF).read_bytes()
+    second = definitions.relock(reg, "e", exclude_newer=CUTOFF).read_bytes()
     assert first == second
     text = first.decode()
     blocks = _requirement_blocks(text)
@@ -101,22 +102,22 @@ def test_lock_is_deterministic_complete_and_hashed(lock_project):
 
 def test_relock_keeps_the_recorded_cutoff(lock_project):
     reg = lock_project()
-    lock.lock(reg, "tiny", exclude_newer="2025-06-01")
-    path = lock.lock(reg, "tiny")  # no --exclude-newer: the lock's own cut-off, not today
+    definitions.relock(reg, "tiny", exclude_newer="2025-06-01")
+    path = definitions.relock(reg, "tiny")  # no --exclude-newer: the lock's own cut-off, not today
     assert lock.read_header(path)["exclude-newer"] == "2025-06-01T00:00:00Z"
 
 
 def test_garbled_cutoff_in_header_names_the_lock(lock_project):
     reg = lock_project()
-    path = lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+    path = definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
     path.write_text(path.read_text().replace(CUTOFF, "last tuesday"))
     with pytest.raises(ShipyardError, match=r"tiny.lock: header exclude-newer 'last tuesday'"):
-        lock.lock(reg, "tiny")
+        definitions.relock(reg, "tiny")
 
 
 def test_nccl_override_is_locked_and_visible(lock_project):
     reg = lock_project()
-    text = lock.lock(reg, "nccl-override", exclude_newer=CUTOFF).read_text()
+    text = definitions.relock(reg, "nccl-override", exclude_newer=CUTOFF).read_text()
     blocks = _requirement_blocks(text)
     assert "nvidia-nccl-cu12==2.21.5" in blocks and "nvidia-nccl-cu12==2.20.5" not in blocks
     assert "torchaudio==2.3.1" not in blocks
@@ -127,7 +128,7 @@ def test_stale_reason(lock_project):
     reg = lock_project()
     env = reg.environment("tiny")
     assert lock.stale_reason(reg, env) is None, "no lock: not stale"
-    lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+    definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
     assert lock.stale_reason(reg, env) is None
     reg2 = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==1.17.0"))
     reason = lock.stale_reason(reg2, reg2.environment("tiny"))
@@ -140,7 +141,7 @@ def test_stale_reason(lock_project):
 def test_unresolvable_pin_is_one_line_error_and_writes_nothing(lock_project):
     reg = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==99.0.0"))
     with pytest.raises(ShipyardError, match=r"environments.tiny: uv could not lock") as exc:
-        lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+        definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
     assert "\n" not in str(exc.value)
     assert not lock.lock_path(reg, "tiny").exists()
 
@@ -148,7 +149,7 @@ def test_unresolvable_pin_is_one_line_error_and_writes_nothing(lock_project):
 def test_pip_installs_from_the_lock_with_require_hashes(lock_project, tmp_path):
     """The real pip accepts the lock exactly as the definition uses it (--require-hashes --no-deps)."""
     reg = lock_project()
-    path = lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+    path = definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
     res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps",
@@ -166,7 +167,7 @@ def test_pip_installs_from_the_lock_with_require_hashes(lock_project, tmp_path):
 
 def test_definition_from_lock_parses_and_passes_shellcheck(lock_project, tmp_path):
     reg = lock_project()
-    lock.lock(reg, "e", exclude_newer=CUTOFF)
+    definitions.relock(reg, "e", exclude_newer=CUTOFF)
     env = reg.environment("e")
     text = definitions.render_definition(env, reg)
     assert "--require-hashes" in text and "e.lock" in text
@@ -201,14 +202,14 @@ def test_render_check_fails_on_a_stale_lock_alone(lock_project):
     import io
 
     reg = lock_project()
-    lock.lock(reg, "tiny", exclude_newer=CUTOFF)
+    definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
     reg2 = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==1.17.0"))
     assert definitions.render_command("tiny", registry=reg2, out=io.StringIO()) == 0  # definitions now current
     out = io.StringIO()
     assert definitions.render_command("tiny", check=True, registry=reg2, out=out) == 1
     stale = [ln for ln in out.getvalue().splitlines() if ln.startswith("  ")]
     assert len(stale) == 1 and "tiny.lock" in stale[0] and "invoke lock tiny" in stale[0]
-    lock.lock(reg2, "tiny")  # relock (same cut-off) -> fresh again
+    definitions.relock(reg2, "tiny")  # relock (same cut-off) -> fresh again
     assert definitions.render_command("tiny", check=True, registry=reg2, out=io.StringIO()) == 0
 
 

@@ -5,7 +5,7 @@ import multiprocessing
 
 import pytest
 
-from shipyard import manifest
+from shipyard.containers import manifest
 from shipyard.errors import ShipyardError
 
 
@@ -72,7 +72,8 @@ def _normalized(m: dict) -> dict:
 def test_build_manifest_golden(project, apptainer_double):
     """The manifest a build writes, field by field (volatile values normalized)."""
     from helpers_registry import GOLDEN, golden
-    from shipyard import build
+
+    from shipyard.containers import engine as build
 
     m = build.build(project, "tiny")
     assert m["spec_hash"] == project.environment("tiny").spec_hash and len(m["input_hash"]) == 64

@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_registry import GOLDEN, ROOT, golden, shellcheck
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers_registry import GOLDEN, ROOT, golden, shellcheck
-from shipyard import modules, registry
+from shipyard import escaping, registry
 from shipyard.errors import ShipyardError
-from shipyard.model import Cluster
+from shipyard.launch import modules
+from shipyard.registry.model import Cluster
 
 SHIPPED = registry.load(ROOT / "registry.yaml")
 COURSE = registry.load(ROOT / "examples" / "course" / "registry.yaml")
@@ -83,7 +84,7 @@ def test_wrapper_quotes_any_site_value_and_keeps_nv(storage, binds):
 
 
 def test_modulefile_lua_strings_escape_quotes_and_newlines():
-    assert modules.lua_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
+    assert escaping.lua_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
 
 
 def test_refuses_non_apptainer_cluster_with_valid_choices():
@@ -226,7 +227,7 @@ def test_lua_strings_round_trip_through_real_lmod(values, tmp_path_factory):
         pytest.fail("Lmod is required: apt-get install lmod")
     tmp = tmp_path_factory.mktemp("lua")
     (tmp / "mods" / "t").mkdir(parents=True)
-    body = "".join(f"setenv({modules.lua_string(f'SHIPYARD_T{i}')}, {modules.lua_string(v)})\n"
+    body = "".join(f"setenv({escaping.lua_string(f'SHIPYARD_T{i}')}, {escaping.lua_string(v)})\n"
                    for i, v in enumerate(values))
     (tmp / "mods" / "t" / "1.lua").write_text(body, encoding="utf-8")
     dump = ("import json, os; print(json.dumps([os.environ.get(f'SHIPYARD_T{i}') for i in range(%d)]))"

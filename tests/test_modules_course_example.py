@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from shipyard import compat, lock, modules, registry
+from shipyard import registry
+from shipyard.definitions import pylock as lock
+from shipyard.launch import modules
+from shipyard.registry import compat
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "examples" / "course"
@@ -94,7 +97,8 @@ def test_readme_rehearsal_runs_two_node_training_on_the_sandbox(sandbox, tmp_pat
     """README step 7, for real: the course registry's `sandbox` cluster, `invoke launch --nodes 2 --submit`'s code
     path, train.py copied into the project directory, on the real 2-node Slurm sandbox."""
     from fixtures_launch import wait_job
-    from shipyard import launch
+
+    from shipyard.launch import launcher as launch
 
     (tmp_path / "registry.yaml").write_text((COURSE / "registry.yaml").read_text())
     (tmp_path / "train.py").write_text((ROOT / "examples" / "train.py").read_text())

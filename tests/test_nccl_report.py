@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers_registry import GOLDEN, ROOT, golden
-from shipyard import nccl_report as nr
+
 from shipyard import registry
 from shipyard.errors import ShipyardError
+from shipyard.jobs import nccl_report as nr
 
 LOGS = ROOT / "tests" / "data" / "nccl"
 REG = registry.load(ROOT / "registry.yaml")

@@ -13,14 +13,16 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+import fixtures_build as fb
 import pytest
 
-import fixtures_build as fb
-from shipyard import build as b
-from shipyard import manifest as mf
-from shipyard import push as p
 from shipyard import registry
+from shipyard.containers import common
+from shipyard.containers import engine as b
+from shipyard.containers import manifest as mf
+from shipyard.containers import push as p
 from shipyard.errors import ShipyardError
+from shipyard.files import now_iso
 
 pytestmark = pytest.mark.docker
 SECRET = "hunter2-is-not-a-password"
@@ -51,10 +53,10 @@ def project_at(tmp_path: Path, monkeypatch, address: str):
 
 def built_sif(reg, env_name: str = "tiny", payload: bytes = b"weights" * 1000) -> Path:
     """Put a real SIF where a build leaves it and record it in the manifest as a finished build would."""
-    sif = make_real_sif(b.artifact_path(reg, env_name, "sif"), payload)
+    sif = make_real_sif(common.artifact_path(reg, env_name, "sif"), payload)
     mf.update_manifest(mf.manifest_path(reg, env_name), environment=env_name, status="ok",
-                       input_hash=hashlib.sha256(payload).hexdigest(), finished=b.now_iso(),
-                       artifacts={"sif": b.file_record(reg.root, sif)})
+                       input_hash=hashlib.sha256(payload).hexdigest(), finished=now_iso(),
+                       artifacts={"sif": common.file_record(reg.root, sif)})
     return sif
 
 
@@ -92,7 +94,7 @@ def test_oras_push_and_pull_real_sif(docker_services, tmp_path, monkeypatch, cap
     assert subprocess.run(["siftool", "list", str(sif)], capture_output=True, text=True).returncode == 0
     m = mf.read_manifest(mf.manifest_path(reg, "tiny"))
     assert m["pulled"]["local"]["digest"] == digest
-    assert b.intact(reg.root, m["artifacts"]["sif"]) and m["artifacts"]["sif"]["sha256"] == \
+    assert common.intact(reg.root, m["artifacts"]["sif"]) and m["artifacts"]["sif"]["sha256"] == \
         hashlib.sha256(original).hexdigest()
     assert not list((reg.root / "containers").glob("*.tmp*"))
 
@@ -249,10 +251,10 @@ def test_signed_sif_is_kept_by_build_and_pushed_to_signed_only(docker_services, 
     sif = reg.root / "containers" / "tiny.sif"
     with open(sif, "ab") as fh:  # what signing does to the file, as the signing area records it
         fh.write(b"signature object")
-    mf.update_manifest(mf.manifest_path(reg, "tiny"), signature={"image_sha256": b.sha256_file(sif)})
+    mf.update_manifest(mf.manifest_path(reg, "tiny"), signature={"image_sha256": common.sha256_file(sif)})
     again = b.build(reg, "tiny")
     assert again["finished"] == first["finished"]  # a cache hit: not rebuilt, the signature survives
-    assert again["artifacts"]["sif"]["sha256"] == b.sha256_file(sif)
+    assert again["artifacts"]["sif"]["sha256"] == common.sha256_file(sif)
     rec = p.push(reg, "tiny", "signed-only")
     assert rec["reference"].startswith(f"oras://{regd.address}/signed/tiny:")
     b.build(reg, "tiny", force=True)  # a new, unsigned image

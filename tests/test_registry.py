@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers_registry import DATA, ROOT
+
 from shipyard import registry
 from shipyard.errors import ShipyardError
 
@@ -151,7 +151,7 @@ def test_readme_registry_example_is_valid():
     """The README's registry example must load and check clean: docs that users copy stay true."""
     import re
 
-    from shipyard import compat
+    from shipyard.registry import compat
 
     text = (ROOT / "README.md").read_text()
     block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)

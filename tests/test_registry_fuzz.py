@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 
 import yaml
+from helpers_registry import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers_registry import ROOT
-from shipyard import compat, definitions, registry
+from shipyard import registry
+from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
+from shipyard.registry import compat
 
 SHIPPED = yaml.safe_load((ROOT / "registry.yaml").read_text())
 SHIPPED_TEXT = (ROOT / "registry.yaml").read_text()

@@ -20,8 +20,8 @@ from helpers_registry import ROOT
 
 from shipyard import demo, registry
 from shipyard import sandbox as sb
-from shipyard import sandbox_start
 from shipyard.errors import ShipyardError
+from shipyard.sandbox import start as sandbox_start
 
 pytestmark = pytest.mark.slurm
 CLUSTER = registry.load(ROOT / "registry.yaml").cluster("sandbox")  # not the current directory's registry

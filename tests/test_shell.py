@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
-
 from fixtures_tools import HOSTILE_STORAGE, write_tools_registry
 from helpers_registry import GOLDEN, ROOT, golden
-from shipyard import shell
+
 from shipyard.errors import ShipyardError
+from shipyard.launch import shell
 
 
 def bash_words(line: str) -> list[str]:
@@ -191,7 +191,8 @@ def test_apptainer_runtime_on_a_sandbox_node_through_the_double(sandbox, sandbox
     checks --nv, the binds, --pwd and the SIF image before running the command (it isolates nothing)."""
     import json
 
-    from fixtures_launch import DOUBLES as LAUNCH_DOUBLES, make_sif
+    from fixtures_launch import DOUBLES as LAUNCH_DOUBLES
+    from fixtures_launch import make_sif
 
     image = make_sif(tmp_path / ".sandbox" / "images" / "pytorch-2.3.sif")
     calls = tmp_path / "calls.jsonl"

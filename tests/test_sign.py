@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fixtures_sign import KEYS, SIGN_DOUBLE
-from shipyard import registry, sign
+
+from shipyard import registry
+from shipyard.containers import sign
+from shipyard.containers.manifest import manifest_path, read_manifest, update_manifest
 from shipyard.errors import ShipyardError
-from shipyard.manifest import manifest_path, read_manifest, update_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.double

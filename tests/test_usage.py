@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers_registry import GOLDEN, ROOT, golden
-from shipyard import usage
+
 from shipyard.errors import ShipyardError
+from shipyard.jobs import usage
 
 HEADER = ("timestamp,node,cpu_percent,mem_used_mb,mem_total_mb,gpu_index,gpu_util_percent,gpu_mem_used_mb,"
           "gpu_mem_total_mb")

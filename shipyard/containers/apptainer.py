@@ -1,0 +1,120 @@
+"""The apptainer backend: ``apptainer build`` from the rendered definition, with a preflight that finds every
+reason such a build would fail late (no apptainer, no fakeroot mapping, too little space for its temp and cache
+directories) before it starts."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from shipyard import facts as data
+from shipyard.containers.common import (
+    Job,
+    artifact_path,
+    check_sif,
+    copy_sources,
+    run_streaming,
+    temp_path,
+    tool_version,
+)
+from shipyard.definitions import render as definitions
+from shipyard.errors import ShipyardError
+
+
+def build_facts() -> dict:
+    return data.load("build")
+
+
+
+
+# ----------------------------------------------------------------------------------------------- preflight
+
+
+def _free_bytes(path: Path) -> tuple[Path, int]:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    st = os.statvfs(p)
+    return p, st.f_bavail * st.f_frsize
+
+
+def _has_mapping(path: str, user: str, uid: int) -> bool:
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split(":", 1)[0] in (user, str(uid)) for line in lines if line.strip() and ":" in line)
+
+
+def preflight_apptainer(*, fakeroot: bool, environ: dict | None = None, uid: int | None = None,
+                        user: str | None = None, which: Callable[[str], str | None] = shutil.which,
+                        subuid: str = "/etc/subuid", subgid: str = "/etc/subgid",
+                        min_free_gib: dict | None = None) -> list[str]:
+    """Every reason an ``apptainer build`` would fail late, found before it starts (empty list: go)."""
+    environ = os.environ if environ is None else environ
+    uid = os.getuid() if uid is None else uid
+    if user is None:
+        user = pwd.getpwuid(uid).pw_name
+    problems = []
+    if not which("apptainer"):
+        problems.append("apptainer is not on PATH: install it (or `module load apptainer`), "
+                        "or use --backend docker, or --slurm to build on a cluster node that has it")
+    if fakeroot and uid != 0:
+        mapped = _has_mapping(subuid, user, uid) and _has_mapping(subgid, user, uid)
+        if not mapped and not which("fakeroot"):
+            problems.append(f"--fakeroot needs a subuid/subgid mapping for {user} in {subuid} and {subgid} "
+                            f"(admin: `apptainer config fakeroot --add {user}`) or the fakeroot command on PATH")
+    facts = build_facts()
+    need = min_free_gib or facts["min_free_gib"]
+    for key, var in (("tmpdir", "APPTAINER_TMPDIR"), ("cachedir", "APPTAINER_CACHEDIR")):
+        d = Path(os.path.expanduser(environ.get(var) or facts["default_dirs"][key]))
+        where, free = _free_bytes(d)
+        if free < need[key] * 2**30:
+            problems.append(f"{var} ({d}) has {free / 2**30:.1f} GiB free on {where}; a build needs at least "
+                            f"{need[key]} GiB: set {var} to a directory on a larger disk")
+    return problems
+
+
+class ApptainerBackend:
+    """``apptainer build [--fakeroot] containers/ENV.sif.tmp-PID definitions/ENV.def`` (run in the project root)."""
+
+    name = "apptainer"
+
+    def __init__(self, fakeroot: bool = False):
+        self.fakeroot = fakeroot
+
+    def preflight(self) -> None:
+        problems = preflight_apptainer(fakeroot=self.fakeroot)
+        if problems:
+            raise ShipyardError("preflight: " + "; ".join(problems))
+
+    def inputs(self, reg, env) -> dict[Path, str]:
+        return {definitions.definition_path(reg, env.name): definitions.render_definition(env, reg)}
+
+    def sources(self, inputs: dict[Path, str]) -> list[str]:
+        return [src for p, t in inputs.items() if p.suffix == ".def" for src in copy_sources(t, "def")]
+
+    def tools(self, formats) -> dict[str, str]:
+        return {"apptainer": tool_version("apptainer")}
+
+    def still_there(self, m: dict) -> bool:
+        return True
+
+    def run(self, job: Job) -> tuple[dict[str, Path], dict]:
+        target = artifact_path(job.reg, job.env.name, "sif")
+        tmp = temp_path(target)
+        argv = ["apptainer", "build"] + (["--fakeroot"] if job.fakeroot else [])
+        argv += [str(tmp.relative_to(job.root)), str(definitions.definition_path(job.reg, job.env.name)
+                                                      .relative_to(job.root))]
+        try:
+            run_streaming(argv, job.log, cwd=job.root)
+            check_sif(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return {"sif": tmp}, {}
+
+

@@ -1,0 +1,179 @@
+"""The docker backend: Dockerfile from the same recipe as the .def, built through the Docker Engine API.
+
+Why the ``docker`` SDK (low-level ``APIClient``) rather than the ``docker`` CLI: it streams the build as structured
+messages (lines, errors, the image ID), so progress goes to the log and failures are detected without parsing CLI
+text, and it honours ``DOCKER_HOST`` exactly like the CLI does.
+
+Atomicity: the image is built *untagged*; the %test equivalent (definitions/ENV.test.sh, copied into the image) runs
+in a throw-away container with no network; only then is the deterministic tag ``shipyard/ENV:<input hash[:12]>``
+set. A build that is killed or fails therefore never leaves that tag on a partial or untested image. The .sif and
+.sqsh come from the tagged image, through the same temp-file-and-rename path as every other artifact.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from shipyard.containers.common import (
+    Job,
+    ShipyardError,
+    artifact_path,
+    check_sif,
+    copy_sources,
+    run_streaming,
+    temp_path,
+    tool_version,
+)
+from shipyard.definitions import render as definitions
+from shipyard.definitions.render import TEST_PATH
+
+# Formats beyond the docker image, and the tool that makes each from it.
+FORMAT_TOOLS = {"sif": "apptainer", "sqsh": "enroot"}
+_WHY = {"sif": "the apptainer runtime needs it", "sqsh": "pyxis launchers use it"}
+
+
+def client(timeout: int = 3600):
+    """A low-level Docker API client for $DOCKER_HOST (or the default socket); a clear error when none answers."""
+    import docker  # lazy: the Docker SDK (~0.2 s) only for the docker backend
+
+    try:  # DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, as the docker CLI reads them
+        api = docker.APIClient(timeout=timeout, version="auto", **docker.utils.kwargs_from_env())
+    except docker.errors.DockerException as exc:
+        raise ShipyardError(f"docker backend: no Docker engine at ${{DOCKER_HOST}} or /var/run/docker.sock "
+                            f"({str(exc).splitlines()[0][:160]}); start dockerd or set DOCKER_HOST") from None
+    return api
+
+
+def context_tar(root: Path, paths: list[str]) -> tempfile.SpooledTemporaryFile:
+    """The build context as a tar holding only what the Dockerfile uses (never the whole project: containers/ holds
+    multi-GB images). Spooled: small contexts stay in memory, large ones go to disk."""
+    buf = tempfile.SpooledTemporaryFile(max_size=64 << 20)
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for rel in paths:
+            src = root / rel
+            if not src.exists():
+                raise ShipyardError(f"docker build context: {rel} does not exist under {root}")
+            tar.add(src, arcname=rel, recursive=True)
+    buf.seek(0)
+    return buf
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self):
+        self._api = None
+
+    @property
+    def api(self):
+        if self._api is None:
+            self._api = client()
+        return self._api
+
+    def preflight(self) -> None:
+        try:
+            self.api.ping()
+        except Exception as exc:  # docker raises several unrelated types for "nobody is listening"
+            raise ShipyardError(f"docker backend: the Docker engine at {self.api.base_url} does not answer "
+                                f"({str(exc).splitlines()[0][:160]}); start dockerd or set DOCKER_HOST") from None
+
+    def inputs(self, reg, env) -> dict[Path, str]:
+        return {definitions.dockerfile_path(reg, env.name): definitions.render_dockerfile(env, reg),
+                definitions.test_script_path(reg, env.name): definitions.render_test_script(env, reg)}
+
+    def sources(self, inputs: dict[Path, str]) -> list[str]:
+        return [src for p, t in inputs.items() if p.suffix == ".Dockerfile" for src in copy_sources(t, "docker")]
+
+    def tools(self, formats) -> dict[str, str]:
+        tools = {"docker": "docker engine " + self.api.version().get("Version", "?")}
+        for fmt in formats:
+            tool = FORMAT_TOOLS[fmt]
+            tools[tool] = tool_version(tool) if shutil.which(tool) else "missing"
+        return tools
+
+    def still_there(self, m: dict) -> bool:
+        image = m.get("image") or {}
+        try:
+            return self.api.inspect_image(image["tag"])["Id"] == image["id"]
+        except Exception:
+            return False
+
+    # -------------------------------------------------------------------------------------------- build steps
+
+    def _build_image(self, job: Job) -> str:
+        root = job.root
+        path = definitions.dockerfile_path(job.reg, job.env.name)
+        dockerfile = str(path.relative_to(root))
+        ctx = context_tar(root, [dockerfile] + copy_sources(path.read_text(encoding="utf-8"), "docker"))
+        image_id = None
+        try:
+            stream = self.api.build(fileobj=ctx, custom_context=True, dockerfile=dockerfile, rm=True, forcerm=True,
+                                    pull=False, decode=True)
+            for msg in stream:
+                if "stream" in msg:
+                    for line in msg["stream"].splitlines():
+                        if line.strip():
+                            job.log.write(line)
+                if "error" in msg:
+                    raise ShipyardError(f"docker build of {job.env.name} failed: {msg['error'].strip()[:300]}; "
+                                        f"full output in {job.log.path}")
+                if isinstance(msg.get("aux"), dict) and "ID" in msg["aux"]:
+                    image_id = msg["aux"]["ID"]
+        finally:
+            ctx.close()
+        if not image_id:
+            raise ShipyardError(f"docker build of {job.env.name} reported no image ID; see {job.log.path}")
+        return image_id
+
+    def _run_test(self, job: Job, image_id: str) -> None:
+        """The %test equivalent: the rendered test script, run by /bin/sh in the built image (as apptainer runs
+        %test), without network. A non-zero exit fails the build before anything is tagged."""
+
+        job.log.write(f"$ %test: /bin/sh {TEST_PATH} in {image_id[:19]}")
+        cid = self.api.create_container(image_id, ["/bin/sh", TEST_PATH], network_disabled=True,
+                                        host_config=self.api.create_host_config(network_mode="none"))["Id"]
+        try:
+            self.api.start(cid)
+            for chunk in self.api.logs(cid, stream=True, follow=True):
+                for line in chunk.decode(errors="replace").splitlines():
+                    job.log.write(line)
+            rc = self.api.wait(cid).get("StatusCode", 1)
+        finally:
+            try:
+                self.api.remove_container(cid, force=True)
+            except Exception:
+                pass
+        if rc != 0:
+            raise ShipyardError(f"%test failed in the built image of {job.env.name} (exit {rc}); the image was "
+                                f"not tagged; full output in {job.log.path}")
+
+    def run(self, job: Job) -> tuple[dict[str, Path], dict]:
+        image_id = self._build_image(job)
+        self._run_test(job, image_id)
+        repo, tag = job.tag.rsplit(":", 1)
+        self.api.tag(image_id, repo, tag)
+        job.log.write(f"tagged {job.tag} ({image_id[:19]})")
+        temps: dict[str, Path] = {}
+        try:
+            for fmt in job.formats:
+                tool = FORMAT_TOOLS[fmt]
+                if not shutil.which(tool):
+                    job.log.write(f"{fmt}: skipped: {tool} is not on PATH (containers/{job.env.name}.{fmt}: "
+                                  f"{_WHY[fmt]}; build where {tool} exists)")
+                    continue
+                tmp = temp_path(artifact_path(job.reg, job.env.name, fmt))
+                temps[fmt] = tmp
+                rel = str(tmp.relative_to(job.root))
+                argv = (["apptainer", "build", rel, f"docker-daemon://{job.tag}"] if fmt == "sif"
+                        else ["enroot", "import", "-o", rel, f"dockerd://{job.tag}"])
+                run_streaming(argv, job.log, cwd=job.root)
+                if fmt == "sif":
+                    check_sif(tmp)
+        except BaseException:
+            for t in temps.values():
+                t.unlink(missing_ok=True)
+            raise
+        return temps, {"image": {"tag": job.tag, "id": image_id}}

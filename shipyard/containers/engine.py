@@ -1,0 +1,179 @@
+"""`invoke build ENV`: build an image only when its inputs changed, never leave it half-written, record where it came
+from.
+
+The rules this module enforces, whatever the backend:
+
+* **One writer.** An exclusive ``flock`` on ``containers/<env>.lock`` is held for the whole build. The kernel drops
+  it when the holder dies (even by SIGKILL), so a lock can never go stale; a second build waits (or, with
+  ``block=False``, exits with a line naming the holder).
+* **No partial target.** Every tool writes into ``containers/<env>.<fmt>.tmp-<pid>`` beside the target; only after
+  the whole build (all formats, and the %test equivalent) succeeded are the temp files renamed into place. On
+  Ctrl-C, SIGTERM or SIGHUP the temp files are removed and the manifest says ``failed``. After a SIGKILL nothing can
+  run, so the next build, once it holds the lock, removes the leftovers and records that the last build was killed.
+* **Cache without re-hashing.** The input hash covers the resolved spec, the rendered definition text, the backend,
+  the tool versions and the formats. A build is skipped when the manifest holds the same hash, says ``ok``, and each
+  recorded artifact still has its recorded size and mtime (a stat, not a read of a multi-GB file).
+* **Provenance.** ``containers/<env>.json`` (see :mod:`shipyard.manifest`) records the hash, each artifact's sha256
+  and size, backend and tool versions, the pins, host, times and the log path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
+
+from shipyard.containers import manifest as mf
+from shipyard.containers import on_slurm as build_slurm
+from shipyard.containers.apptainer import ApptainerBackend
+from shipyard.containers.common import (
+    BACKENDS,
+    BuildInterrupted,
+    Job,
+    artifact_path,
+    build_lock,
+    copied_files,
+    file_record,
+    intact_or_signed,
+    parse_formats,
+    recover_stale,
+    seed_tool_versions,
+    signals_raise,
+    tool_ids,
+)
+from shipyard.containers.docker import DockerBackend
+from shipyard.containers.log import BuildLog
+from shipyard.errors import ShipyardError
+from shipyard.files import atomic_write, now_iso
+from shipyard.registry import load
+
+
+def input_hash(spec: dict, texts: dict[str, str], backend: str, tools: dict[str, str], formats: tuple[str, ...],
+               files: dict[str, str]) -> str:
+    """sha256 over everything that decides the image's content: spec, rendered texts, backend, tool versions,
+    formats and the content hashes of files the definition copies in."""
+    blob = json.dumps({"spec": spec, "texts": texts, "backend": backend, "tools": tools, "formats": list(formats),
+                       "files": files}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+
+
+def backend_for(name: str, fakeroot: bool):
+    if name == "apptainer":
+        return ApptainerBackend(fakeroot)
+    if name == "docker":
+        return DockerBackend()
+    raise ShipyardError(f"--backend {name}: unknown backend (valid: {', '.join(BACKENDS)})")
+
+
+# ----------------------------------------------------------------------------------------------- the build
+
+
+def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
+          formats: str | tuple[str, ...] | None = None, block: bool = True, out: IO[str] | None = None,
+          quiet: bool = False) -> dict:
+    """Build ``env_name`` (or skip it when the cache says it is current) and return the manifest."""
+    env = reg.environment(env_name)
+    fmts = formats if isinstance(formats, tuple) else parse_formats(formats, backend)
+    if fakeroot and backend != "apptainer":
+        raise ShipyardError(f"--fakeroot applies to `apptainer build` only, not to --backend {backend}")
+    be = backend_for(backend, fakeroot)
+    be.preflight()
+    root = Path(reg.root)
+    inputs = be.inputs(reg, env)
+    mpath = mf.manifest_path(reg, env.name)
+    seed_tool_versions(mf.read_manifest(mpath))
+    tools = be.tools(fmts)
+    key = input_hash(env.spec(), {str(p.relative_to(root)): t for p, t in inputs.items()}, backend, tools, fmts,
+                     copied_files(root, [s for s in be.sources(inputs) if root / s not in inputs]))
+    containers = root / "containers"
+    with build_lock(containers / f"{env.name}.lock", block=block, out=out):
+        recover_stale(reg, env.name, out)
+        m = mf.read_manifest(mpath)
+        if not force and m.get("status") == "ok" and m.get("input_hash") == key \
+                and all(intact_or_signed(reg, env.name, m, f) for f in m.get("artifacts", {})) \
+                and be.still_there(m):
+            m = mf.read_manifest(mpath)
+            what = ", ".join(r["path"] for r in m.get("artifacts", {}).values()) or m.get("image", {}).get("tag", "")
+            print(f"{env.name}: up to date ({what}; input hash {key[:12]}); --force rebuilds", file=out)
+            return m
+        for path, text in inputs.items():
+            with contextlib.suppress(FileNotFoundError):
+                if path.read_text(encoding="utf-8") == text:
+                    continue
+            atomic_write(path, text, mode=0o755 if path.name.endswith(".sh") else None)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")  # unique per build, sortable
+        log_path = containers / "logs" / f"{env.name}-{stamp}.log"
+        mf.update_manifest(
+            mpath, environment=env.name, status="building", error=None, input_hash=key, spec_hash=env.spec_hash,
+            backend=backend, tools=tools, tool_ids={t: tool_ids[t] for t in tools if t in tool_ids},
+            formats=list(fmts), pins={k: p.value for k, p in env.pins().items()},
+            host=socket.gethostname(), pid=os.getpid(), started=now_iso(), finished=None,
+            log=str(log_path.relative_to(root)),
+        )
+        temps: dict[str, Path] = {}
+        with BuildLog(log_path, out=out, quiet=quiet) as log, signals_raise():
+            log.write(f"shipyard build {env.name}: backend {backend}, formats {','.join(fmts)}, "
+                      f"input hash {key[:12]}, log {log_path.relative_to(root)}")
+            job = Job(reg, env, fmts, fakeroot, tag=f"shipyard/{env.name}:{key[:12]}", log=log)
+            try:
+                temps, extra = be.run(job)
+                records = {}
+                for fmt, tmp in temps.items():
+                    target = artifact_path(reg, env.name, fmt)
+                    os.replace(tmp, target)
+                    records[fmt] = file_record(root, target)
+                _fsync_dir(containers)
+            except BaseException as exc:
+                for tmp in temps.values():
+                    tmp.unlink(missing_ok=True)
+                msg = _describe(exc)
+                log.write(f"build failed: {msg}")
+                mf.update_manifest(mpath, status="failed", error=msg, finished=now_iso(), pid=None)
+                raise
+            # a docker image from an earlier docker-backend build no longer describes this build
+            m = mf.update_manifest(mpath, status="ok", finished=now_iso(), pid=None, artifacts=records,
+                                   **{"image": None, **extra})
+            done = ", ".join(r["path"] for r in records.values()) or extra.get("image", {}).get("tag", "")
+            log.write(f"built {done}")
+    return m
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BuildInterrupted):
+        return f"interrupted by {exc.args[0] if exc.args else 'a signal'}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return first if isinstance(exc, ShipyardError) else f"{type(exc).__name__}: {first}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def build_command(env_name: str | None, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
+                  formats: str | None = None, block: bool = True, slurm: bool = False, cluster: str | None = None,
+                  partition: str | None = None, wait: bool = False, registry=None, out: IO[str] | None = None) -> int:
+    """`invoke build`: locally, or as a batch job on a cluster's build partition with ``slurm=True``."""
+
+    reg = load(registry)
+    env = reg.environment(env_name or None)
+    if slurm:
+        return build_slurm.submit(reg, env.name, cluster_name=cluster or None, partition=partition or None,
+                                  backend=backend, fakeroot=fakeroot, force=force, formats=formats, wait=wait,
+                                  out=out)
+    if wait or partition or cluster:
+        raise ShipyardError("--wait, --partition and --cluster only apply with --slurm")
+    build(reg, env.name, backend=backend, fakeroot=fakeroot, force=force, formats=formats, block=block, out=out)
+    return 0

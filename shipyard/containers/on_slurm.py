@@ -1,0 +1,107 @@
+"""`invoke build ENV --slurm`: run the same build as a batch job on the cluster's build partition.
+
+Most sites forbid heavy work on login nodes, and a CUDA image build is heavy. The job script is rendered from
+``templates/build/build.sbatch.j2`` with the cluster profile's build partition, time, CPUs, memory and account, and
+runs the ordinary local build (`invoke build ENV` without ``--slurm``) on the node, so locking, caching and the
+manifest are exactly the same. Its output goes to ``containers/logs/ENV-build-%j.out`` (an absolute path: the job's
+working directory is not the submitter's).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from shipyard import __version__, slurm, templating
+from shipyard.containers.common import parse_formats
+from shipyard.errors import ShipyardError
+from shipyard.files import atomic_write
+
+_DIRECTIVE = re.compile(r"^[A-Za-z0-9._:%/+=@,-]+$")  # what may stand in an #SBATCH line without quoting
+POLL_S = 2.0
+
+
+def _directive(value, what: str):
+    """#SBATCH lines are not parsed by a shell, so quoting cannot protect them: refuse anything unusual."""
+    if value is None:
+        return None
+    if not _DIRECTIVE.match(str(value)):
+        raise ShipyardError(f"{what} {value!r}: not usable in an #SBATCH line (letters, digits and ._:%/+=@,- only)")
+    return str(value)
+
+
+def tasks_root() -> Path:
+    """The directory holding shipyard's tasks.py, which the job runs with ``python -m invoke -r DIR``."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "tasks.py").is_file():
+        raise ShipyardError("--slurm runs `invoke build` in the job and needs shipyard's tasks.py; "
+                            "install shipyard from a checkout (pip install -e .)")
+    return root
+
+
+def job_argv(env_name: str, backend: str, fakeroot: bool, force: bool, formats: str | None,
+             python: str = sys.executable, tasks: Path | None = None) -> list[str]:
+    argv = [python, "-m", "invoke", "-r", str(tasks or tasks_root()), "build", env_name, "--backend", backend]
+    argv += ["--fakeroot"] * fakeroot + ["--force"] * force + (["--formats", formats] if formats else [])
+    return argv
+
+
+def render_job(reg, env_name: str, cluster, partition: str | None, argv: list[str]) -> str:
+    """The batch script text (a pure function of the model and the flags; golden-tested)."""
+    root = Path(reg.root)
+    return templating.render("shipyard.containers", "build.sbatch.j2",
+        version=__version__, env=env_name, cluster=cluster.name, job_name=_directive(f"build-{env_name}", "job name"),
+        partition=_directive(partition or cluster.build_partition, "--partition"),
+        cpus=cluster.build_cpus, mem=_directive(cluster.build_mem, f"clusters.{cluster.name}.scheduler.build_mem"),
+        time=_directive(cluster.build_time or cluster.time, f"clusters.{cluster.name}.scheduler.build_time"),
+        account=_directive(cluster.account, f"clusters.{cluster.name}.scheduler.account"),
+        output=_directive(str(root / "containers" / "logs" / f"{env_name}-build-%j.out"), "log path (project dir)"),
+        modules=cluster.modules, registry=str(reg.path.resolve()), root=str(root), argv=argv,
+    )
+
+
+def submit(reg, env_name: str, *, cluster_name: str | None = None, partition: str | None = None,
+           backend: str = "apptainer", fakeroot: bool = False, force: bool = False, formats: str | None = None,
+           wait: bool = False, out: IO[str] | None = None) -> int:
+    """Write containers/logs/ENV-build.sbatch, submit it, and with ``wait`` follow the job to its end."""
+    cluster = reg.cluster(cluster_name)
+    if partition and cluster.partitions and partition not in cluster.partitions:
+        raise ShipyardError(f"--partition {partition}: not a partition of cluster {cluster.name} "
+                            f"(known: {', '.join(cluster.partitions)})")
+    parse_formats(formats, backend)  # refuse bad flags before a job is queued
+    text = render_job(reg, env_name, cluster, partition, job_argv(env_name, backend, fakeroot, force, formats))
+    script = Path(reg.root) / "containers" / "logs" / f"{env_name}-build.sbatch"
+    atomic_write(script, text, mode=0o755)
+    job_id = slurm.submit(cluster, script)
+    log = Path(reg.root) / "containers" / "logs" / f"{env_name}-build-{job_id}.out"
+    print(f"submitted build of {env_name} as job {job_id} on {cluster.name} "
+          f"(partition {partition or cluster.build_partition}); log: {log}", file=out, flush=True)
+    if not wait:
+        return 0
+    state = follow(cluster.name, job_id, log, out)
+    if state != "COMPLETED":
+        raise ShipyardError(f"build job {job_id} ended {state}; see {log}", exit_code=1)
+    return 0
+
+
+def follow(cluster_name: str, job_id: str, log: Path, out: IO[str], poll: float = POLL_S) -> str:
+    """Print the job's log as it grows until the job reaches a final state; return that state."""
+    pos = 0
+    state = None
+    while True:
+        state = slurm.job_state(cluster_name, job_id) or state
+        if log.is_file():
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                fh.seek(pos)
+                chunk = fh.read()
+                pos = fh.tell()
+            if chunk:
+                print(chunk, end="", file=out, flush=True)
+        if state in slurm.final_states():
+            return state
+        if state is None:
+            raise ShipyardError(f"job {job_id}: the scheduler no longer knows it; see {log}")
+        time.sleep(poll)

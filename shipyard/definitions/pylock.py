@@ -1,0 +1,248 @@
+"""Hash-locked Python dependencies: ``definitions/<env>.lock`` from the environment's pins.
+
+Why a lock: an image rebuilt next semester must install the same bytes. The definition installs from the lock with
+``pip install --require-hashes``, so every wheel is pinned by version *and* sha256.
+
+Why uv (``uv pip compile``) and not our own resolver: uv resolves for a *target* platform and Python
+(``--python-platform x86_64-manylinux_2_28 --python-version X.Y``) without installing anything, emits every
+candidate file's sha256 (``--generate-hashes``), supports overrides (the NCCL override below) and a time cut-off
+(``--exclude-newer``). It ships as a PyPI wheel with its binary inside, found with ``uv.find_uv_bin()``.
+
+Reproducibility of the resolution itself. uv reads live PyPI, so "the newest version that fits" moves every day.
+The lock therefore records a cut-off timestamp in its header (``exclude-newer``) and passes it to uv: files uploaded
+after it do not exist for the resolver. Re-locking (after a registry change, or on another machine) reuses the
+cut-off of the existing lock, so unrelated packages do not drift; ``--exclude-newer`` moves it deliberately. The
+value is a full RFC 3339 UTC timestamp, never a bare date, because uv reads a bare date in the local time zone.
+Why the header and not registry.yaml: the cut-off is a fact about *this resolution*, like the hashes; keeping it
+beside them means the lock alone reproduces itself, and registry.yaml keeps describing what is wanted.
+
+Staleness. The header also carries ``inputs-sha256``: the sha256 of what the registry asks for (the requirement
+lines, the overrides, the Python version, the platform and the torch variant index). :func:`stale_reason` recomputes
+it from the model, so ``render --check`` can tell a stale lock without any network.
+
+CUDA variants. The default CUDA variant of a torch release is on PyPI and locks here. Other variants live on the
+PyTorch index (``environment.torch_index``, e.g. https://download.pytorch.org/whl/cu118), which this machine cannot
+reach; :func:`uv_argv` adds it as ``--extra-index-url`` with ``--index-strategy unsafe-best-match`` (so the
+``+cu118`` local version wins over PyPI's plain one while everything else still comes from PyPI). A site that can
+reach that index runs the same ``invoke lock ENV`` there.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from shipyard.errors import ShipyardError
+from shipyard.files import atomic_write
+from shipyard.registry.model import Environment, Registry
+
+PLATFORM = "x86_64-manylinux_2_28"
+DEFAULT_INDEX = "https://pypi.org/simple"
+HEADER_PREFIX = "# shipyard-lock"
+_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redact(text: str) -> str:
+    """Drop ``user:token@`` from every URL in ``text``: index credentials never reach the lock or a message."""
+    return _USERINFO.sub("***@", text)
+
+
+def lock_path(reg: Registry, env_name: str) -> Path:
+    """``<root>/definitions/<env>.lock``, beside the definition that installs from it."""
+    return Path(reg.root) / "definitions" / f"{env_name}.lock"
+
+
+def lock_inputs(env: Environment) -> list[str]:
+    """The requirement lines the lock resolves: torch, torchvision, torchaudio, the NCCL override, extra pip pins.
+
+    With ``stack: base`` the base image already carries torch and its companions, so only the extra pins are
+    locked. An NCCL that differs from the one the torch wheel pins is listed here *and* passed to uv as an override
+    (:func:`lock_overrides`): without the override the resolver would refuse it against torch's exact pin.
+    """
+    lines: list[str] = []
+    if env.stack != "base":
+        lines.append(f"torch=={env.torch.value}")
+        for pin, name in ((env.torchvision, "torchvision"), (env.torchaudio, "torchaudio")):
+            if pin.value:
+                lines.append(f"{name}=={pin.value}")
+    lines += list(env.pip)
+    lines += lock_overrides(env)
+    return lines
+
+
+def lock_overrides(env: Environment) -> list[str]:
+    """Requirements that replace what any package asks for (today: an explicit NCCL override)."""
+    if env.stack != "base" and env.nccl_override and env.nccl_package:
+        return [f"{env.nccl_package}=={env.nccl.value}"]
+    return []
+
+
+def inputs_digest(env: Environment) -> str:
+    """sha256 of everything in the registry that decides the lock's content (see module docstring)."""
+    blob = {
+        "requirements": lock_inputs(env),
+        "overrides": lock_overrides(env),
+        "python": env.python.value,
+        "platform": PLATFORM,
+        "torch_index": env.torch_index.value if env.stack != "base" else None,
+    }
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def read_header(path: Path) -> dict[str, str]:
+    """``key: value`` pairs of the lock's ``# shipyard-lock`` header block ({} when the file has none)."""
+    out: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return out
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith(HEADER_PREFIX):
+        return out
+    for line in lines[1:]:
+        if not line.startswith("# ") or ":" not in line:
+            break
+        key, _, value = line[2:].partition(":")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def stale_reason(reg: Registry, env: Environment) -> str | None:
+    """None when ``definitions/<env>.lock`` is absent or matches the registry; else one line saying why it is stale."""
+    path = lock_path(reg, env.name)
+    if not path.exists():
+        return None
+    header = read_header(path)
+    if "inputs-sha256" not in header:
+        return f"{path}: no shipyard-lock header with inputs-sha256; regenerate it with `invoke lock {env.name}`"
+    if header["inputs-sha256"] != inputs_digest(env):
+        return (f"{path}: locked for other inputs than environments.{env.name} now asks for "
+                f"(torch/companions/NCCL/pip/python changed); run `invoke lock {env.name}`")
+    return None
+
+
+def normalize_cutoff(value: str) -> str:
+    """Accept ``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM:SSZ``; return the UTC timestamp form uv reads unambiguously."""
+    if _DATE.match(value):
+        value += "T00:00:00Z"
+    if not _TS.match(value):
+        raise ShipyardError(f"--exclude-newer {value!r}: expected a UTC date YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ")
+    try:
+        _dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        raise ShipyardError(f"--exclude-newer {value!r}: not a valid date") from None
+    return value
+
+
+def today_cutoff(now: _dt.datetime | None = None) -> str:
+    """Midnight UTC of today: the cut-off of a first lock (day granularity, so same-day relocks agree)."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y-%m-%dT00:00:00Z")
+
+
+def uv_argv(uv_bin: str, env: Environment, cutoff: str, index_url: str = DEFAULT_INDEX) -> list[str]:
+    """The ``uv pip compile`` command line, run in a directory holding requirements.in (and overrides.txt).
+
+    Pure, so that the argument contract (platform, Python, hashes, cut-off, variant index) is unit-tested.
+    ``--no-config`` keeps a user's uv.toml from changing the result; ``--no-header`` drops uv's own header, which
+    would name temporary paths; shipyard writes its own.
+    """
+    argv = [
+        uv_bin, "pip", "compile", "requirements.in",
+        "--no-config", "--no-header", "--quiet",
+        "--python-platform", PLATFORM,
+        "--python-version", str(env.python.value),
+        "--generate-hashes",
+        "--exclude-newer", cutoff,
+        "--default-index", index_url,
+    ]
+    if lock_overrides(env):
+        argv += ["--override", "overrides.txt"]
+    if env.stack != "base" and env.torch_index.value:
+        argv += ["--extra-index-url", env.torch_index.value, "--index-strategy", "unsafe-best-match"]
+    return argv
+
+
+def render_header(env: Environment, cutoff: str, index_url: str) -> str:
+    """The comment block that makes the lock self-describing and its staleness decidable."""
+    lines = [
+        f"{HEADER_PREFIX} for environment {env.name}: written by `invoke lock {env.name}`; do not edit.",
+        f"# inputs-sha256: {inputs_digest(env)}",
+        f"# exclude-newer: {cutoff}",
+        f"# python: {env.python.value}",
+        f"# platform: {PLATFORM}",
+        f"# index: {redact(index_url)}",
+    ]
+    if env.stack != "base" and env.torch_index.value:
+        lines.append(f"# torch-index: {env.torch_index.value}")
+    lines.append("#")
+    lines.append("# requirements:")
+    lines += [f"#   {r}" for r in lock_inputs(env)]
+    if lock_overrides(env):
+        lines.append("# overrides (replace what the torch wheel pins; install the lock with --no-deps):")
+        lines += [f"#   {r}" for r in lock_overrides(env)]
+    return "\n".join(lines) + "\n"
+
+
+def _uv_bin() -> str:
+    try:
+        import uv  # lazy: only `invoke lock` runs uv
+    except ImportError:  # pragma: no cover - uv is a declared dependency
+        raise ShipyardError("the 'uv' Python package is not installed: pip install uv") from None
+    return uv.find_uv_bin()
+
+
+def compile_lock(env: Environment, cutoff: str, index_url: str = DEFAULT_INDEX, uv_bin: str | None = None) -> str:
+    """Resolve ``env`` with uv and return the full lock text (header + pinned, hashed requirements)."""
+    if not lock_inputs(env):
+        raise ShipyardError(f"environments.{env.name}: nothing to lock (stack: base and no pip packages)")
+    uv_bin = uv_bin or _uv_bin()
+    with tempfile.TemporaryDirectory(prefix="shipyard-lock-") as tmp:
+        Path(tmp, "requirements.in").write_text("\n".join(lock_inputs(env)) + "\n")
+        if lock_overrides(env):
+            Path(tmp, "overrides.txt").write_text("\n".join(lock_overrides(env)) + "\n")
+        proc = subprocess.run(uv_argv(uv_bin, env, cutoff, index_url), cwd=tmp, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        detail = redact(" ".join(lines[:6]))[:600] or f"uv exited {proc.returncode}"
+        raise ShipyardError(f"environments.{env.name}: uv could not lock the dependencies "
+                            f"(exclude-newer {cutoff}): {detail}")
+    if "--hash=sha256:" not in proc.stdout:
+        raise ShipyardError(f"environments.{env.name}: uv produced a lock without hashes; refusing to write it")
+    return render_header(env, cutoff, index_url) + proc.stdout
+
+
+def lock(reg: Registry, env_name: str | None = None, exclude_newer: str | None = None,
+         index_url: str | None = None) -> Path:
+    """Write ``definitions/<env>.lock`` atomically and return its path. The definitions install from the lock and
+    carry its sha256 as a label, so callers re-render afterwards (:func:`shipyard.definitions.render.lock_command`).
+
+    The cut-off is, in order: ``exclude_newer``; the one in the existing lock; midnight UTC today.
+    """
+    env = reg.environment(env_name)
+    path = lock_path(reg, env.name)
+    if exclude_newer:
+        cutoff = normalize_cutoff(exclude_newer)
+    else:
+        previous = read_header(path).get("exclude-newer")
+        try:
+            cutoff = normalize_cutoff(previous) if previous else today_cutoff()
+        except ShipyardError:
+            raise ShipyardError(f"{path}: header exclude-newer {previous!r} is not a UTC timestamp; "
+                                "pass --exclude-newer YYYY-MM-DD") from None
+    text = compile_lock(env, cutoff, index_url or DEFAULT_INDEX)
+    atomic_write(path, text)
+    return path
+
+
+def count_pins(text: str) -> tuple[int, int]:
+    """(packages, sha256 hashes) in a lock text: for the task's summary line."""
+    pkgs = sum(1 for ln in text.splitlines() if re.match(r"^[A-Za-z0-9][^ ]*==", ln))
+    return pkgs, text.count("--hash=sha256:")

@@ -1,0 +1,222 @@
+"""Environment -> Recipe: a small list of build primitives that render to Apptainer or Dockerfile syntax.
+
+The idea is hpccm's (baseimage, shell, environment, copy, label, runscript primitives rendered to either syntax), with
+the lesson of its weakness applied: every version comes from the resolved :class:`~shipyard.registry.model.Environment`,
+never from a code default. Both renderers read the same Recipe, so a .def and its Dockerfile cannot drift apart.
+
+Every shell command here is one line, so the same list works as an Apptainer %post body and as a Dockerfile ``RUN``
+joined with ``;``. Anything a user wrote (package names, env values, labels) is shell-quoted with ``shlex.quote``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from shipyard import __version__
+from shipyard.registry.model import Environment
+
+VENV = "/opt/venv"
+SHIPYARD_DIR = "/opt/shipyard"
+
+
+@dataclass(frozen=True)
+class Step:
+    """A commented group of one-line shell commands (one %post block / one Dockerfile RUN)."""
+
+    comment: str
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str
+    expand: bool = False  # True only for our own values that reference $VARS (e.g. PATH); user values never expand
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    base: str
+    build_args: tuple[tuple[str, str], ...]
+    files: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    environment: tuple[EnvVar, ...]
+    post: tuple[Step, ...]
+    test: tuple[str, ...]
+    runscript: tuple[str, ...]
+    help: str
+    python: str  # interpreter path inside the image
+
+
+def _q(s: str) -> str:
+    return shlex.quote(str(s))
+
+
+def lock_target(env_name: str) -> str:
+    return f"{SHIPYARD_DIR}/{env_name}.lock"
+
+
+def python_install(env: Environment) -> Step:
+    """Install the requested CPython: the OS's own if it matches, otherwise the deadsnakes PPA build."""
+    py = env.python.value
+    pkgs = [f"python{py}", f"python{py}-venv"]
+    cmds = ["export DEBIAN_FRONTEND=noninteractive", "apt-get update"]
+    if py != env.system_python:
+        cmds += [
+            "apt-get install -y --no-install-recommends ca-certificates gnupg software-properties-common",
+            "add-apt-repository -y ppa:deadsnakes/ppa",
+            "apt-get update",
+        ]
+        pkgs.append(f"python{py}-dev")
+    else:
+        pkgs = ["ca-certificates"] + pkgs + [f"python{py}-dev"]
+    cmds.append("apt-get install -y --no-install-recommends " + " ".join(pkgs))
+    cmds.append(f"python{py} -m venv {VENV}")
+    return Step(f"Python {py} ({'OS package' if py == env.system_python else 'deadsnakes PPA'}) in {VENV}",
+                tuple(cmds))
+
+
+def torch_install(env: Environment, locked: bool) -> tuple[Step, ...]:
+    """torch/torchvision/torchaudio with == pins from the right index, then the NCCL that was asked for."""
+    pip = f"{VENV}/bin/python -m pip install --no-cache-dir"
+    steps = []
+    if locked:
+        steps.append(Step(
+            f"Every Python package from the hash-locked closure ({env.name}.lock); pip refuses any other bytes",
+            (f"{pip} --require-hashes --no-deps -r {lock_target(env.name)}",),
+        ))
+        return tuple(steps)
+    reqs = [f"torch=={env.torch.value}"]
+    if env.torchvision.value:
+        reqs.append(f"torchvision=={env.torchvision.value}")
+    if env.torchaudio.value:
+        reqs.append(f"torchaudio=={env.torchaudio.value}")
+    index = f" --index-url {_q(env.torch_index.value)}" if env.torch_index.value else ""
+    where = env.torch_index.value or "PyPI (the default CUDA variant)"
+    steps.append(Step(f"PyTorch {env.torch.value} for CUDA {env.cuda.value} from {where}",
+                      (f"{pip}{index} " + " ".join(_q(r) for r in reqs),)))
+    if env.nccl_override and env.nccl_package:
+        steps.append(Step(
+            f"NCCL override: torch {env.torch.value} pins {env.nccl_package}=={env.nccl_default}; "
+            f"{env.nccl.value} is installed on purpose, without deps (pip check reports this mismatch)",
+            (f"{pip} --no-deps {_q(f'{env.nccl_package}=={env.nccl.value}')}",),
+        ))
+    if env.pip:
+        steps.append(Step("Extra pip packages (exact pins from registry.yaml)",
+                          (f"{pip} " + " ".join(_q(p) for p in env.pip),)))
+    return tuple(steps)
+
+
+def pip_check(env: Environment, python: str) -> Step:
+    if env.nccl_override and env.nccl_package:
+        # The only mismatch we accept is the NCCL override that registry.yaml asked for; anything else fails.
+        return Step("pip check: only the requested NCCL override may be reported", (
+            f"if ! {python} -m pip check > /tmp/pip-check.txt; then "
+            f"if grep -v {_q(env.nccl_package)} /tmp/pip-check.txt | grep -q .; then cat /tmp/pip-check.txt; exit 1; fi; "
+            f"echo 'shipyard: pip check reports only the requested NCCL override'; fi",
+            "rm -f /tmp/pip-check.txt",
+        ))
+    return Step("pip check: the installed set must be consistent", (f"{python} -m pip check",))
+
+
+def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
+    """The pure function from a resolved environment (and the sha256 of its lock file, if any) to build primitives.
+
+    The lock's digest becomes a label, so re-locking changes the committed definition and shows up in review.
+    """
+    locked = lock_sha256 is not None
+    ours = env.stack == "shipyard"
+    python = f"{VENV}/bin/python" if ours else "python3"
+    post: list[Step] = [Step("Fail on the first error", ("set -eu",))]
+    apt = list(env.apt)
+    if ours:
+        post.append(python_install(env))
+    if apt:
+        post.append(Step("apt packages from registry.yaml", (
+            "export DEBIAN_FRONTEND=noninteractive",
+            "apt-get update",
+            "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in apt),
+        )))
+    if ours:
+        post.extend(torch_install(env, locked))
+    elif env.pip:
+        post.append(Step("Extra pip packages (exact pins from registry.yaml)",
+                         (f"{python} -m pip install --no-cache-dir " + " ".join(_q(p) for p in env.pip),)))
+    post.append(pip_check(env, python))
+    post.append(Step("Clean caches so the image carries only what it runs", (
+        "rm -rf /root/.cache/pip /var/lib/apt/lists/*",
+    )))
+
+    files = [(f.src, f.dst) for f in env.files]
+    if locked:
+        files.insert(0, (f"definitions/{env.name}.lock", lock_target(env.name)))
+
+    labels = [("org.shipyard.environment", env.name)]
+    labels += [(f"org.shipyard.{k.replace('_', '-')}", p.value) for k, p in env.pins().items() if p.value]
+    labels += [("org.shipyard.stack", env.stack), ("org.shipyard.locked", "true" if locked else "false")]
+    if locked:
+        labels.append(("org.shipyard.lock-sha256", lock_sha256))
+    labels += [("org.shipyard.version", __version__), ("org.shipyard.spec-sha256", env.spec_hash)]
+    labels += list(env.labels)
+
+    environment = [EnvVar("SHIPYARD_ENV", env.name)]
+    if ours:
+        environment.append(EnvVar("PATH", f"{VENV}/bin:$PATH", expand=True))
+    environment += [EnvVar(k, v) for k, v in env.env]
+
+    return Recipe(
+        name=env.name,
+        base=env.base.value or "",
+        build_args=env.build_args,
+        files=tuple(files),
+        labels=tuple(labels),
+        environment=tuple(environment),
+        post=tuple(post),
+        test=test_commands(env, python),
+        runscript=('exec "$@"',),
+        help=help_text(env),
+        python=python,
+    )
+
+
+def test_commands(env: Environment, python: str) -> tuple[str, ...]:
+    """Build-time assertions of the pins: python, torch, torch.version.cuda, the NCCL torch reports, imports.
+
+    They need no GPU (``torch.cuda.nccl.version()`` reads the linked library), as %test runs at build time.
+    """
+    def check(mod: str, expr: str, want: str, what: str) -> str:
+        code = f"import {mod}; v = {expr}; assert v == '{want}', '{what} is ' + str(v) + ', expected {want}'"
+        # Values are schema-validated versions and names; double quotes keep the line readable. Anything the shell
+        # would interpret inside double quotes falls back to strict single quoting.
+        return f'{python} -c "{code}"' if not set('"$`\\!') & set(code) else f"{python} -c {_q(code)}"
+
+    cmds = ["set -eu",
+            check("sys", "'%d.%d' % sys.version_info[:2]", env.python.value, "python")]
+    cmds.append(check("torch", "torch.__version__.split('+')[0]", env.torch.value, "torch"))
+    cmds.append(check("torch", "torch.version.cuda", env.cuda.value, "torch.version.cuda"))
+    if env.nccl.value:
+        cmds.append(check("torch", "'.'.join(map(str, torch.cuda.nccl.version()))", env.nccl.value, "NCCL"))
+    if env.torchvision.value:
+        cmds.append(check("torchvision", "torchvision.__version__.split('+')[0]", env.torchvision.value,
+                          "torchvision"))
+    if env.torchaudio.value:
+        cmds.append(check("torchaudio", "torchaudio.__version__.split('+')[0]", env.torchaudio.value, "torchaudio"))
+    for req in env.pip:
+        name, ver = req.split("==", 1)
+        name = name.split("[")[0]
+        cmds.append(check("importlib.metadata", f"importlib.metadata.version({name!r})", ver, name))
+    cmds.append(f"echo {_q(f'shipyard: %test passed for {env.name}')}")
+    return tuple(cmds)
+
+
+def help_text(env: Environment) -> str:
+    lines = [f"shipyard environment {env.name}" + (f": {env.description}" if env.description else "")]
+    for k, p in env.pins().items():
+        lines.append(f"  {k:<12} {p.value if p.value else '-'}")
+    if env.pip:
+        lines.append("  pip          " + " ".join(env.pip))
+    lines.append("Run a command in it: apptainer exec --nv IMAGE.sif python train.py")
+    lines.append(f"Made by shipyard {__version__} from registry.yaml; see `invoke show {env.name}`.")
+    return "\n".join(lines)

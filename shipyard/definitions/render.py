@@ -1,0 +1,160 @@
+"""Render definitions/<env>.def (Apptainer) and definitions/<env>.Dockerfile from the registry.
+
+Both come from one :class:`~shipyard.definitions.render.recipe.Recipe`, through Jinja2 templates kept as files. Output is a pure
+function of registry.yaml (and a committed lock file, when there is one): no timestamps, so re-rendering is
+byte-identical and `invoke render --check` can fail CI when definitions/ is stale.
+
+Apptainer >= 1.2 uses ``{{ NAME }}`` for build arguments. Jinja never re-evaluates the values it inserts, so such
+references in registry values reach the .def unchanged; the Dockerfile renderer maps them to ``${NAME}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import sys
+from pathlib import Path
+
+from shipyard import __version__, templating
+from shipyard.definitions import pylock
+from shipyard.definitions.recipe import SHIPYARD_DIR, build_recipe
+from shipyard.files import atomic_write
+from shipyard.registry import load
+from shipyard.registry.model import Environment, Registry
+
+TEST_PATH = f"{SHIPYARD_DIR}/test.sh"
+_PKG = "shipyard.definitions"
+
+
+def definition_path(reg: Registry, env_name: str) -> Path:
+    return reg.root / "definitions" / f"{env_name}.def"
+
+
+def dockerfile_path(reg: Registry, env_name: str) -> Path:
+    return reg.root / "definitions" / f"{env_name}.Dockerfile"
+
+
+def _lock_sha256(reg: Registry | None, env: Environment) -> str | None:
+    """sha256 of definitions/<env>.lock when there is one (the definition then installs from it)."""
+    if reg is None:
+        return None
+    try:
+        return hashlib.sha256((reg.root / "definitions" / f"{env.name}.lock").read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _recipe(env: Environment, reg: Registry | None):
+    return build_recipe(env, lock_sha256=_lock_sha256(reg, env))
+
+
+def _render_def(recipe) -> str:
+    return templating.render(_PKG, "definition.def.j2", r=recipe, version=__version__)
+
+
+def _render_dockerfile(recipe) -> str:
+    return templating.render(_PKG, "Dockerfile.j2",
+        r=recipe, version=__version__, test_path=TEST_PATH, test_dir=SHIPYARD_DIR
+    )
+
+
+def _render_test_script(recipe) -> str:
+    return templating.render(_PKG, "test.sh.j2", r=recipe, version=__version__)
+
+
+def render_definition(env: Environment, reg: Registry | None = None) -> str:
+    """The Apptainer definition text for ``env`` (installs from definitions/<env>.lock when it exists)."""
+    return _render_def(_recipe(env, reg))
+
+
+def render_dockerfile(env: Environment, reg: Registry | None = None) -> str:
+    """The Dockerfile text for ``env``, from the same recipe as the .def."""
+    return _render_dockerfile(_recipe(env, reg))
+
+
+def test_script_path(reg: Registry, env_name: str) -> Path:
+    return reg.root / "definitions" / f"{env_name}.test.sh"
+
+
+def render_test_script(env: Environment, reg: Registry | None = None) -> str:
+    """The %test commands as a standalone script: COPYed into Docker images and run by the docker backend."""
+    return _render_test_script(_recipe(env, reg))
+
+
+def rendered_files(reg: Registry, env: Environment) -> dict[Path, str]:
+    """Every file `render` owns for one environment, path -> text (one recipe, one read of the lock)."""
+    recipe = _recipe(env, reg)
+    return {
+        definition_path(reg, env.name): _render_def(recipe),
+        dockerfile_path(reg, env.name): _render_dockerfile(recipe),
+        test_script_path(reg, env.name): _render_test_script(recipe),
+    }
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def render_command(env_name: str | None, all_envs: bool = False, check: bool = False, registry=None,
+                   out=sys.stdout) -> int:
+    """`invoke render`: write (or, with check, compare) definitions; returns the exit code."""
+    reg = registry if isinstance(registry, Registry) else load(registry)
+    envs = list(reg.environments.values()) if all_envs else [reg.environment(env_name)]
+    stale: list[str] = []
+    known: set[Path] = set()
+    written = 0
+    for env in envs:
+        for path, text in rendered_files(reg, env).items():
+            known.add(path)
+            rel = path.relative_to(reg.root)
+            current = _read(path)
+            if check:
+                if current is None:
+                    stale.append(f"{rel} (missing)")
+                elif current != text:
+                    stale.append(f"{rel} (differs from registry.yaml)")
+            elif current != text:
+                atomic_write(path, text, mode=0o755 if path.name.endswith(".sh") else 0o644)
+                written += 1
+                print(f"wrote {rel}", file=out)
+        if check:
+            why = pylock.stale_reason(reg, env)
+            if why:
+                stale.append(f"definitions/{env.name}.lock ({why})")
+    if all_envs and check:
+        for p in sorted((reg.root / "definitions").glob("*")):
+            if (p.suffix in (".def", ".Dockerfile") or p.name.endswith(".test.sh")) and p not in known:
+                stale.append(f"{p.relative_to(reg.root)} (no such environment in registry.yaml)")
+    if check:
+        if stale:
+            print("stale definitions (run `invoke render --all`):", file=out)
+            for s in stale:
+                print(f"  {s}", file=out)
+            return 1
+        print(f"definitions/ is up to date ({len(envs)} environment(s))", file=out)
+        return 0
+    if not written:
+        print(f"definitions/ already up to date ({len(envs)} environment(s))", file=out)
+    return 0
+
+
+def relock(reg: Registry, env_name: str | None = None, exclude_newer: str | None = None,
+           index_url: str | None = None) -> Path:
+    """Write the environment's lock (:func:`shipyard.definitions.pylock.lock`), then re-render its definitions:
+    they install from the lock and carry its sha256 as a label, so a new lock makes them stale."""
+    path = pylock.lock(reg, env_name, exclude_newer, index_url)
+    render_command(reg.environment(env_name).name, registry=reg, out=io.StringIO())
+    return path
+
+
+def lock_command(env_name: str | None, exclude_newer: str | None = None, index_url: str | None = None,
+                 out=sys.stdout) -> None:
+    """`invoke lock`: lock and re-render, then say what was written."""
+    reg = load()
+    path = relock(reg, env_name, exclude_newer, index_url)
+    pkgs, hashes = pylock.count_pins(path.read_text())
+    print(f"wrote {path.relative_to(reg.root)}: {pkgs} packages, {hashes} sha256 hashes, "
+          f"exclude-newer {pylock.read_header(path)['exclude-newer']}", file=out)

@@ -1,0 +1,351 @@
+"""`invoke doctor`: a preflight report of a cluster, on the login node and on one compute node (through srun).
+
+Split in three so each part can be tested on its own:
+
+* the probe, ``shipyard/templates/tools/doctor_probe.sh``: one shell script that only *looks* (versions, GPUs,
+  storage) and prints ``@doctor<TAB>KEY<TAB>VALUE`` lines. The same script runs on the login node and in a one-task
+  srun step, so both places are judged by the same facts. Values reach it as arguments, never pasted into its text.
+* :func:`evaluate`, a pure function from the probe results, the cluster profile and the environment to findings
+  (PASS/WARN/FAIL, each with its fix). GPU, driver and arch are judged by :func:`shipyard.registry.compat.check_on_cluster`
+  run on the cluster profile *as observed* (the node's driver and GPUs), so doctor and `invoke check` cannot disagree.
+* :func:`run_probes`, the only part with side effects: it runs the probe (through the sandbox's client wrapper on
+  ``--cluster sandbox``) and leaves a marker file in the storage directory so the node can say whether it sees
+  the same storage (shared) or only a directory of the same name.
+
+Thresholds (minimum Slurm, free space) are data: ``shipyard/data/doctor.yaml``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+
+from shipyard import facts as data
+from shipyard import registry, slurm
+from shipyard.registry import compat
+from shipyard.registry.model import Cluster, Environment, Gpu, Registry
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+LOGIN = "login"
+JOB_NAME = "shipyard-doctor"
+Probe = dict  # key -> list of values (a key such as "gpu" repeats)
+
+
+@dataclass(frozen=True)
+class Finding:
+    status: str  # PASS | WARN | FAIL
+    where: str  # "login" or the compute node's hostname
+    check: str
+    detail: str
+    fix: str = ""
+
+
+def facts() -> dict:
+    return data.load("doctor")
+
+
+def probe_script() -> str:
+    return resources.files("shipyard.jobs").joinpath("templates/doctor_probe.sh").read_text()
+
+
+def parse_probe(text: str) -> Probe:
+    """Collect the probe's ``@doctor`` lines; anything else (profile noise, srun messages) is ignored."""
+    out: Probe = defaultdict(list)
+    for line in text.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) == 3 and parts[0] == "@doctor":
+            out[parts[1]].append(parts[2].strip())
+    return dict(out)
+
+
+def _one(p: Probe, key: str) -> str | None:
+    vals = p.get(key)
+    return vals[0] if vals else None
+
+
+def _version(text: str | None) -> str | None:
+    m = re.search(r"(\d+\.\d+(?:\.\d+)*)", text or "")
+    return m[1] if m else None
+
+
+def storage_dir(reg: Registry, cluster: Cluster) -> str:
+    """The cluster's image storage as the nodes see it ('' when the profile has none); relative = under the project."""
+    if not cluster.storage:
+        return ""
+    p = Path(cluster.storage)
+    return str(p if p.is_absolute() else reg.root / p)
+
+
+# ------------------------------------------------------------------------------------------------ evaluation (pure)
+
+
+def _slurm(cluster: Cluster, p: Probe) -> Finding:
+    v = _one(p, "slurm")
+    if v is None or v == "missing":
+        return Finding(FAIL, LOGIN, "slurm", "srun not found on PATH",
+                       f"run doctor on a login node of {cluster.name} (or load the site's slurm module)")
+    ver = _version(v) if v.lower().startswith("slurm") else None
+    if ver is None:
+        return Finding(FAIL, LOGIN, "slurm", f"srun --version failed: {v}",
+                       "check SLURM_CONF and that the controller is reachable from this host")
+    need = facts()["slurm_min"]
+    if compat.vtuple(ver) < compat.vtuple(need):
+        return Finding(WARN, LOGIN, "slurm", f"Slurm {ver}: older than {need} (--gpus-per-node needs cons_tres)",
+                       "ask the admins which GPU request syntax this Slurm takes; launchers may need --gres=gpu:N")
+    return Finding(PASS, LOGIN, "slurm", f"Slurm {ver} (>= {need})")
+
+
+def _pyxis(cluster: Cluster, p: Probe) -> Finding:
+    have = _one(p, "pyxis") == "yes"
+    seen = "srun --help lists --container-image" if have else "srun --help does not list --container-image"
+    if cluster.runtime != "pyxis":
+        return Finding(PASS, LOGIN, "pyxis", f"not needed (runtime {cluster.runtime}); {seen}")
+    if have:
+        return Finding(PASS, LOGIN, "pyxis", f"present: {seen}")
+    return Finding(FAIL, LOGIN, "pyxis", f"runtime pyxis, but {seen} (the pyxis SPANK plugin is not loaded)",
+                   f"ask the admins to enable pyxis in plugstack.conf, or set clusters.{cluster.name}.runtime: apptainer")
+
+
+def _apptainer(cluster: Cluster, env: Environment, where: str, p: Probe) -> Finding:
+    v = _one(p, "apptainer") or "missing"
+    if cluster.runtime != "apptainer":
+        return Finding(PASS, where, "apptainer", f"not needed (runtime {cluster.runtime}); "
+                       f"{'not installed' if v == 'missing' else v}")
+    if v == "missing":
+        loads = ", ".join(cluster.modules) or "none listed"
+        return Finding(FAIL, where, "apptainer", f"apptainer/singularity not found (clusters.{cluster.name}.modules: "
+                       f"{loads})", f"add the site's apptainer module to clusters.{cluster.name}.modules, or ask "
+                       "the admins where apptainer is installed")
+    ver = _version(v)
+    need = facts()["apptainer_build_args_min"]
+    if env.build_args and ver and compat.vtuple(ver) < compat.vtuple(need):
+        return Finding(WARN, where, "apptainer", f"{v}: environment {env.name} sets build_args, which need "
+                       f"Apptainer >= {need}", f"build {env.name} elsewhere, or drop its build_args")
+    return Finding(PASS, where, "apptainer", v)
+
+
+def _enroot(cluster: Cluster, where: str, p: Probe) -> Finding:
+    v = _one(p, "enroot") or "missing"
+    if cluster.runtime != "pyxis":
+        return Finding(PASS, where, "enroot", f"not needed (runtime {cluster.runtime}); "
+                       f"{'not installed' if v == 'missing' else 'version ' + v}")
+    if v == "missing":
+        status = FAIL if where != LOGIN else WARN
+        why = "pyxis needs enroot on every compute node" if where != LOGIN else \
+            "`enroot import` of images to .sqsh on the login node will not work"
+        return Finding(status, where, "enroot", f"enroot not found: {why}",
+                       "ask the admins to install enroot" if where != LOGIN else
+                       f"import images on a node of partition {cluster.build_partition} instead")
+    return Finding(PASS, where, "enroot", f"version {v}")
+
+
+def _fakeroot(cluster: Cluster, where: str, p: Probe) -> Finding:
+    if cluster.runtime != "apptainer":
+        return Finding(PASS, where, "fakeroot", f"not needed (runtime {cluster.runtime} does not build with fakeroot)")
+    user = _one(p, "user") or "this user"
+    if _one(p, "subuid") == "yes":
+        return Finding(PASS, where, "fakeroot", f"/etc/subuid has a range for {user}: apptainer build --fakeroot works")
+    tool = _one(p, "fakeroot")
+    if tool and tool != "missing":
+        return Finding(PASS, where, "fakeroot", f"no /etc/subuid range for {user}, but {tool} exists "
+                       "(apptainer >= 1.1 falls back to it; some %post steps may still fail)")
+    return Finding(WARN, where, "fakeroot", f"no /etc/subuid range for {user} and no fakeroot command: "
+                   "apptainer build --fakeroot will fail",
+                   "ask the admins for a subuid/subgid range, or build the image elsewhere and push it")
+
+
+def _gpu_groups(lines: list[str]) -> list[tuple[str, str, int | None, int]]:
+    """nvidia-smi CSV lines 'name, driver, compute_cap' -> [(model, driver, sm or None, count)]."""
+    out = Counter()
+    for line in lines:
+        parts = [x.strip() for x in line.rsplit(",", 2)]
+        if len(parts) != 3:
+            out[(line.strip(), "", None)] += 1
+            continue
+        model, driver, cap = parts
+        sm = int(cap.replace(".", "")) if re.fullmatch(r"\d+\.\d", cap) else None
+        out[(model, driver, sm)] += 1
+    return [(m, d, sm, n) for (m, d, sm), n in out.items()]
+
+
+def _gpus(cluster: Cluster, env: Environment, where: str, p: Probe) -> list[Finding]:
+    lines = p.get("gpu", [])
+    if _one(p, "gpu_error"):
+        return [Finding(FAIL, where, "gpu", f"nvidia-smi failed: {_one(p, 'gpu_error')}",
+                        "the driver is not loaded or the GPU is in a bad state: report the node to the admins")]
+    if not lines or lines == ["missing"]:
+        if cluster.gpus:
+            return [Finding(FAIL, where, "gpu", "nvidia-smi not found: no NVIDIA driver on this node",
+                            f"check that partition {cluster.partition} has GPU nodes")]
+        return [Finding(WARN, where, "gpu", f"no GPU: nvidia-smi not found (the profile lists no GPU models; "
+                        f"{cluster.gpus_per_node} GPUs per node are scheduler resources only), so training runs "
+                        "on CPUs", "" if cluster.name == "sandbox" else
+                        f"list the GPU models in clusters.{cluster.name}.gpus, or use a GPU partition")]
+    out = []
+    for model, driver, sm, count in _gpu_groups(lines):
+        observed = replace(cluster, driver=driver or None,
+                           gpus=(Gpu(model, f"sm_{sm}"),) if sm is not None else ())
+        problems = [pr for pr in compat.check_on_cluster(env, observed)
+                    if pr.key.endswith((".driver", ".gpus"))]
+        arch = f"sm_{sm}" if sm is not None else "arch unknown"
+        seen = f"{count} x {model}, driver {driver}, {arch}"
+        if any(pr.severity == compat.ERROR for pr in problems):
+            msg = "; ".join(pr.message for pr in problems if pr.severity == compat.ERROR)
+            out.append(Finding(FAIL, where, "gpu", f"{seen}: {msg}",
+                               f"pick an environment whose CUDA/arch fit (invoke check --cluster {cluster.name}), "
+                               "or a partition with other GPUs"))
+        elif problems:
+            out.append(Finding(WARN, where, "gpu", f"{seen}: " + "; ".join(pr.message for pr in problems)))
+        else:
+            cf = compat.cuda_facts(env.cuda.value or "") or {}
+            need = f" (CUDA {env.cuda.value} needs >= {cf['driver_min']})" if cf.get("driver_min") else ""
+            out.append(Finding(PASS, where, "gpu", f"{seen}: runs {env.name}{need}"))
+        if cluster.driver and driver and driver != cluster.driver:
+            out.append(Finding(WARN, where, "driver", f"registry says driver {cluster.driver}, the node has {driver}",
+                               f'set clusters.{cluster.name}.driver: "{driver}" so that invoke check judges the '
+                               "real driver"))
+    return out
+
+
+def _storage(cluster: Cluster, where: str, p: Probe, path: str) -> list[Finding]:
+    state = _one(p, "storage")
+    key = f"clusters.{cluster.name}.storage"
+    if state in (None, "unset"):
+        return [Finding(WARN, where, "storage", f"{key} is not set: images have no shared home",
+                        f"set {key} to a directory on the shared filesystem")]
+    if state == "missing":
+        # The host runtime runs without images: storage matters only for a --runtime pyxis/apptainer launch.
+        status = WARN if cluster.runtime == "host" else FAIL
+        return [Finding(status, where, "storage", f"{path} does not exist",
+                        f"mkdir -p {shlex.quote(path)} (on the shared filesystem), or fix {key}")]
+    out = []
+    if _one(p, "storage_writable") == "yes":
+        out.append(Finding(PASS, where, "storage", f"{path} is writable"))
+    else:
+        out.append(Finding(FAIL, where, "storage", f"{path} is not writable by {_one(p, 'user') or 'this user'}",
+                           f"fix the directory's permissions, or point {key} at a writable project directory"))
+    shared = _one(p, "storage_shared")
+    if shared == "no":
+        out.append(Finding(FAIL, where, "storage", f"{path} here is not the login node's {path}: not shared",
+                           f"set {key} to a path on a filesystem mounted on all nodes"))
+    elif shared == "yes":
+        out.append(Finding(PASS, where, "storage", "shared with the login node (sees the file the login node wrote)"))
+    free = _one(p, "storage_free_kb")
+    if free and free.isdigit():
+        gib = int(free) / 1024 / 1024
+        f = facts()
+        fix = "free space (old images: containers/*.sif, .sqsh) or move the storage"
+        if gib < f["free_space_fail_gib"]:
+            out.append(Finding(FAIL, where, "free space", f"{gib:.1f} GiB free in {path} "
+                               f"(< {f['free_space_fail_gib']} GiB)", fix))
+        elif gib < f["free_space_warn_gib"]:
+            out.append(Finding(WARN, where, "free space", f"{gib:.1f} GiB free in {path} "
+                               f"(< {f['free_space_warn_gib']} GiB)", fix))
+        else:
+            out.append(Finding(PASS, where, "free space", f"{gib:.1f} GiB free in {path}"))
+    return out
+
+
+def _modules(cluster: Cluster, where: str, p: Probe) -> list[Finding]:
+    return [Finding(WARN, where, "modules", f"module load {m} failed" if m != "no module command" else
+                    "no `module` command (Lmod/Environment Modules) to load " + ", ".join(cluster.modules),
+                    f"check clusters.{cluster.name}.modules against `module avail`")
+            for m in p.get("module_failed", [])]
+
+
+def evaluate(cluster: Cluster, env: Environment, storage: str, login: Probe, node: Probe | None,
+             node_error: str | None = None) -> list[Finding]:
+    """Findings from the probes. ``node`` is None when the srun step failed (``node_error`` says why)."""
+    out = [_slurm(cluster, login), _pyxis(cluster, login)]
+    out += _modules(cluster, LOGIN, login)
+    out += [_apptainer(cluster, env, LOGIN, login), _enroot(cluster, LOGIN, login), _fakeroot(cluster, LOGIN, login)]
+    out += _storage(cluster, LOGIN, login, storage)
+    if node is None:
+        out.append(Finding(FAIL, "compute", "srun", f"no step ran on partition {cluster.partition}: {node_error}",
+                           f"check the partition, account and time limit (clusters.{cluster.name}.scheduler), "
+                           "and that nodes are up (sinfo)"))
+        return out
+    where = _one(node, "hostname") or "compute"
+    out.append(Finding(PASS, where, "srun", f"a one-task step ran on {where} (partition {cluster.partition})"))
+    out += _modules(cluster, where, node)
+    out += [_apptainer(cluster, env, where, node), _enroot(cluster, where, node)]
+    out += _gpus(cluster, env, where, node)
+    out += _storage(cluster, where, node, storage)
+    return out
+
+
+def render(cluster: Cluster, env: Environment, findings: list[Finding]) -> str:
+    """One line per finding, its fix indented below; a count at the end."""
+    w_where = max(len(f.where) for f in findings)
+    w_check = max(len(f.check) for f in findings)
+    out = [f"shipyard doctor: cluster {cluster.name} (runtime {cluster.runtime}), environment {env.name}"]
+    for f in findings:
+        out.append(f"{f.status}  {f.where:<{w_where}}  {f.check:<{w_check}}  {f.detail}")
+        if f.fix and f.status != PASS:
+            out.append(f"{'':4}  {'':<{w_where}}  {'':<{w_check}}  fix: {f.fix}")
+    n = Counter(f.status for f in findings)
+    out.append(f"{n[PASS]} PASS, {n[WARN]} WARN, {n[FAIL]} FAIL")
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ running the probes
+
+
+def probe_argv(reg: Registry, cluster: Cluster, storage: str, marker: str, on_node: bool) -> list[str]:
+    """The login probe is ``bash -c SCRIPT``; the node probe is the same inside a one-task srun step."""
+    mods = list(cluster.modules) if cluster.runtime == "apptainer" else []
+    probe = ["bash", "-c", probe_script(), JOB_NAME, storage, marker, *mods]
+    if not on_node:
+        return probe
+    f = facts()
+    srun = ["srun", f"--partition={cluster.partition}"]
+    if cluster.account:
+        srun.append(f"--account={cluster.account}")
+    srun += ["--nodes=1", "--ntasks=1", f"--job-name={JOB_NAME}", f"--time={f['probe_time']}",
+             f"--immediate={f['probe_wait_s']}"]
+    if cluster.gpus_per_node > 0:
+        srun.append("--gpus-per-node=1")
+    return srun + probe
+
+
+def run_probes(reg: Registry, cluster: Cluster) -> tuple[str, Probe, Probe | None, str | None]:
+    """Run the probe here and on one compute node. Returns (storage, login, node or None, node error)."""
+    storage = storage_dir(reg, cluster)
+    marker_path = None
+    if storage and Path(storage).is_dir():
+        candidate = Path(storage) / f".shipyard-doctor-{uuid.uuid4().hex}"
+        try:
+            candidate.write_text("written by invoke doctor on the login node; removed when it ends\n")
+            marker_path = candidate
+        except OSError:
+            pass  # the probe reports the directory as not writable
+    marker = marker_path.name if marker_path else "-"
+    try:
+        login = parse_probe(slurm.run(cluster, probe_argv(reg, cluster, storage, "-", False), timeout=60).stdout)
+        wait = float(facts()["probe_wait_s"]) + 300
+        res = slurm.run(cluster, probe_argv(reg, cluster, storage, marker, True), timeout=wait)
+    finally:
+        if marker_path:
+            marker_path.unlink(missing_ok=True)
+    node = parse_probe(res.stdout)
+    if res.returncode != 0 or "hostname" not in node:
+        err = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
+        return storage, login, None, err
+    return storage, login, node, None
+
+
+def doctor_command(cluster_name: str | None = None, env_name: str | None = None, registry_path=None) -> int:
+    """`invoke doctor`: print the report; 1 when anything FAILs."""
+
+    reg = registry.load(registry_path)
+    cluster = reg.cluster(cluster_name)
+    env = reg.environment(env_name)
+    storage, login, node, err = run_probes(reg, cluster)
+    findings = evaluate(cluster, env, storage, login, node, err)
+    print(render(cluster, env, findings), end="")
+    return 1 if any(f.status == FAIL for f in findings) else 0

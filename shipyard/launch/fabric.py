@@ -1,0 +1,84 @@
+"""NCCL presets per cluster fabric (efa / ib / socket), read from shipyard/data/launch.yaml.
+
+Why a data file and not code: which variables a fabric needs changes with aws-ofi-nccl and libfabric releases
+(launcher-rules.md rule 9). Keeping them as data lets a site update them without touching the renderer, and keeps the
+"what NOT to set" list beside what to set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shipyard import facts as data
+from shipyard.errors import ShipyardError
+from shipyard.registry import compat
+from shipyard.registry.model import Cluster
+
+
+def launch_data() -> dict:
+    """shipyard/data/launch.yaml, parsed once."""
+    return data.load("launch")
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One variable the launcher exports. ``expand``: the value is a shell word expanded on the node."""
+
+    name: str
+    value: str
+    expand: bool = False
+    origin: str = ""  # "fabric efa", "cluster grete", "--env": printed in the launcher as a comment
+
+
+def aws_ofi_nccl_version(cluster: Cluster) -> str | None:
+    """The cluster's aws-ofi-nccl: given directly, or implied by its EFA installer in the compatibility data."""
+    ofi = cluster.fabric_options.get("aws_ofi_nccl")
+    if ofi:
+        return str(ofi)
+    inst = cluster.fabric_options.get("efa_installer")
+    if inst:
+        known = compat.facts()["efa"]["installers"].get(str(inst))
+        if known:
+            return str(known["aws_ofi_nccl"])
+    return None
+
+
+def fabric_env(cluster: Cluster) -> list[EnvVar]:
+    """The NCCL variables for the cluster's fabric, then the cluster profile's own ``env`` (which wins)."""
+    data = launch_data()["fabrics"]
+    if cluster.fabric not in data:
+        raise ShipyardError(f"clusters.{cluster.name}.fabric: no NCCL preset for {cluster.fabric!r} "
+                            f"(valid: {', '.join(data)})")
+    preset = data[cluster.fabric]
+    origin = f"fabric {cluster.fabric}"
+    out: dict[str, EnvVar] = {}
+    for k, v in (preset.get("env") or {}).items():
+        out[k] = EnvVar(k, str(v), False, origin)
+    for k, v in (preset.get("expand") or {}).items():
+        out[k] = EnvVar(k, str(v), True, origin)
+    ofi = aws_ofi_nccl_version(cluster)
+    for cond in preset.get("when_aws_ofi_nccl_below") or ():
+        if ofi is not None and compat.vtuple(ofi) < compat.vtuple(cond["version"]):
+            for k, v in cond["env"].items():
+                out[k] = EnvVar(k, str(v), False, f"{origin}, aws-ofi-nccl {ofi} < {cond['version']}")
+    hca = cluster.fabric_options.get("ib_hca")
+    if hca:
+        out["NCCL_IB_HCA"] = EnvVar("NCCL_IB_HCA", str(hca), False, f"clusters.{cluster.name}.fabric_options.ib_hca")
+    for k, v in cluster.env:
+        out[k] = EnvVar(k, v, False, f"clusters.{cluster.name}.env")
+    check_forbidden(cluster, out, f"clusters.{cluster.name}.env")
+    return list(out.values())
+
+
+def check_forbidden(cluster: Cluster, names, where: str) -> None:
+    """Refuse variables the fabric must never have (rule 9: never set RDMAV_FORK_SAFE on EFA)."""
+    never = launch_data()["fabrics"][cluster.fabric].get("never") or ()
+    for name in names:
+        if name in never:
+            raise ShipyardError(f"{where}: {name} must not be set on a {cluster.fabric} fabric "
+                                f"(launcher-rules.md rule 9); remove it")
+
+
+def expected_transport(fabric: str) -> str:
+    """The NCCL_DEBUG=INFO network line a working fabric shows (NET/AWS Libfabric, NET/IB, NET/Socket)."""
+    return launch_data()["fabrics"][fabric]["transport"]

@@ -1,0 +1,165 @@
+"""`invoke shell [ENV]`: an interactive ``srun --pty`` on the cluster's interactive partition, inside the container.
+
+The command is built as an argv list (pure function of the registry model and the flags) and only turned into a
+shell line for printing, with every word quoted by :func:`shipyard.launch.launcher.shell_quote`, the same quoting the
+launchers use. The container part follows the launchers' rules (launcher-rules.md 6-8): ``apptainer shell --nv`` with
+the cluster's binds and no ``--contain``; pyxis flags on srun with ``--pty bash``; a plain shell for the host runtime.
+
+VS Code Remote-SSH needs the *allocated* node's name, which exists only once srun has started. So the interactive
+shell first prints the ssh config snippet on the node itself (the node's own ``hostname`` is substituted there), then
+``exec``s the shell. ``--command`` runs a command in the same container without a terminal (no snippet), which is also
+how the tests prove on the sandbox that the command really lands on a compute node.
+"""
+
+from __future__ import annotations
+
+import getpass
+import shlex
+import subprocess
+from dataclasses import dataclass
+
+from shipyard import registry, slurm
+from shipyard.errors import ShipyardError
+from shipyard.escaping import shell_join, shell_quote
+from shipyard.launch import launcher as launch
+from shipyard.launch.launcher import RUNTIMES
+from shipyard.registry.model import Cluster, Environment, Registry
+
+JOB_NAME = "shipyard-shell"  # `invoke status` lists jobs named shipyard-*
+NODE_MARK = "@NODE@"  # replaced by the allocated node's hostname, on the node
+# Runs on the node (inside the container for pyxis): print the snippet with this node's name, then become the shell.
+_PRELUDE = 'printf "%s\\n" "${1//' + NODE_MARK + '/$(hostname)}"; shift; exec "$@"'
+
+
+@dataclass(frozen=True)
+class ShellPlan:
+    """What `invoke shell` runs: ``module load`` lines (login node, before srun) and the srun argv."""
+
+    cluster: str
+    modules: tuple[str, ...]
+    argv: tuple[str, ...]
+    snippet: str  # with NODE_MARK where the node's name goes
+    interactive: bool
+
+
+def ssh_snippet(cluster: Cluster, user: str) -> str:
+    """An ~/.ssh/config block that lets VS Code Remote-SSH attach to the node (ProxyJump via the login node).
+
+    ssh into a compute node works only while you hold a job there on clusters with pam_slurm_adopt (the usual
+    setup), which is exactly while this shell runs.
+    """
+    login = cluster.login or f"<login node of {cluster.name}: set clusters.{cluster.name}.login in registry.yaml>"
+    return "\n".join([
+        f"# ~/.ssh/config for VS Code Remote-SSH: connect to host shipyard-{cluster.name}-node while this shell runs",
+        f"Host shipyard-{cluster.name}-node",
+        f"    HostName {NODE_MARK}",
+        f"    ProxyJump {login}",
+        f"    User {user}",
+    ])
+
+
+def _image(reg: Registry, env: Environment, cluster: Cluster, runtime: str) -> str:
+    """``<storage>/<env>.sif`` or ``.sqsh``: the launchers' image location (one rule, in shipyard/launch.py)."""
+
+    return launch._default_image(reg, env.name, cluster, runtime)
+
+
+def _mounts(reg: Registry, cluster: Cluster):
+    """The project directory plus the cluster's binds, as the launchers mount them."""
+
+    mounts = {str(reg.root): launch.Mount(str(reg.root), str(reg.root))}
+    for m in launch.parse_mounts(list(cluster.binds), reg.root, f"clusters.{cluster.name}.binds"):
+        mounts[m.dst] = m
+    return list(mounts.values())
+
+
+def build(reg: Registry, env_name: str | None = None, cluster_name: str | None = None, *, command: str | None = None,
+          gpus: int | str | None = None, time: str | None = None, user: str | None = None,
+          runtime: str | None = None) -> ShellPlan:
+    """Resolve flags and registry facts into the exact command (no side effects)."""
+
+    cluster = reg.cluster(cluster_name)
+    env = reg.environment(env_name)
+    runtime = runtime or cluster.runtime
+    if runtime not in RUNTIMES:
+        raise ShipyardError(f"--runtime {runtime!r}: unknown runtime (valid: {', '.join(RUNTIMES)})")
+    if gpus is None:
+        gpus = 1 if cluster.gpus_per_node > 0 else 0
+    try:
+        gpus = int(gpus)
+    except (TypeError, ValueError):
+        raise ShipyardError(f"--gpus {gpus!r}: expected an integer from 0 to {cluster.gpus_per_node}") from None
+    if not 0 <= gpus <= cluster.gpus_per_node:
+        raise ShipyardError(f"--gpus {gpus}: cluster {cluster.name} has {cluster.gpus_per_node} GPUs per node "
+                            f"(clusters.{cluster.name}.gpus_per_node); use 0 to {cluster.gpus_per_node}")
+    try:
+        words = shlex.split(command) if command is not None else None
+    except ValueError as exc:
+        raise ShipyardError(f"--command {command!r}: {exc} (give shell words, e.g. --command \"python -c 'print(1)'\")") from None
+    if words is not None and not words:
+        raise ShipyardError("--command '': give the command to run on the node, e.g. --command 'nvidia-smi -L'")
+    time = time or cluster.time
+    srun = ["srun", f"--partition={cluster.interactive_partition}"]
+    if cluster.account:
+        srun.append(f"--account={cluster.account}")
+    srun += ["--nodes=1", "--ntasks=1", f"--job-name={JOB_NAME}"]
+    if gpus:
+        srun.append(f"--gpus-per-node={gpus}")
+    if time:
+        srun.append(f"--time={time}")
+    if words is None:
+        srun.append("--pty")
+    mounts = _mounts(reg, cluster)
+    if runtime == "pyxis":
+        srun += [f"--container-image={_image(reg, env, cluster, runtime)}",
+                 f"--container-mounts={','.join(m.pyxis() for m in mounts)}",
+                 f"--container-workdir={reg.root}"]
+        inner = ["bash"]
+    elif runtime == "apptainer":
+        verb = "shell" if words is None else "exec"
+        inner = ["apptainer", verb, "--nv", "--bind", ",".join(m.apptainer() for m in mounts),
+                 "--pwd", str(reg.root), _image(reg, env, cluster, runtime)]
+    else:
+        inner = ["bash"] if words is None else []
+    snippet = ssh_snippet(cluster, user or getpass.getuser())
+    if words is None:
+        node = ["bash", "-c", _PRELUDE, "shipyard-shell", snippet] + inner
+    else:
+        node = (inner if runtime == "apptainer" else []) + words
+    modules = cluster.modules if runtime == "apptainer" else ()
+    return ShellPlan(cluster.name, tuple(modules), tuple(srun + node), snippet, words is None)
+
+
+def command_line(plan: ShellPlan) -> str:
+    """The one shell line a user could paste on the login node (module loads first, then srun)."""
+
+    loads = [f"module load {shell_quote(m)}" for m in plan.modules]
+    return " && ".join(loads + [shell_join(plan.argv)])
+
+
+def run_argv(plan: ShellPlan) -> tuple[list[str], dict[str, str] | None]:
+    """argv and environment to execute: module loads need a login shell (Lmod defines `module` there); the sandbox
+    needs its namespace wrapper. No timeout on the sandbox: an interactive shell lasts as long as the user wants."""
+    if plan.modules:
+        return ["bash", "-lc", command_line(plan)], None
+    return slurm.route(plan.cluster, plan.argv, timeout=0)
+
+
+def shell_command(env_name=None, cluster_name=None, *, dry_run=False, command=None, gpus=None, time=None,
+                  runtime=None, registry_path=None) -> int:
+    """`invoke shell`: print (``dry_run``) or run the command; returns srun's exit code."""
+
+    reg = registry.load(registry_path)
+    plan = build(reg, env_name, cluster_name, command=command, gpus=gpus, time=time, runtime=runtime)
+    if dry_run:
+        print(command_line(plan))
+        if plan.interactive:
+            print()
+            print(plan.snippet.replace(NODE_MARK, "<the node srun allocates; the shell prints it when it starts>"))
+        return 0
+    argv, env = run_argv(plan)
+    try:
+        return subprocess.run(argv, env=env).returncode
+    except FileNotFoundError:
+        raise ShipyardError(f"{argv[0]} is not on PATH: run `invoke shell` on a login node of cluster "
+                            f"{plan.cluster} (or use --dry-run to see the command)") from None

@@ -1,0 +1,213 @@
+"""The one model every renderer reads: resolved environments, clusters and registries.
+
+``registry.load()`` turns registry.yaml into these frozen dataclasses. Definitions, Dockerfiles, launchers, build
+manifests and checks all read the same objects, so a fact (a pin, a bind, a partition) lives in exactly one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from shipyard.errors import pick
+
+# Where a resolved value came from; `invoke show` prints it next to each pin.
+EXPLICIT = "explicit"
+DEFAULT = "default"
+COMPAT = "compat data"
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A resolved value and where it came from (explicit, inherited from ENV, default, compat data)."""
+
+    value: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class FileCopy:
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A fully resolved environment: every pin the definition will carry, and nothing else."""
+
+    name: str
+    torch: Pin
+    cuda: Pin  # CUDA variant of the wheel, MAJOR.MINOR
+    python: Pin
+    os: Pin
+    nccl: Pin
+    torchvision: Pin  # value None: left out
+    torchaudio: Pin  # value None: left out / not published
+    cudnn: Pin  # what the torch wheel brings (informational)
+    base: Pin  # the image the definition bootstraps from
+    torch_index: Pin  # pip index for torch; value None means PyPI
+    nccl_default: str | None  # what the torch wheel pins (None if unknown)
+    nccl_package: str | None  # nvidia-nccl-cuXX wheel name when NCCL is a pip package
+    cuda_image_flavor: str
+    cuda_image_cudnn: bool
+    base_is_cuda_image: bool
+    system_python: str | None  # the OS image's own python3 version
+    stack: str = "shipyard"  # shipyard: we install python+torch; base: the base image carries them, %test verifies
+    pip: tuple[str, ...] = ()
+    apt: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    files: tuple[FileCopy, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    build_args: tuple[tuple[str, str], ...] = ()
+    clusters: tuple[str, ...] | None = None  # None: checked against every cluster
+    description: str = ""
+    extends_chain: tuple[str, ...] = ()
+    line: int | None = None  # line in registry.yaml where the environment starts
+
+    @property
+    def nccl_override(self) -> bool:
+        """True when the requested NCCL differs from the one the torch wheel pins (needs a visible override)."""
+        return self.nccl_default is not None and self.nccl.value != self.nccl_default
+
+    @property
+    def cuda_variant(self) -> str:
+        """The wheel tag, e.g. ``cu121``."""
+        return "cu" + (self.cuda.value or "").replace(".", "")
+
+    def pins(self) -> dict[str, Pin]:
+        """The pins in a stable order, for `show`, labels and manifests."""
+        return {
+            "torch": self.torch,
+            "cuda": self.cuda,
+            "python": self.python,
+            "os": self.os,
+            "nccl": self.nccl,
+            "torchvision": self.torchvision,
+            "torchaudio": self.torchaudio,
+            "cudnn": self.cudnn,
+            "base": self.base,
+            "torch_index": self.torch_index,
+        }
+
+    def spec(self) -> dict:
+        """The resolved spec as plain data (no provenance of where values came from: only what is built)."""
+        return {
+            "name": self.name,
+            "pins": {k: p.value for k, p in self.pins().items()},
+            "nccl_package": self.nccl_package,
+            "cuda_image": {"flavor": self.cuda_image_flavor, "cudnn": self.cuda_image_cudnn},
+            "stack": self.stack,
+            "pip": list(self.pip),
+            "apt": list(self.apt),
+            "env": [list(kv) for kv in self.env],
+            "files": [asdict(f) for f in self.files],
+            "labels": [list(kv) for kv in self.labels],
+            "build_args": [list(kv) for kv in self.build_args],
+        }
+
+    @property
+    def spec_hash(self) -> str:
+        """sha256 of the canonical JSON of :meth:`spec`: the provenance label and part of the build cache key."""
+        blob = json.dumps(self.spec(), sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
+@dataclass(frozen=True)
+class Gpu:
+    model: str
+    arch: str  # "sm_90"
+
+    @property
+    def sm(self) -> int:
+        return int(self.arch.removeprefix("sm_"))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster profile: scheduler defaults, hardware, fabric, container runtime and site specifics."""
+
+    name: str
+    runtime: str  # apptainer | pyxis | host
+    fabric: str  # ib | efa | socket
+    gpus_per_node: int
+    partition: str
+    partitions: tuple[str, ...]
+    interactive_partition: str
+    build_partition: str
+    account: str | None = None
+    time: str | None = None
+    build_time: str | None = None
+    build_cpus: int | None = None
+    build_mem: str | None = None
+    cpus_per_node: int | None = None
+    nodes: int | None = None
+    gpus: tuple[Gpu, ...] = ()
+    driver: str | None = None
+    modules: tuple[str, ...] = ()
+    binds: tuple[str, ...] = ()
+    storage: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    fabric_options: Mapping[str, object] = field(default_factory=dict)
+    instance_type: str | None = None
+    login: str | None = None  # ssh destination of a login node (ProxyJump for `invoke shell`)
+    host_requirements: tuple[str, ...] = ()
+    description: str = ""
+    line: int | None = None
+
+    @property
+    def line_rate_gbps(self) -> float | None:
+        v = self.fabric_options.get("line_rate_gbps")
+        return float(v) if v is not None else None
+
+
+@dataclass(frozen=True)
+class RegistryTarget:
+    """A named OCI/docker registry (``oras://host/repo`` for SIF artifacts, ``docker://host/repo`` for images)."""
+
+    name: str
+    uri: str
+    insecure: bool = False
+    require_signed: bool = False
+
+    @property
+    def scheme(self) -> str:
+        return self.uri.split("://", 1)[0]
+
+    @property
+    def host(self) -> str:
+        return self.uri.split("://", 1)[1].split("/", 1)[0]
+
+    @property
+    def repository(self) -> str:
+        rest = self.uri.split("://", 1)[1]
+        return rest.split("/", 1)[1] if "/" in rest else ""
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Everything registry.yaml says, resolved."""
+
+    path: Path
+    environments: Mapping[str, Environment]
+    clusters: Mapping[str, Cluster]
+    registries: Mapping[str, RegistryTarget]
+    default_environment: str | None
+    default_cluster: str | None
+    default_registry: str | None
+
+    @property
+    def root(self) -> Path:
+        """The project directory: definitions/, containers/ and launch/ live beside registry.yaml."""
+        return self.path.resolve().parent
+
+    def environment(self, name: str | None = None) -> Environment:
+        return pick(self.environments, name or self.default_environment, "environment", self.path)
+
+    def cluster(self, name: str | None = None) -> Cluster:
+        return pick(self.clusters, name or self.default_cluster, "cluster", self.path)
+
+    def registry_target(self, name: str | None = None) -> RegistryTarget:
+        return pick(self.registries, name or self.default_registry, "registry", self.path)

@@ -1,0 +1,81 @@
+"""Text reports for `invoke list`, `invoke show` and `invoke check` (pure functions of the model -> text)."""
+
+from __future__ import annotations
+
+import sys
+
+from shipyard.files import table
+from shipyard.registry import compat, load
+
+
+def list_tables(registry=None) -> str:
+    reg = load(registry)
+    envs = table(
+        ["environment", "torch", "cuda", "python", "os", "nccl", "base", "extends"],
+        [
+            [
+                e.name + (" *" if e.name == reg.default_environment else ""),
+                e.torch.value, e.cuda.value, e.python.value, e.os.value, e.nccl.value,
+                e.base.value, " <- ".join(e.extends_chain) or "-",
+            ]
+            for e in reg.environments.values()
+        ],
+    )
+    clusters = table(
+        ["cluster", "runtime", "fabric", "partition", "gpus/node", "gpus", "driver", "storage"],
+        [
+            [
+                c.name + (" *" if c.name == reg.default_cluster else ""),
+                c.runtime, c.fabric, c.partition, c.gpus_per_node,
+                ", ".join(f"{g.model} ({g.arch})" for g in c.gpus) or "-", c.driver or "-", c.storage or "-",
+            ]
+            for c in reg.clusters.values()
+        ],
+    )
+    out = [envs, "", clusters]
+    if reg.registries:
+        out += ["", table(["registry", "uri", "insecure", "require_signed"],
+                          [[r.name + (" *" if r.name == reg.default_registry else ""), r.uri, r.insecure,
+                            r.require_signed] for r in reg.registries.values()])]
+    out += ["", "* = default (registry.yaml `defaults`)"]
+    return "\n".join(out)
+
+
+def show(env_name: str | None, registry=None) -> str:
+    reg = load(registry)
+    env = reg.environment(env_name)
+    rows = [[k, p.value if p.value is not None else "-", p.source] for k, p in env.pins().items()]
+    rows.append(["nccl_package", env.nccl_package or "-", "compat data"])
+    for req in env.pip:
+        rows.append(["pip", req, "explicit"])
+    out = [f"environment {env.name}" + (f" (extends {' <- '.join(env.extends_chain)})" if env.extends_chain else ""),
+           table(["pin", "value", "source"], rows)]
+    if env.nccl_override:
+        out.append(f"note: NCCL {env.nccl.value} overrides the {env.nccl_default} that torch pins")
+    out.append(f"spec sha256: {env.spec_hash}")
+    return "\n".join(out)
+
+
+def check(env_name: str | None = None, cluster_name: str | None = None, registry=None, out=sys.stdout) -> int:
+    """Print every problem at once as a table; return 1 when any is an ERROR, else 0."""
+    reg = load(registry)
+    if env_name:
+        reg.environment(env_name)  # unknown names fail with a did-you-mean
+    if cluster_name:
+        reg.cluster(cluster_name)
+    problems = [
+        p for p in compat.check_all(reg)
+        if (not env_name or p.environment in (env_name, "")) and (not cluster_name or p.cluster in (cluster_name, ""))
+    ]
+    problems.sort(key=lambda p: (p.severity != compat.ERROR, p.environment, p.cluster, p.key))
+    errors = sum(p.severity == compat.ERROR for p in problems)
+    warns = len(problems) - errors
+    n_env = 1 if env_name else len(reg.environments)
+    n_clusters = 1 if cluster_name else len(reg.clusters)
+    if problems:
+        print(table(["severity", "environment", "cluster", "key", "problem"],
+                    [[p.severity, p.environment or "-", p.cluster or "-", p.key, p.message] for p in problems]),
+              file=out)
+    print(f"{reg.path}: {n_env} environment(s), {n_clusters} cluster(s): "
+          f"{errors} error(s), {warns} warning(s)", file=out)
+    return 1 if errors else 0

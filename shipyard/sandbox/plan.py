@@ -1,0 +1,126 @@
+"""The sandbox's plan: the registry's ``clusters.sandbox`` shape plus the site facts (shipyard/data/sandbox.yaml),
+as pure data; and the pure renderers of its config files (slurm.conf, gres.conf, hosts, resolv.conf, env.sh)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from shipyard import facts as data
+from shipyard import registry, templating
+from shipyard.errors import ShipyardError
+from shipyard.slurm import SANDBOX
+
+CLIENTS = ("sbatch", "squeue", "sacct", "scontrol", "srun", "sinfo", "scancel", "salloc")
+
+
+# ------------------------------------------------------------------------------------------------ facts and plan
+
+
+def facts() -> dict:
+    """The sandbox's site facts (shipyard/data/sandbox.yaml)."""
+    return data.load("sandbox")
+
+
+def _count(value, flag: str, most: int) -> int:
+    """A flag's value (invoke passes strings) as an integer from 1 to ``most``."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if not 1 <= n <= most or str(value).strip() != str(n):
+        raise ShipyardError(f"{flag} {value!r}: must be an integer from 1 to {most}")
+    return n
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the config files are rendered from: pure data, so the renderers are pure functions."""
+
+    root: Path
+    controller: Host
+    nodes: tuple[Host, ...]
+    gpus_per_node: int
+    cpus_per_node: int
+    partition: str
+    max_time: str
+    slurmctld_port: int
+    slurmd_port: int
+    real_memory_mb: int
+    def_mem_per_cpu_mb: int
+    prefix_len: int
+    bridge: str
+
+    conf = property(lambda self: self.root / "etc" / "slurm.conf")
+    gres = property(lambda self: self.root / "etc" / "gres.conf")
+    hosts = property(lambda self: self.root / "etc" / "hosts")
+    resolv = property(lambda self: self.root / "etc" / "resolv.conf")
+    env_sh = property(lambda self: self.root / "env.sh")
+    state_file = property(lambda self: self.root / "state.json")
+    munge_dir = property(lambda self: self.root / "run" / "munge")
+    munge_socket = property(lambda self: self.root / "run" / "munge" / "munge.socket")
+    log_dir = property(lambda self: self.root / "log")
+
+    def log(self, daemon: str) -> Path:
+        return self.log_dir / f"{daemon}.log"
+
+
+def make_plan(directory, nodes: int | None = None, gpus_per_node: int | None = None, cluster=None) -> Plan:
+    """Combine the registry's sandbox cluster (or explicit overrides) with the site facts."""
+    if cluster is None:
+        cluster = registry.load().cluster(SANDBOX)
+    f = facts()
+    net = f["network"]
+    nodes = (cluster.nodes or 1) if nodes is None else nodes
+    gpus = cluster.gpus_per_node if gpus_per_node is None else gpus_per_node
+    nodes = _count(nodes, "--nodes", 64)
+    gpus = _count(gpus, "--gpus-per-node", 16)
+    first = ipaddress.ip_address(net["node_ip_start"])
+    hosts = tuple(Host(f"{net['node_name_prefix']}{i + 1}", str(first + i)) for i in range(nodes))
+    return Plan(
+        root=Path(directory).absolute(),
+        controller=Host(net["controller"]["name"], net["controller"]["ip"]),
+        nodes=hosts,
+        gpus_per_node=gpus,
+        cpus_per_node=cluster.cpus_per_node or 1,
+        partition=cluster.partition,
+        max_time=cluster.time or "INFINITE",
+        slurmctld_port=int(net["slurmctld_port"]),
+        slurmd_port=int(net["slurmd_port"]),
+        real_memory_mb=int(f["node_real_memory_mb"]),
+        def_mem_per_cpu_mb=int(f["def_mem_per_cpu_mb"]),
+        prefix_len=int(net["prefix_len"]),
+        bridge=net["bridge"],
+    )
+
+
+# ------------------------------------------------------------------------------------------------ rendering (pure)
+
+
+def render(template: str, **context) -> str:
+    """Render ``shipyard/templates/sandbox/<template>`` with StrictUndefined (a missing fact is an error)."""
+    return templating.render("shipyard.sandbox", template, trim_blocks=True, **context)
+
+
+def render_configs(plan: Plan) -> dict[str, str]:
+    """slurm.conf, gres.conf and the namespaces' hosts and resolv.conf, keyed by file name."""
+    return {
+        "slurm.conf": render("slurm.conf.j2", p=plan),
+        "gres.conf": render("gres.conf.j2", p=plan),
+        "hosts": render("hosts.j2", p=plan),
+        "resolv.conf": render("resolv.conf.j2", p=plan),
+    }
+
+
+def render_env_sh(plan: Plan, netns: str, python_bin: str) -> str:
+    """The env file to source: one shell function per Slurm client that enters the controller's namespace."""
+    return render("env.sh.j2", p=plan, netns=netns, python_bin=python_bin, clients=CLIENTS)
+
+

@@ -1,0 +1,51 @@
+"""The sandbox's record of what it started (``state.json``: each process by PID and start time), the lock that
+serialises ``up``/``down`` on one directory, and stopping exactly the recorded processes. Reading the record is the
+Slurm client's part (:func:`shipyard.slurm.read_sandbox_state`): it routes clients into the sandbox with it."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+from shipyard import procs
+from shipyard.files import atomic_write
+from shipyard.sandbox.plan import facts
+
+
+def write_state(root: Path, state: dict) -> None:
+    atomic_write(root / "state.json", json.dumps(state, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """Serialise up/down on one directory (two test sessions or two shells)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def stop(state: dict, root: Path) -> None:
+    """Stop the sandbox's processes: first everything inside its namespaces (daemons and job steps), then munged,
+    then the namespace holders. Only processes whose PID *and* start time match the record are signalled."""
+    stop_s = facts()["timeouts"]["stop_s"]
+    procs = [p for p in state.get("processes", []) if procs.alive(p)]
+    holders = [p for p in procs if p["role"].startswith("ns:")]
+    # The sandbox's namespaces, found through any live process that ran in one (a holder may have died while its
+    # slurmd lives on). Never this process's own namespace: munged, for one, runs in the host's.
+    inodes = {procs.netns_inode(p["pid"]) for p in procs if p["role"] != "munged"} - {None, procs.netns_inode(os.getpid())}
+    holder_pids = {p["pid"] for p in holders}
+    inside = []
+    if inodes:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and int(entry.name) not in holder_pids and procs.netns_inode(int(entry.name)) in inodes:
+                inside.append(int(entry.name))
+    procs.kill(inside, stop_s)
+    procs.kill([p["pid"] for p in procs if not p["role"].startswith("ns:") and procs.alive(p)], stop_s)
+    procs.kill([p["pid"] for p in holders if procs.alive(p)], stop_s)
+    state["status"] = "down"
+    write_state(root, state)

@@ -1,0 +1,195 @@
+"""The one Slurm client: every sbatch, srun, squeue, sacct, scontrol and sinfo that shipyard runs goes through here.
+
+It owns three things that were once spread over five wrappers:
+
+* **Routing.** A real cluster's clients run as they are, on its login node. The cluster named ``sandbox`` is the
+  local Slurm sandbox (:mod:`shipyard.sandbox`): its addresses exist only inside the controller's network namespace,
+  so a client enters that namespace (``nsenter --net``) with ``SLURM_CONF`` and ``PATH`` set for it. The route is
+  read from the sandbox's ``state.json``; the controller is trusted only while its PID *and* start time match.
+* **Timeouts.** One policy from ``shipyard/data/slurm.yaml``: queries and submissions end within a bound (a dead
+  controller blocks a client for minutes); interactive steps (``timeout=0``) do not.
+* **States and errors.** One set of final and alive job states; a missing client, a timeout or a refusal is one
+  line naming the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from shipyard import facts, procs, registry
+from shipyard.errors import ShipyardError
+
+SANDBOX = "sandbox"  # the registry's cluster that `invoke sandbox.up` runs on this machine
+DIR_ENV = "SHIPYARD_SANDBOX_DIR"
+
+
+def policy() -> dict:
+    """Timeouts and job states (shipyard/data/slurm.yaml)."""
+    return facts.load("slurm")
+
+
+def final_states() -> frozenset[str]:
+    return frozenset(policy()["final_states"])
+
+
+def alive_states() -> frozenset[str]:
+    return frozenset(policy()["alive_states"])
+
+
+def cluster_name(cluster) -> str:
+    """A :class:`~shipyard.registry.model.Cluster` or its name -> the name."""
+    return getattr(cluster, "name", cluster)
+
+
+def is_sandbox(cluster) -> bool:
+    """The sandbox runs on this machine: its clients need the namespace route, its paths can be checked here."""
+    return cluster_name(cluster) == SANDBOX
+
+
+# ------------------------------------------------------------------------------------------------ the sandbox route
+
+
+def sandbox_directory(directory=None) -> Path:
+    """``directory``, else ``$SHIPYARD_SANDBOX_DIR``, else ``<project>/.sandbox`` (where registry.yaml lives)."""
+    if directory:
+        return Path(directory).absolute()
+    if os.environ.get(DIR_ENV):
+        return Path(os.environ[DIR_ENV]).absolute()
+    return registry.load().root / ".sandbox"
+
+
+def read_sandbox_state(root: Path) -> dict | None:
+    """The sandbox's ``state.json`` (written by :mod:`shipyard.sandbox`), or None when there is none."""
+    try:
+        return json.loads((root / "state.json").read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ShipyardError(f"{root / 'state.json'}: unreadable sandbox state ({exc}); remove the file after "
+                            "checking that no sandbox daemon runs") from None
+
+
+def sandbox_running(state: dict | None) -> bool:
+    """Every process the sandbox recorded is still exactly that process."""
+    return bool(state) and state.get("status") == "up" and all(procs.alive(p) for p in state["processes"])
+
+
+def controller_pid(state: dict) -> int:
+    """The PID holding the controller's namespaces."""
+    return next(p["pid"] for p in state["processes"] if p["role"] == "ns:" + state["info"]["controller"]["name"])
+
+
+def python_bin() -> str:
+    """This Python's bin directory: first on the PATH that Slurm copies into sandbox jobs."""
+    return str(Path(sys.executable).parent)
+
+
+def client_env(directory=None) -> dict[str, str]:
+    """Environment for a Slurm client against the sandbox (use with :func:`client_argv`'s argv).
+
+    PATH starts with this Python's bin directory: Slurm copies the submitter's environment into jobs, so a job's
+    ``python`` is the one shipyard (and torch) runs with.
+    """
+    root = sandbox_directory(directory)
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(root / "etc" / "slurm.conf")
+    env["PATH"] = python_bin() + os.pathsep + env.get("PATH", os.defpath)
+    env[DIR_ENV] = str(root)
+    return env
+
+
+def client_argv(argv: Sequence[str], directory=None, timeout: float | None = None) -> list[str]:
+    """Wrap a Slurm client command so that, run from the host, it talks to the sandbox.
+
+    The command enters the controller's network namespace, gets SLURM_CONF and PATH (see :func:`client_env`) and
+    runs under ``timeout`` (default: the query timeout; 0 means none, for a long ``srun``).
+    """
+    root = sandbox_directory(directory)
+    state = read_sandbox_state(root)
+    if not sandbox_running(state):
+        raise ShipyardError(f"the Slurm sandbox in {root} is not running (start it with: invoke sandbox.up)")
+    if not argv:
+        raise ShipyardError("sandbox.exec: no command given (usage: invoke sandbox.exec -- sinfo -N)")
+    t = policy()["timeouts"]["query_s"] if timeout is None else timeout
+    env = client_env(root)
+    wrap = ["nsenter", f"--net=/proc/{controller_pid(state)}/ns/net", "--",
+            "env", f"SLURM_CONF={env['SLURM_CONF']}", f"PATH={env['PATH']}", f"{DIR_ENV}={root}"]
+    if t:
+        wrap += ["timeout", "--kill-after=5", str(t)]
+    return wrap + [str(a) for a in argv]
+
+
+# ------------------------------------------------------------------------------------------------ running clients
+
+
+def route(cluster, argv: Sequence[str], timeout: float = 0, directory=None) -> tuple[list[str], dict | None]:
+    """(argv, env) that run ``argv`` against ``cluster``'s Slurm: through the sandbox's namespace, else as is."""
+    if is_sandbox(cluster):
+        return client_argv(argv, directory, timeout=timeout), client_env(directory)
+    return [str(a) for a in argv], None
+
+
+def run(cluster, argv: Sequence[str], *, timeout: float | None = None, directory=None,
+        capture: bool = True) -> subprocess.CompletedProcess:
+    """Run a Slurm client against ``cluster`` (a Cluster or its name).
+
+    ``timeout`` defaults to the query timeout; 0 means none (interactive ``srun``, ``sandbox.exec``). A client that
+    does not finish in time comes back with exit code 124 and says so on stderr. ``capture=False`` leaves the
+    terminal attached (output not captured).
+    """
+    t = policy()["timeouts"]["query_s"] if timeout is None else timeout
+    full, env = route(cluster, argv, t, directory)
+    kwargs = {"capture_output": True, "text": True} if capture else {}
+    try:
+        return subprocess.run(full, env=env, timeout=(t + 10) if t else None, **kwargs)
+    except FileNotFoundError:
+        raise ShipyardError(f"{full[0]} is not on PATH: run this on a login node of cluster "
+                            f"{cluster_name(cluster)}") from None
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(full, 124, "", f"{argv[0]}: no answer within {t:.0f} s")
+
+
+def last_error(res: subprocess.CompletedProcess) -> str:
+    """The last line a failed client printed (stderr first), for one-line errors."""
+    return ((res.stderr or "").strip().splitlines() or (res.stdout or "").strip().splitlines()
+            or [f"exit {res.returncode}"])[-1]
+
+
+def query(cluster, argv: Sequence[str], timeout: float | None = None, directory=None) -> subprocess.CompletedProcess:
+    """:func:`run` for the quick clients (squeue, sacct, scontrol, sinfo): a timeout is a one-line error."""
+    t = policy()["timeouts"]["query_s"] if timeout is None else timeout
+    res = run(cluster, argv, timeout=t, directory=directory)
+    if res.returncode == 124 and not res.stdout:
+        raise ShipyardError(f"{argv[0]} did not answer within {t:.0f} s (is slurmctld of {cluster_name(cluster)} "
+                            "up?)")
+    return res
+
+
+def submit(cluster, script: str | os.PathLike, *, after: str | None = None, directory=None) -> str:
+    """``sbatch --parsable [--dependency=afterany:AFTER] SCRIPT``; the job id. A refusal is one line, exit code 1.
+
+    *afterany*, not afterok: a chained segment that reaches its time limit ends TIMEOUT even after checkpointing.
+    """
+    argv = ["sbatch", "--parsable"] + ([f"--dependency=afterany:{after}"] if after else []) + [str(script)]
+    res = run(cluster, argv, timeout=policy()["timeouts"]["submit_s"], directory=directory)
+    if res.returncode != 0:
+        raise ShipyardError(f"sbatch {Path(script).name} on cluster {cluster_name(cluster)}: {last_error(res)}",
+                            exit_code=1)
+    return res.stdout.strip().split(";")[0]
+
+
+def job_fields(cluster, jobid: str, directory=None) -> dict[str, str]:
+    """``scontrol show job -o JOBID`` as a dict (empty when the controller no longer knows the job)."""
+    res = run(cluster, ["scontrol", "show", "job", "-o", str(jobid)], directory=directory)
+    return dict(re.findall(r"(\S+?)=(\S*)", res.stdout)) if res.returncode == 0 else {}
+
+
+def job_state(cluster, jobid: str, directory=None) -> str | None:
+    """The job's state from scontrol (None when unknown)."""
+    return job_fields(cluster, jobid, directory).get("JobState")

@@ -1,0 +1,108 @@
+"""The layout's rules, checked on the source: no import cycle between shipyard's modules or between its packages,
+and imports at the top of each module unless a comment says why one is deliberately lazy."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "shipyard"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def imported(path: Path, known: set[str]) -> set[str]:
+    """shipyard modules that ``path`` imports (anywhere in the file), resolved to module names."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from pkg import x`: x is a submodule, or a name that pkg's __init__ defines
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name.startswith("shipyard"):
+                out.add(name)
+    # every module imports its own parent packages first; that is not a dependency between stages
+    me = module_name(path)
+    return {m for m in out if not me.startswith(m + ".")}
+
+
+def graph(collapse) -> dict[str, set[str]]:
+    mods = modules()
+    g: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        src = collapse(name)
+        for dep in imported(path, set(mods)):
+            dst = collapse(dep)
+            if dst != src and dst != "shipyard":
+                g.setdefault(src, set()).add(dst)
+    return g
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    """A cycle as a list of nodes (first == last), or None. Iterative DFS with colours."""
+    colour: dict[str, int] = {}
+    for start in sorted(g):
+        if colour.get(start):
+            continue
+        stack = [(start, iter(sorted(g.get(start, ()))))]
+        path = [start]
+        colour[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+            elif colour.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif not colour.get(nxt):
+                colour[nxt] = 1
+                path.append(nxt)
+                stack.append((nxt, iter(sorted(g.get(nxt, ())))))
+    return None
+
+
+def package_of(name: str) -> str:
+    """shipyard.containers.push -> shipyard.containers; shipyard.slurm -> shipyard.slurm (a top-level module)."""
+    parts = name.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_import_cycle_between_modules():
+    assert find_cycle(graph(lambda n: n)) is None
+
+
+def test_no_import_cycle_between_packages():
+    assert find_cycle(graph(package_of)) is None
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+@pytest.mark.parametrize("path", sorted(PKG.rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_at_top_unless_commented_lazy(path):
+    """An import inside a function is allowed only for a heavy library, with ``# lazy: why`` on its line."""
+    lines = path.read_text().splitlines()
+    tree = ast.parse("\n".join(lines))
+    top = {id(n) for n in tree.body}
+    bad = [f"{path.name}:{n.lineno}: {lines[n.lineno - 1].strip()}" for n in ast.walk(tree)
+           if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in top
+           and "# lazy:" not in lines[n.lineno - 1]]
+    assert bad == []
