@@ -35,7 +35,7 @@ def _directive(value, what: str):
 
 def tasks_root() -> Path:
     """The directory holding shipyard's tasks.py, which the job runs with ``python -m invoke -r DIR``."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # shipyard/containers/on_slurm.py -> the checkout
     if not (root / "tasks.py").is_file():
         raise ShipyardError("--slurm runs `invoke build` in the job and needs shipyard's tasks.py; "
                             "install shipyard from a checkout (pip install -e .)")
