@@ -106,3 +106,11 @@ def test_imports_at_top_unless_commented_lazy(path):
            if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in top
            and "# lazy:" not in lines[n.lineno - 1]]
     assert bad == []
+
+
+def test_every_package_directory_is_a_regular_package():
+    """setuptools' find_packages skips directories without __init__.py: their modules would be missing from a
+    non-editable install."""
+    missing = [str(d.relative_to(PKG)) for d in PKG.rglob("*") if d.is_dir() and d.name != "__pycache__"
+               and any(d.glob("*.py")) and not (d / "__init__.py").exists()]
+    assert missing == []
