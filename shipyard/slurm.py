@@ -118,10 +118,18 @@ def client_argv(argv: Sequence[str], directory=None, timeout: float | None = Non
         raise ShipyardError("sandbox.exec: no command given (usage: invoke sandbox.exec -- sinfo -N)")
     t = policy()["timeouts"]["query_s"] if timeout is None else timeout
     env = client_env(root)
-    wrap = ["nsenter", f"--net=/proc/{controller_pid(state)}/ns/net", "--",
-            "env", f"SLURM_CONF={env['SLURM_CONF']}", f"PATH={env['PATH']}", f"{DIR_ENV}={root}"]
-    if t:
-        wrap += ["timeout", "--kill-after=5", str(t)]
+    return namespace_argv(argv, controller_pid(state), env["SLURM_CONF"], t,
+                          {"PATH": env["PATH"], DIR_ENV: str(root)})
+
+
+def namespace_argv(argv: Sequence[str], net_pid: int, slurm_conf: str | os.PathLike, timeout: float,
+                   extra_env: dict[str, str] | None = None) -> list[str]:
+    """``argv`` run inside the network namespace of ``net_pid`` with ``SLURM_CONF`` (and ``extra_env``) set and
+    under ``timeout`` seconds (0: none). Also used while the sandbox starts, before its state says "up"."""
+    env = {"SLURM_CONF": str(slurm_conf), **(extra_env or {})}
+    wrap = ["nsenter", f"--net=/proc/{net_pid}/ns/net", "--", "env", *(f"{k}={v}" for k, v in env.items())]
+    if timeout:
+        wrap += ["timeout", "--kill-after=5", str(timeout)]
     return wrap + [str(a) for a in argv]
 
 

@@ -114,3 +114,33 @@ def test_every_package_directory_is_a_regular_package():
     missing = [str(d.relative_to(PKG)) for d in PKG.rglob("*") if d.is_dir() and d.name != "__pycache__"
                and any(d.glob("*.py")) and not (d / "__init__.py").exists()]
     assert missing == []
+
+
+SLURM_CLIENTS = {"sbatch", "srun", "squeue", "sacct", "scontrol", "sinfo", "scancel", "salloc"}
+SPAWN = {"run", "Popen", "call", "check_call", "check_output"}
+
+
+def spawned_slurm_clients(path: Path) -> list[str]:
+    """``subprocess.X([...])`` calls whose argv literal starts with a Slurm client, in one module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SPAWN \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess" and node.args:
+            first = node.args[0]
+            if isinstance(first, (ast.List, ast.Tuple)) and first.elts and isinstance(first.elts[0], ast.Constant) \
+                    and first.elts[0].value in SLURM_CLIENTS:
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_slurm_clients_run_only_through_the_slurm_module():
+    """One Slurm client (shipyard/slurm.py): routing to the sandbox, timeouts and errors live there alone."""
+    offenders = [hit for name, path in modules().items() if name != "shipyard.slurm"
+                 for hit in spawned_slurm_clients(path)]
+    assert offenders == []
+
+
+def test_the_slurm_check_would_notice_a_direct_call(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import subprocess\nsubprocess.run(['sbatch', '--parsable', 'x'])\n")
+    assert spawned_slurm_clients(bad) == ["bad.py:2"]

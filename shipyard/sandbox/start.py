@@ -21,7 +21,7 @@ from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
 from shipyard.sandbox.plan import Plan, facts, render_configs, render_env_sh
 from shipyard.sandbox.state import stop, write_state
-from shipyard.slurm import DIR_ENV, python_bin
+from shipyard.slurm import DIR_ENV, namespace_argv, python_bin
 
 _SOCKET_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
 
@@ -225,9 +225,8 @@ def _wait(ready, seconds: float, state: dict, role: str, plan: Plan) -> None:
 
 def _sinfo(plan: Plan, ctl_pid: int) -> tuple[dict[str, str], str]:
     """Node -> state as sinfo reports it (empty when the controller does not answer), and sinfo's stderr."""
-    res = subprocess.run(["nsenter", f"--net=/proc/{ctl_pid}/ns/net", "--", "timeout", "5",
-                          "sinfo", "-h", "-N", "-o", "%N %t"],
-                         env=dict(os.environ, SLURM_CONF=str(plan.conf)), capture_output=True, text=True)
+    res = subprocess.run(namespace_argv(["sinfo", "-h", "-N", "-o", "%N %t"], ctl_pid, plan.conf, 5),
+                         capture_output=True, text=True)
     nodes = {}
     for line in res.stdout.splitlines():
         parts = line.split()
