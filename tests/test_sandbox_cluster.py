@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers_registry import ROOT
 
-from shipyard import demo, registry
+from shipyard import demo, procs, registry
 from shipyard import sandbox as sb
 from shipyard.errors import ShipyardError
 from shipyard.sandbox import start as sandbox_start
@@ -208,7 +208,7 @@ def test_crash_recovery_and_down_leaves_nothing(throwaway):
     assert "stopped" in sb.down(throwaway)
 
     for p in state["processes"]:  # each recorded process is gone (or its PID belongs to a new process)
-        assert not sb._alive(p), p
+        assert not procs.alive(p), p
     assert _netns_members(inodes) == []  # no process in any of the namespaces: they no longer exist
     assert _suspect_mounts(throwaway) == mounts_before
     assert not (throwaway / "state.json").exists() and not (throwaway / "etc").exists()
@@ -283,7 +283,7 @@ def test_fixture_tears_down_after_a_failing_test(tmp_path):
     seen = json.loads(record.read_text())
     assert len(seen["procs"]) == 7
     for p in seen["procs"]:
-        assert not sb._alive(p), p
+        assert not procs.alive(p), p
     assert not Path(seen["dir"]).exists()
 
 
@@ -295,7 +295,7 @@ def test_wait_for_idle_names_the_failing_daemon_and_its_log(throwaway, monkeypat
     plan = sb.make_plan(throwaway, cluster=CLUSTER)
     facts = json.loads(json.dumps(sb.facts()))
     facts["timeouts"]["idle_s"] = 1
-    monkeypatch.setattr(sb, "facts", lambda: facts)
+    monkeypatch.setattr(sandbox_start, "facts", lambda: facts)  # start.py reads the idle timeout
 
     res = sb.run_client(["scontrol", "update", "nodename=node2", "state=drain", "reason=test"], throwaway,
                         capture_output=True, text=True)

@@ -33,19 +33,21 @@ def stop(state: dict, root: Path) -> None:
     """Stop the sandbox's processes: first everything inside its namespaces (daemons and job steps), then munged,
     then the namespace holders. Only processes whose PID *and* start time match the record are signalled."""
     stop_s = facts()["timeouts"]["stop_s"]
-    procs = [p for p in state.get("processes", []) if procs.alive(p)]
-    holders = [p for p in procs if p["role"].startswith("ns:")]
+    live = [p for p in state.get("processes", []) if procs.alive(p)]
+    holders = [p for p in live if p["role"].startswith("ns:")]
     # The sandbox's namespaces, found through any live process that ran in one (a holder may have died while its
     # slurmd lives on). Never this process's own namespace: munged, for one, runs in the host's.
-    inodes = {procs.netns_inode(p["pid"]) for p in procs if p["role"] != "munged"} - {None, procs.netns_inode(os.getpid())}
+    inodes = {procs.netns_inode(p["pid"]) for p in live if p["role"] != "munged"}
+    inodes -= {None, procs.netns_inode(os.getpid())}
     holder_pids = {p["pid"] for p in holders}
     inside = []
     if inodes:
         for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and int(entry.name) not in holder_pids and procs.netns_inode(int(entry.name)) in inodes:
-                inside.append(int(entry.name))
+            pid = int(entry.name) if entry.name.isdigit() else None
+            if pid is not None and pid not in holder_pids and procs.netns_inode(pid) in inodes:
+                inside.append(pid)
     procs.kill(inside, stop_s)
-    procs.kill([p["pid"] for p in procs if not p["role"].startswith("ns:") and procs.alive(p)], stop_s)
+    procs.kill([p["pid"] for p in live if not p["role"].startswith("ns:") and procs.alive(p)], stop_s)
     procs.kill([p["pid"] for p in holders if procs.alive(p)], stop_s)
     state["status"] = "down"
     write_state(root, state)
