@@ -50,7 +50,11 @@ class InvokeCLI:
             return list(pool.map(lambda a: self(*a, **kwargs), argvs))
 
 
+# for module-level helpers of test files (they cannot take fixtures); the fixture is this same object
+invoke_cli = InvokeCLI()
+
+
 @pytest.fixture(scope="session")
 def invoke() -> InvokeCLI:
     """``invoke(*args, env=None, cwd=None, timeout=300, input=None) -> CompletedProcess`` for the real CLI."""
-    return InvokeCLI()
+    return invoke_cli

@@ -59,6 +59,23 @@ def test_help_prints_usage_and_docstring(helps, name, form):
     assert first_line in res.stdout
 
 
+def test_every_task_has_help(invoke, helps):
+    """Moved from test_cli_registry (it ran --help once more per task): every task listed has a docstring and every
+    flag a help text."""
+    res = invoke("--list", timeout=120)
+    names = [ln.split()[0] for ln in res.stdout.splitlines()[2:] if ln.startswith("  ") and ln.strip()
+             and not ln.startswith("    ")]
+    assert "check" in names and "render" in names
+    for name in names:
+        h = helps[name, "--help TASK"]
+        assert h.returncode == 0
+        assert "Docstring:\n  none" not in h.stdout, name
+        opts = h.stdout.split("Options:", 1)[1] if "Options:" in h.stdout else ""
+        for ln in opts.splitlines():
+            if re.match(r"^\s+-", ln):
+                assert re.match(r"^\s+\S.*?\s{2,}\S", ln), f"{name}: flag without help: {ln}"
+
+
 @pytest.mark.parametrize("name", [t for t in TASKS if tasks.ns[t].positional])
 def test_usage_agrees_with_readme(helps, name):
     usage = helps[name, "TASK --help"].stdout.splitlines()[0]
