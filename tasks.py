@@ -4,17 +4,18 @@ Every task is wrapped in ``task_guard``: a user error prints one line and exits 
 The registry is ./registry.yaml unless $SHIPYARD_REGISTRY names another file.
 
 Conventions: an optional environment argument is declared ``@task(positional=["env"])`` with ``env=None``; it may be
-omitted on the command line (see ``allow_optional_positionals``), and then arrives as "" or None: both mean
-``defaults.environment``.
+omitted on the command line (see ``install_parser_hooks``), and then arrives as "" or None: both mean
+``defaults.environment``. `invoke TASK --help`, `invoke TASK -h` and `invoke --help TASK` all print a task's help,
+with its positionals in the usage line as the README writes them (same hooks).
 """
 
 from __future__ import annotations
 
 from invoke import Collection, task
 
-from shipyard.cli import allow_optional_positionals, argv_after_dashdash, task_guard
+from shipyard.cli import argv_after_dashdash, install_parser_hooks, task_guard
 
-allow_optional_positionals()
+install_parser_hooks()
 
 # ----------------------------------------------------------------------------------------------- registry, check, render
 

@@ -1,15 +1,19 @@
-"""Helpers shared by every invoke task: the error boundary and optional positional arguments.
+"""Helpers shared by every invoke task: the error boundary, and the parser hooks for optional positional arguments
+and `invoke TASK --help`.
 
 Kept here so that ``tasks.py`` stays a thin layer of flags -> package calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import sys
 from typing import Callable, Sequence
 
 from invoke.parser.parser import ParseMachine
+from invoke.program import Program
 
 from shipyard.errors import ShipyardError
 
@@ -32,28 +36,94 @@ def task_guard(fn: Callable) -> Callable:
 
 
 OPTIONAL_POSITIONALS = {"env", "environment"}
+# How a positional argument is written in usage lines, as the README writes it (`logs JOBID`, `check [ENV]`).
+_METAVARS = {"env": "ENV", "environment": "ENV"}
 
 
-def allow_optional_positionals(names=OPTIONAL_POSITIONALS) -> None:
-    """Let `invoke build pytorch-2.3` and `invoke launch --nodes 2` share one task signature.
+def _help_flag(machine: ParseMachine, token: str):
+    """The core ``--help``/``-h`` Argument when ``token`` names it, else None."""
+    initial = machine.initial
+    if initial is None or token not in initial.flags:
+        return None
+    flag = initial.flags[token]
+    return flag if flag.name == "help" else None
 
-    invoke treats every positional argument as required. Tasks here declare ``positional=["env"]`` with a None
-    default; this hook fills a missing one with "" just before invoke checks for missing positionals, and the task
-    treats "" as "use defaults.environment". Called once from tasks.py, before any parsing happens.
+
+def _help_asked_for(machine: ParseMachine) -> bool:
+    """True when ``--help`` was given after the task now being parsed (its value is then that task's name)."""
+    initial, context = machine.initial, machine.context
+    if initial is None or context is None or context is initial or "help" not in initial.args:
+        return False
+    return initial.args["help"].value == context.name
+
+
+def install_parser_hooks(names=OPTIONAL_POSITIONALS) -> None:
+    """Make invoke's parser fit shipyard's tasks: optional positionals, and `invoke TASK --help` for every task.
+
+    Optional positionals let `invoke build pytorch-2.3` and `invoke launch --nodes 2` share one task signature:
+    invoke treats every positional argument as required, so a missing ``env``/``environment`` is filled with ""
+    just before invoke checks for missing positionals; the task treats "" as "use defaults.environment".
+
+    ``--help`` after the task name: invoke's ``ParseMachine.handle`` gives a token to a task's unfilled positional
+    before it looks at core flags, so `invoke logs --help` ran `logs` with JOBID "--help" (and `invoke show -h`
+    looked up an environment named "-h"). Here a core help flag in that spot does what invoke does for tasks without
+    positionals: it sets ``--help``'s value to the task name, and the then missing positionals are not an error,
+    because the program prints the task's help and exits before any task runs. A flag's value is still taken as given
+    (`--name --help` names the launcher "--help"), as invoke does.
+
+    The usage line of a task's help names its positionals (`logs [--options] JOBID`), which invoke leaves out.
+    Called once from tasks.py, before any parsing happens; a second call changes nothing.
     """
-    if getattr(ParseMachine, "_shipyard_optional", False):
+    if getattr(ParseMachine, "_shipyard_hooks", False):
         return
-    original = ParseMachine.complete_context
+    handle, complete_context, print_task_help = (ParseMachine.handle, ParseMachine.complete_context,
+                                                 Program.print_task_help)
 
-    def complete_context(self):
-        if self.context:
-            for arg in self.context.positional_args:
+    def handle_help_first(self, token):
+        context = self.context
+        flag = _help_flag(self, token)
+        if (flag is not None and self.current_state != "unknown" and context is not None
+                and context is not self.initial and token not in context.flags
+                and not self.waiting_for_flag_value and context.missing_positional_args):
+            flag.value = context.name
+            return None
+        return handle(self, token)
+
+    def complete_optional_context(self):
+        context = self.context
+        if context is not None and context is not self.initial:
+            for arg in context.positional_args:
                 if arg.value is None and arg.name in names:
                     arg.value = ""
-        return original(self)
+            if _help_asked_for(self) and context.missing_positional_args:
+                # invoke's own check would fail on the positionals that --help stood in for; no task runs
+                if context not in self.result:
+                    self.result.append(context)
+                return None
+        return complete_context(self)
 
-    ParseMachine.complete_context = complete_context
-    ParseMachine._shipyard_optional = True
+    def print_task_help_with_positionals(self, name):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            print_task_help(self, name)
+        _, _, body = out.getvalue().partition("\n")
+        print(usage_line(self.binary, name, self.parser.contexts[name].positional_args, names) + "\n" + body, end="")
+
+    ParseMachine.handle = handle_help_first
+    ParseMachine.complete_context = complete_optional_context
+    Program.print_task_help = print_task_help_with_positionals
+    ParseMachine._shipyard_hooks = True
+
+
+def usage_line(binary: str, task: str, positionals: Sequence, optional=OPTIONAL_POSITIONALS) -> str:
+    """invoke's per-task usage line with the positional arguments in it: ``logs [--options] JOBID``, ``show
+    [--options] [ENV]`` (optional ones in brackets), as the README writes them."""
+    words = []
+    for arg in positionals:
+        metavar = _METAVARS.get(arg.name, arg.name.upper().replace("-", "_"))
+        words.append(f"[{metavar}]" if arg.name in optional else metavar)
+    args = " ".join(["[--options]", *words]) + " "
+    return f"Usage: {binary} [--core-opts] {task} {args}[other tasks here ...]"
 
 
 def argv_after_dashdash(argv: Sequence[str]) -> tuple[str, ...]:

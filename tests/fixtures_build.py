@@ -101,16 +101,6 @@ def enroot_double(monkeypatch):
     return ENROOT_DOUBLE / "enroot"
 
 
-REPO = HERE.parent
-
-
-def invoke_argv(*args: str) -> list[str]:
-    """argv for running shipyard's real CLI (``invoke``) in a child process, as a user would."""
-    import sys
-
-    return [sys.executable, "-m", "invoke", "-r", str(REPO), *args]
-
-
 def read_calls(path: Path) -> list[dict]:
     import json
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import fixtures_build as fb
 import pytest
-from fixtures_build import invoke_argv, read_calls
+from fixtures_build import read_calls
+from fixtures_invoke import invoke_cli
 
 from shipyard.containers import apptainer, common
 from shipyard.containers import engine as b
@@ -144,7 +145,7 @@ def test_double_rejects_an_existing_target(project, apptainer_double, tmp_path):
 
 
 def _start_build(project, *extra, env=None) -> subprocess.Popen:
-    return subprocess.Popen(invoke_argv("build", "tiny", *extra), cwd=project.root, env=env or os.environ.copy(),
+    return invoke_cli.popen("build", "tiny", *extra, cwd=project.root, env=env or os.environ.copy(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -198,7 +199,7 @@ def test_sigkill_of_builder_is_detected_and_cleaned_by_next_build(project, appta
     # the orphaned tool got SIGTERM through PR_SET_PDEATHSIG instead of writing on
     assert _wait_for(lambda: not _processes_writing(containers), 10)
     monkeypatch.delenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP")
-    res = subprocess.run(invoke_argv("build", "tiny"), cwd=project.root, capture_output=True, text=True)
+    res = invoke_cli("build", "tiny", cwd=project.root, timeout=None)
     assert res.returncode == 0, res.stderr
     assert "was killed before it finished" in res.stdout
     assert not list(containers.glob("*.tmp*"))
@@ -225,8 +226,7 @@ def test_no_block_exits_clearly_while_another_build_runs(project, apptainer_doub
     first = _start_build(project)
     containers = project.root / "containers"
     assert _wait_for(lambda: list(containers.glob("tiny.sif.tmp-*")))
-    res = subprocess.run(invoke_argv("build", "tiny", "--no-block"), cwd=project.root, capture_output=True,
-                         text=True)
+    res = invoke_cli("build", "tiny", "--no-block", cwd=project.root, timeout=None)
     first.communicate(timeout=60)
     assert res.returncode == 2
     assert res.stderr.startswith("shipyard: error: ") and "another build of this environment is running (pid" \
@@ -273,8 +273,7 @@ def test_preflight_names_too_little_free_space(tmp_path):
 
 def test_build_without_apptainer_fails_in_preflight_with_one_line(project, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH but an empty dir
-    res = subprocess.run(invoke_argv("build", "tiny"), cwd=project.root, capture_output=True, text=True,
-                         env={**os.environ, "PATH": "/usr/bin:/bin"})
+    res = invoke_cli("build", "tiny", cwd=project.root, env={**os.environ, "PATH": "/usr/bin:/bin"}, timeout=None)
     assert res.returncode == 2
     assert res.stderr.startswith("shipyard: error: preflight: apptainer is not on PATH")
     assert len(res.stderr.strip().splitlines()) == 1

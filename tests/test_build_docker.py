@@ -14,6 +14,7 @@ import uuid
 
 import fixtures_build as fb
 import pytest
+from fixtures_invoke import invoke_cli
 
 from shipyard import registry
 from shipyard.containers import engine as b
@@ -106,7 +107,7 @@ def test_kill_9_during_docker_build_leaves_no_partial_target(dproject, docker_en
     reg_file = dproject.root / "registry.yaml"
     reg_file.write_text(reg_file.read_text().replace('OMP_NUM_THREADS: "1"',
                                                      f'OMP_NUM_THREADS: "1"\n      NONCE: "{uuid.uuid4().hex}"', 1))
-    proc = subprocess.Popen(fb.invoke_argv("build", "tiny", "--backend", "docker", "--formats", "sif"),
+    proc = invoke_cli.popen("build", "tiny", "--backend", "docker", "--formats", "sif",
                             cwd=dproject.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     logs = dproject.root / "containers" / "logs"
     deadline = time.monotonic() + 60
@@ -124,8 +125,7 @@ def test_kill_9_during_docker_build_leaves_no_partial_target(dproject, docker_en
     time.sleep(3)  # let the daemon finish or abandon the orphaned build
     assert not _tag_exists(api, f"shipyard/tiny:{m['input_hash'][:12]}")
     assert not (dproject.root / "containers" / "tiny.sif").exists()
-    res = subprocess.run(fb.invoke_argv("build", "tiny", "--backend", "docker", "--formats", "sif"),
-                         cwd=dproject.root, capture_output=True, text=True)
+    res = invoke_cli("build", "tiny", "--backend", "docker", "--formats", "sif", cwd=dproject.root, timeout=None)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "was killed before it finished" in res.stdout
     m = mf.read_manifest(dproject.root / "containers" / "tiny.json")

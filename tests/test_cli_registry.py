@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
-import sys
 
+from fixtures_invoke import invoke_cli
 from helpers_registry import DATA, ROOT
-
-INVOKE = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
 
 
 def run(*args, registry=None, cwd=ROOT):
@@ -18,7 +14,7 @@ def run(*args, registry=None, cwd=ROOT):
     env.pop("SHIPYARD_REGISTRY", None)
     if registry:
         env["SHIPYARD_REGISTRY"] = str(registry)
-    return subprocess.run([*INVOKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return invoke_cli(*args, cwd=cwd, env=env, timeout=120)
 
 
 def test_check_passes_on_shipped_registry():
@@ -74,18 +70,3 @@ def test_render_writes_into_the_registry_project(tmp_path):
     (tmp_path / "definitions" / "child.def").write_text("stale")
     res = run("render", "--all", "--check", cwd=tmp_path)
     assert res.returncode == 1 and "definitions/child.def" in res.stdout
-
-
-def test_every_task_has_help():
-    res = subprocess.run([*INVOKE, "--list"], capture_output=True, text=True, cwd=ROOT)
-    names = [ln.split()[0] for ln in res.stdout.splitlines()[2:] if ln.startswith("  ") and ln.strip()
-             and not ln.startswith("    ")]
-    assert "check" in names and "render" in names
-    for name in names:
-        h = subprocess.run([*INVOKE, "--help", name], capture_output=True, text=True, cwd=ROOT)
-        assert h.returncode == 0
-        assert "Docstring:\n  none" not in h.stdout, name
-        opts = h.stdout.split("Options:", 1)[1] if "Options:" in h.stdout else ""
-        for ln in opts.splitlines():
-            if re.match(r"^\s+-", ln):
-                assert re.match(r"^\s+\S.*?\s{2,}\S", ln), f"{name}: flag without help: {ln}"

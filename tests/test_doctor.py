@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
+from fixtures_invoke import invoke_cli
 from helpers_registry import GOLDEN, ROOT, golden
 
 from shipyard import registry
@@ -196,8 +196,7 @@ def _sandbox_project(tmp_path, sandbox, runtime=None, **sandbox_changes):
 
 
 def _doctor(tmp_path, env, *args):
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "doctor", "--cluster", "sandbox",
-                           *args], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    return invoke_cli("doctor", "--cluster", "sandbox", *args, cwd=tmp_path, env=env, timeout=300)
 
 
 def _lines(text: str) -> dict:

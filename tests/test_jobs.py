@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -14,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_tools import write_tools_registry
-from helpers_registry import GOLDEN, ROOT, golden
+from helpers_registry import GOLDEN, golden
 
 from shipyard.errors import ShipyardError
 from shipyard.jobs import status as jobs
@@ -166,12 +164,11 @@ def test_status_lists_only_shipyard_jobs(sandbox, project):
 
 
 @pytest.mark.slurm
-def test_status_task_through_invoke(sandbox, project):
+def test_status_task_through_invoke(sandbox, project, invoke):
     tag = uuid.uuid4().hex[:8]
     jid = _sbatch(sandbox, f"--job-name=shipyard-{tag}", f"--output={project}/launch/logs/x-%j.out", "--wrap", "true")
     _wait_done(sandbox, jid)
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "status", "--cluster", "sandbox"],
-                          cwd=project, capture_output=True, text=True, env=dict(os.environ))
+    proc = invoke("status", "--cluster", "sandbox", cwd=project, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("JOBID  NAME")
     assert any(line.split()[:3] == [jid, f"shipyard-{tag}", "COMPLETED"] for line in proc.stdout.splitlines())
@@ -199,7 +196,7 @@ def test_logs_follows_a_running_job_to_its_end(sandbox, project):
 
 
 @pytest.mark.slurm
-def test_logs_falls_back_to_launch_logs_and_errors_are_one_line(sandbox, project):
+def test_logs_falls_back_to_launch_logs_and_errors_are_one_line(sandbox, project, invoke):
     (project / "launch" / "logs" / "old-987654.out").write_text("a\nb\n")
     buf = io.StringIO()
     assert jobs.logs_command("987654", lines=1, cluster_name="sandbox", out=buf).name == "old-987654.out"
@@ -212,8 +209,7 @@ def test_logs_falls_back_to_launch_logs_and_errors_are_one_line(sandbox, project
     jid = sandbox.run(["squeue", "--noheader", "--states=all", f"--name=shipyard-{tag}", "--format=%i"]).stdout.split()[-1]
     with pytest.raises(ShipyardError, match="interactive srun/salloc job"):
         jobs.logs_command(jid, cluster_name="sandbox")
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "logs", "12;x", "--cluster", "sandbox"],
-                          cwd=project, capture_output=True, text=True, env=dict(os.environ))
+    proc = invoke("logs", "12;x", "--cluster", "sandbox", cwd=project, env=dict(os.environ))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "expected a Slurm job id" in proc.stderr
 
 

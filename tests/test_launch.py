@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -103,19 +102,17 @@ def test_header_names_generator_and_exact_regenerate_command(launch_registry):
     assert l.regenerate[-len(HOSTILE_ARGS):] == HOSTILE_ARGS
 
 
-def test_regenerate_command_writes_the_same_file(launch_project):
+def test_regenerate_command_writes_the_same_file(launch_project, invoke):
     """Run the header's command with real invoke in the project: it must write the identical launcher."""
-    out = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(Path(launch.__file__).parents[1]),
-                          "launch", "--cluster", "lab-ib", "--nodes", "2", "--env", "K=v w", "--requeue",
-                          "--", "train.py", *HOSTILE_ARGS], cwd=launch_project, capture_output=True, text=True)
+    out = invoke("launch", "--cluster", "lab-ib", "--nodes", "2", "--env", "K=v w", "--requeue",
+                 "--", "train.py", *HOSTILE_ARGS, cwd=launch_project)
     assert out.returncode == 0, out.stderr
     first = (launch_project / "launch" / "train.sbatch").read_text()
     regen = first.splitlines()[2].removeprefix("#   ")
     argv = bash_words(regen)
     assert argv[:2] == ["invoke", "launch"]
     (launch_project / "launch" / "train.sbatch").unlink()
-    out = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(Path(launch.__file__).parents[1]),
-                          *argv[1:]], cwd=launch_project, capture_output=True, text=True)
+    out = invoke(*argv[1:], cwd=launch_project)
     assert out.returncode == 0, out.stderr
     assert (launch_project / "launch" / "train.sbatch").read_text() == first
 
@@ -394,9 +391,8 @@ def test_sandbox_mount_source_must_exist(tmp_path):
     assert launch.Mount(str(tmp_path / "data"), "/data", True) in l.mounts
 
 
-def test_cli_errors_exit_2_without_traceback(launch_project):
-    res = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(Path(launch.__file__).parents[1]),
-                          "launch", "--nodes", "0", "--", "t.py"], capture_output=True, text=True)
+def test_cli_errors_exit_2_without_traceback(launch_project, invoke):
+    res = invoke("launch", "--nodes", "0", "--", "t.py", cwd=Path.cwd())  # the test's own cwd, as before
     assert res.returncode == 2
     assert res.stderr.strip() == "shipyard: error: --nodes 0: must be at least 1"
 

@@ -66,15 +66,11 @@ def test_host_runtime_two_nodes_trains_with_world_size_4(sandbox, sandbox_projec
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", rows[0]["timestamp"])
 
 
-def test_hostile_arguments_reach_every_rank_unchanged(sandbox, sandbox_project):
+def test_hostile_arguments_reach_every_rank_unchanged(sandbox, sandbox_project, invoke):
     """Through the real command line: `invoke launch ... --submit -- probe.py <hostile words>` (invoke itself would
     lose the quoting of its `--` remainder; the task reads sys.argv)."""
-    import subprocess
-    import sys
-
-    res = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "launch", "--cluster",
-                          "sandbox", "--nodes", "2", "--name", "hostile", "--submit", "--",
-                          str(sandbox_project / "probe.py"), *HOSTILE_ARGS], capture_output=True, text=True)
+    res = invoke("launch", "--cluster", "sandbox", "--nodes", "2", "--name", "hostile", "--submit", "--",
+                 str(sandbox_project / "probe.py"), *HOSTILE_ARGS, cwd=Path.cwd())  # the test's own cwd, as before
     assert res.returncode == 0, res.stderr
     job = re.search(r"submitted job (\d+)", res.stdout).group(1)
     log = sandbox_project / "launch" / "logs" / f"hostile-{job}.out"

@@ -182,17 +182,15 @@ def test_definition_from_lock_parses_and_passes_shellcheck(lock_project, tmp_pat
             assert res.returncode == 0, f"%{name}: {res.stdout}"
 
 
-def test_invoke_lock_task_writes_and_reports(lock_project):
+def test_invoke_lock_task_writes_and_reports(lock_project, invoke):
     reg = lock_project()
     env = {**os.environ, "SHIPYARD_REGISTRY": str(reg.path)}
     root = Path(__file__).resolve().parent.parent
-    res = subprocess.run([sys.executable, "-m", "invoke", "lock", "tiny", "--exclude-newer", "2026-11-01"], cwd=root,
-                         env=env, capture_output=True, text=True, timeout=120)
+    res = invoke("lock", "tiny", "--exclude-newer", "2026-11-01", cwd=root, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == ("wrote definitions/tiny.lock: 1 packages, 2 sha256 hashes, "
                                   "exclude-newer 2026-11-01T00:00:00Z")
-    res = subprocess.run([sys.executable, "-m", "invoke", "lock", "tiny", "--exclude-newer", "soon"], cwd=root,
-                         env=env, capture_output=True, text=True, timeout=120)
+    res = invoke("lock", "tiny", "--exclude-newer", "soon", cwd=root, env=env, timeout=120)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
 
 

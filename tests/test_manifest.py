@@ -80,15 +80,11 @@ def test_build_manifest_golden(project, apptainer_double):
     golden(GOLDEN / "build" / "manifest-apptainer.json", manifest.render(_normalized(m)))
 
 
-def test_cli_errors_are_one_line(project, tmp_path):
-    import subprocess
-
-    from fixtures_build import invoke_argv
-
+def test_cli_errors_are_one_line(project, tmp_path, invoke):
     for args, needle in ((["push", "tiny"], "never built"), (["pull", "tiny"], "no push of tiny"),
                          (["build", "tiny", "--wait"], "only apply with --slurm"),
                          (["build", "nope"], "unknown environment 'nope'")):
-        res = subprocess.run(invoke_argv(*args), cwd=project.root, capture_output=True, text=True)
+        res = invoke(*args, cwd=project.root, timeout=None)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert res.stderr.startswith("shipyard: error: ") and needle in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1

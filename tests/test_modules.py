@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures_invoke import invoke_cli
 from helpers_registry import GOLDEN, ROOT, golden, shellcheck
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -205,8 +206,7 @@ def test_wrapper_without_nv_is_caught_by_the_double(lmod_site):
 
 def _invoke(*args):
     env = {**os.environ, "SHIPYARD_REGISTRY": str(ROOT / "registry.yaml")}
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return invoke_cli(*args, cwd=ROOT, env=env, timeout=120)
 
 
 def test_invoke_modules_task(tmp_path):

@@ -7,11 +7,10 @@ import functools
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fixtures_invoke import invoke_cli
 
 from shipyard import registry
 from shipyard.definitions import pylock as lock
@@ -24,8 +23,7 @@ COURSE = ROOT / "examples" / "course"
 
 def _invoke(*args, **env):
     full = {**os.environ, "SHIPYARD_REGISTRY": str(COURSE / "registry.yaml"), **env}
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, env=full, capture_output=True,
-                          text=True, timeout=120)
+    return invoke_cli(*args, cwd=ROOT, env=full, timeout=120)
 
 
 def test_course_registry_loads_with_both_cluster_kinds():

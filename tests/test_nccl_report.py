@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 from helpers_registry import GOLDEN, ROOT, golden
@@ -116,13 +114,10 @@ def test_plot_without_line_rate():
     assert not [ln for ln in ax.get_lines() if ln.get_label().startswith("nominal")]
 
 
-def test_task_writes_png_and_prints_table(tmp_path):
+def test_task_writes_png_and_prints_table(tmp_path, invoke):
     out = tmp_path / "bw.png"
-    proc = subprocess.run(
-        [sys.executable, "-m", "invoke", "nccl-report", str(LOGS / "all_reduce_ib_2x4_label.log"),
-         "--cluster", "grete", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True,
-    )
+    proc = invoke("nccl-report", str(LOGS / "all_reduce_ib_2x4_label.log"), "--cluster", "grete", "--out", str(out),
+                  cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "peak bus bandwidth: 23.86 GB/s at 4 GiB" in proc.stdout
     assert f"plot: {out}" in proc.stdout
@@ -140,9 +135,8 @@ def test_task_writes_png_and_prints_table(tmp_path):
         ([str(LOGS / "all_reduce_ib_2x4_label.log"), "--cluster", "nope"], "nope"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(args, message, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "invoke", "nccl-report", *args], cwd=ROOT, capture_output=True,
-                          text=True)
+def test_bad_input_is_one_line_exit_2(args, message, tmp_path, invoke):
+    proc = invoke("nccl-report", *args, cwd=ROOT)
     assert proc.returncode == 2
     assert message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -158,10 +152,8 @@ def test_human_bytes(n, text):
     assert nr.human_bytes(n) == text
 
 
-def test_task_outside_a_project_needs_no_registry(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "nccl-report",
-                           str(LOGS / "all_reduce_efa_2x8.log"), "--out", str(tmp_path / "p.png")],
-                          cwd=tmp_path, capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "SHIPYARD_REGISTRY"})
+def test_task_outside_a_project_needs_no_registry(tmp_path, invoke):
+    proc = invoke("nccl-report", str(LOGS / "all_reduce_efa_2x8.log"), "--out", str(tmp_path / "p.png"),
+                  cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "SHIPYARD_REGISTRY"})
     assert proc.returncode == 0, proc.stderr
     assert "nominal line rate" not in proc.stdout and (tmp_path / "p.png").exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import fixtures_build as fb
 import pytest
+from fixtures_invoke import invoke_cli
 
 from shipyard import registry
 from shipyard.containers import common
@@ -182,8 +183,8 @@ def test_credentials_from_env_are_used_and_never_written_or_logged(docker_servic
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
     b.build(reg, "pytorch-2.3")
     # and a launcher written with the credential in the environment (the launch area's CLI, as a user runs it)
-    res = subprocess.run(fb.invoke_argv("launch", "--environment", "tiny", "--name", "t", "--", "python", "t.py"),
-                         cwd=reg.root, capture_output=True, text=True)
+    res = invoke_cli("launch", "--environment", "tiny", "--name", "t", "--", "python", "t.py", cwd=reg.root,
+                     timeout=None)
     assert res.returncode == 0 and (reg.root / "launch" / "t.sbatch").is_file(), res.stderr
     assert SECRET not in res.stdout + res.stderr
     captured = capfd.readouterr()

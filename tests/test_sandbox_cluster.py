@@ -86,15 +86,14 @@ def test_two_node_torchrun_job_world_size_four(sandbox, tmp_path):
     assert ok, text
 
 
-def test_invoke_demo_end_to_end(sandbox, tmp_path):
+def test_invoke_demo_end_to_end(sandbox, tmp_path, invoke):
     """The README's main command, as a user runs it: renders, reuses the running sandbox, trains, prints."""
     shutil.copy(ROOT / "registry.yaml", tmp_path / "registry.yaml")
     (tmp_path / "examples").mkdir()
     shutil.copy(ROOT / "examples" / "train.py", tmp_path / "examples" / "train.py")
     env = dict(os.environ, SHIPYARD_REGISTRY=str(tmp_path / "registry.yaml"),
                SHIPYARD_SANDBOX_DIR=str(sandbox.directory))
-    res = subprocess.run([sys.executable, "-m", "invoke", "demo", "--steps", "20"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    res = invoke("demo", "--steps", "20", cwd=ROOT, env=env, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
     assert (tmp_path / "definitions" / "pytorch-2.3.def").exists()
@@ -116,15 +115,14 @@ def test_up_twice_is_idempotent(sandbox):
         sb.up(nodes=3, directory=sandbox.directory, cluster=CLUSTER)
 
 
-def test_status_env_file_and_exec_cli(sandbox):
+def test_status_env_file_and_exec_cli(sandbox, invoke):
     text = sb.status(sandbox.directory)
     assert "up since" in text and re.search(r"^node1 debug\* \w+ 2 4000 gpu:2$", text, re.M) and "JOBID" in text
     res = subprocess.run(["bash", "-c", '. "$1" && sinfo -h -N -o "%N %P"', "bash",
                           str(sandbox.directory / "env.sh")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.split() == ["node1", "debug*", "node2", "debug*"], res.stderr
-    res = subprocess.run([sys.executable, "-m", "invoke", "sandbox.exec", "-d", str(sandbox.directory), "--",
-                          "srun", "-N1", "bash", "-c", 'printf "[%s]\\n" "$1"', "x", "a  b $(id)"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    res = invoke("sandbox.exec", "-d", str(sandbox.directory), "--",
+                 "srun", "-N1", "bash", "-c", 'printf "[%s]\\n" "$1"', "x", "a  b $(id)", cwd=ROOT, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "[a  b $(id)]\n"
 

@@ -6,7 +6,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 
 import pytest
 from fixtures_tools import HOSTILE_STORAGE, write_tools_registry
@@ -126,16 +125,14 @@ def test_bad_input(tools_registry, kwargs, message):
         shell.build(tools_registry, **kwargs)
 
 
-def test_task_dry_run_prints_command_and_snippet(tmp_path):
+def test_task_dry_run_prints_command_and_snippet(tmp_path, invoke):
     reg = write_tools_registry(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "grete", "--dry-run"],
-                          cwd=tmp_path, capture_output=True, text=True, env=_env(reg))
+    proc = invoke("shell", "--cluster", "grete", "--dry-run", cwd=tmp_path, env=_env(reg))
     assert proc.returncode == 0, proc.stderr
     first, _, rest = proc.stdout.partition("\n")
     assert first.startswith("module load apptainer && srun --partition=grete-interactive")
     assert "HostName <the node srun allocates; the shell prints it when it starts>" in rest
-    bad = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "grete", "--gpus", "9",
-                          "--dry-run"], cwd=tmp_path, capture_output=True, text=True, env=_env(reg))
+    bad = invoke("shell", "--cluster", "grete", "--gpus", "9", "--dry-run", cwd=tmp_path, env=_env(reg))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--gpus 9" in bad.stderr
 
 
@@ -155,25 +152,23 @@ def sandbox_env(sandbox, tmp_path):
 
 
 @pytest.mark.slurm
-def test_command_runs_on_a_sandbox_node(sandbox, sandbox_env, tmp_path):
+def test_command_runs_on_a_sandbox_node(sandbox, sandbox_env, tmp_path, invoke):
     cmd = "sh -c 'echo $SLURM_JOB_NAME $(hostname) gpus=$CUDA_VISIBLE_DEVICES; printf \"%s|\" \"$@\"' x 'a b' '$(id)'"
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
-                           "--command", cmd], cwd=tmp_path, capture_output=True, text=True, env=sandbox_env, timeout=120)
+    proc = invoke("shell", "--cluster", "sandbox", "--command", cmd, cwd=tmp_path, env=sandbox_env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     first, second = proc.stdout.splitlines()
     name, host, gpus = first.split()
     assert name == "shipyard-shell" and host in sandbox.nodes and gpus == "gpus=0"  # one GPU requested by default
     assert second == "a b|$(id)|"
-    failed = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
-                             "--gpus", "0", "--command", "sh -c 'exit 3'"], cwd=tmp_path, capture_output=True,
-                            text=True, env=sandbox_env, timeout=120)
+    failed = invoke("shell", "--cluster", "sandbox", "--gpus", "0", "--command", "sh -c 'exit 3'", cwd=tmp_path,
+                    env=sandbox_env, timeout=120)
     assert failed.returncode == 3
 
 
 @pytest.mark.slurm
-def test_interactive_shell_on_a_node_prints_the_snippet(sandbox, sandbox_env, tmp_path):
+def test_interactive_shell_on_a_node_prints_the_snippet(sandbox, sandbox_env, tmp_path, invoke):
     """`srun --pty` needs a terminal: util-linux `script` gives the task one, and the typed lines go to the shell."""
-    inner = shlex.join([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox"])
+    inner = shlex.join(invoke.argv("shell", "--cluster", "sandbox"))
     proc = subprocess.run(["script", "-qec", inner, "/dev/null"], input="echo inside-$SLURM_JOB_NAME-$(hostname)\nexit\n",
                           cwd=tmp_path, capture_output=True, text=True, env=sandbox_env, timeout=120)
     out = proc.stdout.replace("\r", "")
@@ -186,7 +181,7 @@ def test_interactive_shell_on_a_node_prints_the_snippet(sandbox, sandbox_env, tm
 
 @pytest.mark.slurm
 @pytest.mark.double
-def test_apptainer_runtime_on_a_sandbox_node_through_the_double(sandbox, sandbox_env, tmp_path):
+def test_apptainer_runtime_on_a_sandbox_node_through_the_double(sandbox, sandbox_env, tmp_path, invoke):
     """`--runtime apptainer` on the sandbox: srun starts the strict apptainer-exec **test double** on a node, which
     checks --nv, the binds, --pwd and the SIF image before running the command (it isolates nothing)."""
     import json
@@ -198,17 +193,15 @@ def test_apptainer_runtime_on_a_sandbox_node_through_the_double(sandbox, sandbox
     calls = tmp_path / "calls.jsonl"
     env = {**sandbox_env, "PATH": f"{LAUNCH_DOUBLES / 'apptainer-exec'}{os.pathsep}{sandbox_env['PATH']}",
            "SHIPYARD_APPTAINER_DOUBLE_LOG": str(calls)}
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
-                           "--runtime", "apptainer", "--command", "sh -c 'echo $APPTAINER_CONTAINER $(hostname) $PWD'"],
-                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    proc = invoke("shell", "--cluster", "sandbox", "--runtime", "apptainer",
+                  "--command", "sh -c 'echo $APPTAINER_CONTAINER $(hostname) $PWD'", cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     container, host, pwd = proc.stdout.split()
     assert container == str(image) and host in sandbox.nodes and pwd == str(tmp_path)
     (call,) = [json.loads(line) for line in calls.read_text().splitlines()]
     assert call["command"] == "exec" and call["host"] == host and call["bind"] == [f"{tmp_path}:{tmp_path}"]
     # The interactive form: `apptainer shell` under a terminal, the snippet printed first.
-    inner = shlex.join([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
-                        "--runtime", "apptainer"])
+    inner = shlex.join(invoke.argv("shell", "--cluster", "sandbox", "--runtime", "apptainer"))
     res = subprocess.run(["script", "-qec", inner, "/dev/null"], input="echo in-$APPTAINER_CONTAINER\nexit\n",
                          cwd=tmp_path, capture_output=True, text=True, env={**env, "SHELL": "/bin/bash"}, timeout=120)
     out = res.stdout.replace("\r", "")
@@ -219,7 +212,7 @@ def test_apptainer_runtime_on_a_sandbox_node_through_the_double(sandbox, sandbox
 
 @pytest.mark.slurm
 @pytest.mark.double
-def test_pyxis_runtime_flags_reach_the_node(sandbox, sandbox_env, tmp_path, pyxis_double):
+def test_pyxis_runtime_flags_reach_the_node(sandbox, sandbox_env, tmp_path, pyxis_double, invoke):
     """`--runtime pyxis` on the sandbox: srun accepts the pyxis flags (the SPANK **test double** registers them and
     hands each task what it received); no container is started."""
     image = tmp_path / ".sandbox" / "images" / "pytorch-2.3.sqsh"
@@ -227,9 +220,8 @@ def test_pyxis_runtime_flags_reach_the_node(sandbox, sandbox_env, tmp_path, pyxi
     (tmp_path / "rootfs").mkdir()
     subprocess.run(["mksquashfs", str(tmp_path / "rootfs"), str(image), "-noappend", "-quiet"], check=True,
                    capture_output=True)
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "shell", "--cluster", "sandbox",
-                           "--runtime", "pyxis", "--command", "env"], cwd=tmp_path, capture_output=True, text=True,
-                          env=sandbox_env, timeout=120)
+    proc = invoke("shell", "--cluster", "sandbox", "--runtime", "pyxis", "--command", "env", cwd=tmp_path,
+                  env=sandbox_env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     got = dict(line.split("=", 1) for line in proc.stdout.splitlines() if line.startswith("SHIPYARD_PYXIS_DOUBLE_"))
     assert got["SHIPYARD_PYXIS_DOUBLE_CONTAINER_IMAGE"] == str(image)

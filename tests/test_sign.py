@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fixtures_invoke import invoke_cli
 from fixtures_sign import KEYS, SIGN_DOUBLE
 
 from shipyard import registry
@@ -111,8 +111,7 @@ def test_double_rejects_calls_outside_the_contract(sign_project):
 
 
 def _invoke(args, env):
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return invoke_cli(*args, cwd=ROOT, env=env, timeout=120)
 
 
 def test_tasks_sign_and_verify_end_to_end(sign_project):

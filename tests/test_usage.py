@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -79,11 +77,10 @@ def test_command_writes_png_beside_the_logs(tmp_path):
     assert text.startswith("usage of job 4242: 2 node(s)")
 
 
-def test_task_through_invoke(tmp_path):
+def test_task_through_invoke(tmp_path, invoke):
     (tmp_path / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
     write_samples(tmp_path / "launch" / "logs")
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "usage", "4242"], cwd=tmp_path,
-                          capture_output=True, text=True, env={**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml")})
+    proc = invoke("usage", "4242", cwd=tmp_path, env={**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml")})
     assert proc.returncode == 0, proc.stderr
     assert f"plot: {tmp_path}/launch/logs/train-4242.usage.png" in proc.stdout
 
@@ -119,14 +116,14 @@ def test_other_jobs_files_are_not_mixed_in(tmp_path):
     assert len(usage.find_csvs(tmp_path, "4242")) == 2
 
 
-def test_bad_jobid_through_invoke_is_one_line():
-    proc = subprocess.run([sys.executable, "-m", "invoke", "usage", "12x"], cwd=ROOT, capture_output=True, text=True)
+def test_bad_jobid_through_invoke_is_one_line(invoke):
+    proc = invoke("usage", "12x", cwd=ROOT)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "shipyard: error: JOBID '12x': expected a Slurm job id such as 1234 (or 1234_5 for an array task)"
 
 
 @pytest.mark.slurm
-def test_usage_of_a_real_monitored_two_node_job(sandbox, tmp_path):
+def test_usage_of_a_real_monitored_two_node_job(sandbox, tmp_path, invoke):
     """The launcher's --monitor sampler writes the CSVs on both sandbox nodes; usage reads what it really wrote."""
     import shutil
     import time
@@ -137,11 +134,10 @@ def test_usage_of_a_real_monitored_two_node_job(sandbox, tmp_path):
     (tmp_path / "examples").mkdir()
     shutil.copy(ROOT / "examples" / "train.py", tmp_path / "examples" / "train.py")
     env = {**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml"), sb.DIR_ENV: str(sandbox.directory)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "invoke", "-r", str(ROOT), "launch", "--cluster", "sandbox", "--nodes", "2",
-         "--monitor", "--monitor-interval", "1", "--name", "monitored", "--submit", "--",
-         "examples/train.py", "--steps", "20", "--step-delay", "0.1", "--checkpoint", str(tmp_path / "ck.pt")],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    proc = invoke("launch", "--cluster", "sandbox", "--nodes", "2",
+                  "--monitor", "--monitor-interval", "1", "--name", "monitored", "--submit", "--",
+                  "examples/train.py", "--steps", "20", "--step-delay", "0.1", "--checkpoint", str(tmp_path / "ck.pt"),
+                  cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     jobid = [line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("submitted job")][0]
     deadline = time.monotonic() + 180
@@ -157,8 +153,7 @@ def test_usage_of_a_real_monitored_two_node_job(sandbox, tmp_path):
     for s in series:
         assert len(s.times) >= 3 and s.gpus == {}  # CPU/RAM really sampled; no nvidia-smi on the sandbox
         assert all(0 <= c <= 100 for c in s.cpu) and 0 < max(s.mem_used) <= s.mem_total
-    res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "usage", jobid], cwd=tmp_path,
-                         capture_output=True, text=True, env=env)
+    res = invoke("usage", jobid, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr
     assert f"usage of job {jobid}: 2 node(s)" in res.stdout
     assert all(f"{n}: no GPU samples (nvidia-smi absent)" in res.stdout for n in sandbox.nodes)

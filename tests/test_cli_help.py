@@ -1,0 +1,90 @@
+"""Every task answers `invoke TASK --help`, `invoke TASK -h` and `invoke --help TASK` with its help, exit 0.
+
+Tasks with a positional argument used to take a `--help` after their name as that argument's value
+(`invoke logs --help`: "expected a Slurm job id"); the list of tasks comes from tasks.ns itself, so a new task is
+covered without editing this file. The usage line names the positionals as the README writes them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+import tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+TASKS = sorted(tasks.ns.task_names)
+FORMS = {"TASK --help": lambda t: (t, "--help"), "TASK -h": lambda t: (t, "-h"), "--help TASK": lambda t: ("--help", t)}
+# -h takes the same path as --help; it is checked where the bug was (a positional waiting), to keep the test short
+CASES = [(t, f) for t in TASKS for f in FORMS if f != "TASK -h" or tasks.ns[t].positional]
+
+
+@pytest.fixture(scope="module")
+def helps(invoke):
+    """{(task, form): CompletedProcess}, all run once, two at a time (each is a fresh interpreter, ~0.2 s)."""
+    results = invoke.run_all([FORMS[f](t) for t, f in CASES], timeout=60)
+    return dict(zip(CASES, results))
+
+
+def positionals(name: str) -> list[tuple[str, bool]]:
+    """(argument name, optional?) for each positional of the task, from its signature's defaults."""
+    task = tasks.ns[name]
+    params = inspect.signature(task.body).parameters
+    return [(p, params[p].default is not inspect.Parameter.empty) for p in task.positional]
+
+
+def test_every_task_is_covered():
+    assert {"show", "logs", "nccl-report", "sandbox.up", "launch"} <= set(TASKS)
+    assert len(TASKS) >= 20
+
+
+@pytest.mark.parametrize("name, form", CASES)
+def test_help_prints_usage_and_docstring(helps, name, form):
+    res = helps[name, form]
+    assert (res.returncode, res.stderr) == (0, ""), res.stdout + res.stderr
+    usage = res.stdout.splitlines()[0]
+    m = re.fullmatch(rf"Usage: inv\[oke\] \[--core-opts\] {re.escape(name)} (\[--options\] )?(?P<pos>.*?) ?"
+                     r"\[other tasks here \.\.\.\]", usage)
+    assert m, usage
+    words = m["pos"].split()
+    expected = positionals(name)
+    assert len(words) == len(expected), usage
+    for word, (arg, optional) in zip(words, expected):
+        assert word == (f"[{word.strip('[]')}]" if optional else word.strip("[]")), (arg, usage)
+    first_line = inspect.getdoc(tasks.ns[name]).splitlines()[0]
+    assert first_line in res.stdout
+
+
+def test_every_task_has_help(invoke, helps):
+    """Moved from test_cli_registry (it ran --help once more per task): every task listed has a docstring and every
+    flag a help text."""
+    res = invoke("--list", timeout=120)
+    names = [ln.split()[0] for ln in res.stdout.splitlines()[2:] if ln.startswith("  ") and ln.strip()
+             and not ln.startswith("    ")]
+    assert "check" in names and "render" in names
+    for name in names:
+        h = helps[name, "--help TASK"]
+        assert h.returncode == 0
+        assert "Docstring:\n  none" not in h.stdout, name
+        opts = h.stdout.split("Options:", 1)[1] if "Options:" in h.stdout else ""
+        for ln in opts.splitlines():
+            if re.match(r"^\s+-", ln):
+                assert re.match(r"^\s+\S.*?\s{2,}\S", ln), f"{name}: flag without help: {ln}"
+
+
+@pytest.mark.parametrize("name", [t for t in TASKS if tasks.ns[t].positional])
+def test_usage_agrees_with_readme(helps, name):
+    usage = helps[name, "TASK --help"].stdout.splitlines()[0]
+    pos = usage.split("[--options] ", 1)[1].split(" [other tasks here", 1)[0]
+    assert f"invoke {name} {pos}" in README, f"README does not show `invoke {name} {pos}`"
+
+
+def test_a_real_value_is_still_a_positional(invoke):
+    res = invoke("show", "pytorch-2.3")
+    assert res.returncode == 0 and res.stdout.startswith("environment pytorch-2.3"), res.stderr
+    bad = invoke("logs", "12;x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
