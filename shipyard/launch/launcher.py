@@ -1,9 +1,13 @@
-"""Slurm launchers for PyTorch training: one model (:class:`Launcher`), one template per file, three runtimes.
+"""Slurm launchers for PyTorch training: one model (:class:`Launcher`), one template, any runtime.
 
 ``build()`` resolves the registry (default environment, cluster, its runtime, partition and GPUs) plus the user's
 flags into a frozen :class:`Launcher`; ``render()`` is a pure function of that model to the text of
 ``launch/<name>.sbatch``. ``invoke nccl-test`` renders from the same model with ``kind="nccl-test"``, so the
 runtime, mounts, NCCL environment and header are the same code path for both.
+
+What differs per container runtime (image location, srun and exec words, how variables reach the container, site
+modules) is asked of the runtime objects in :mod:`shipyard.launch.runtimes`; the flags, their checks and the
+"regenerate with" line come from the options model in :mod:`shipyard.launch.options`.
 
 Why Jinja2 templates under shipyard/templates/launch/: the scripts are mostly shell, and reading them as shell (with
 the few substitutions marked) is how reviewers check them against launcher-rules.md. Every value a user typed goes
