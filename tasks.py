@@ -201,45 +201,18 @@ def test_(c, no_install=False, k=None, pytest_args=""):
 
 # ----------------------------------------------------------------------------------------------- launchers
 
-_LAUNCH_HELP = {
-    "environment": "environment to run (default: defaults.environment)",
-    "cluster": "cluster profile (default: defaults.cluster)",
-    "nodes": "number of nodes (default: 1)",
-    "gpus_per_node": "GPUs per node (default: the cluster's gpus_per_node)",
-    "runtime": "pyxis | apptainer | host (default: the cluster's runtime)",
-    "partition": "Slurm partition (default: the cluster's scheduler.partition)",
-    "account": "Slurm account (default: the cluster's scheduler.account)",
-    "time": "time limit [D-]HH[:MM[:SS]] (default: the cluster's scheduler.time)",
-    "mounts": "extra mounts SRC:DST[:ro],... (added to the cluster's binds and the project directory)",
-    "env": "NAME=VALUE exported to the job and overriding the image's value (repeatable)",
-    "name": "launcher name: writes launch/<name>.sbatch",
-    "image": "container image instead of <cluster.storage>/<env>.sqsh|.sif (pyxis: also REGISTRY#IMAGE:TAG)",
-    "monitor": "sample CPU/RAM/GPU usage on every node into launch/logs/<name>-<jobid>.usage.<node>.csv",
-    "monitor_interval": "seconds between usage samples (default 5)",
-    "nccl_debug": "NCCL_DEBUG=INFO for every subsystem (by default only NET, for the transport line)",
-    "submit": "submit with sbatch --parsable and print the job id(s)",
-    "dry_run": "print the launcher instead of writing it",
-    "registry": "registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
-}
+# Both tasks' help, repeatable flags and optional positional come from the one options model
+# (shipyard/launch/options.py), which also checks the values and writes the launcher's "regenerate with" line.
+# It is imported here, at parse time, because invoke needs the help before any task runs; it loads no registry.
+from shipyard.launch import options as launch_options  # noqa: E402
 
 
-@task(
-    positional=["environment"],
-    iterable=["env"],
-    auto_shortflags=False,
-    help={
-        **_LAUNCH_HELP,
-        "chain": "submit K jobs, each starting after the previous one ends (afterany), resuming from its checkpoint",
-        "requeue": "requeue the job after a checkpoint signal, while SLURM_RESTART_COUNT < --max-restarts",
-        "max_restarts": "requeues allowed with --requeue (default 3)",
-        "signal_before": "send USR2 this many seconds before the time limit (default 90 with --requeue/--chain)",
-    },
-)
+@task(**launch_options.task_kwargs(launch_options.TORCHRUN))
 @task_guard
 def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-           account=None, time=None, mounts=None, env=None, name=None, image=None, chain=None, requeue=False,
-           max_restarts=None, signal_before=None, monitor=False, monitor_interval=None, nccl_debug=False,
-           submit=False, dry_run=False, registry=None):
+           name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
+           monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
+           submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
     from shipyard.launch import launcher as ln
 
@@ -251,12 +224,11 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
                             monitor_interval=monitor_interval, nccl_debug=nccl_debug))
 
 
-@task(name="nccl-test", positional=["environment"], iterable=["env"], auto_shortflags=False,
-      help={k: v for k, v in _LAUNCH_HELP.items() if not k.startswith("monitor")})
+@task(name="nccl-test", **launch_options.task_kwargs(launch_options.NCCL_TEST))
 @task_guard
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-              account=None, time=None, mounts=None, env=None, name=None, image=None, nccl_debug=False,
-              submit=False, dry_run=False, registry=None):
+              name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
+              submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     from shipyard.launch import launcher as ln
 

@@ -97,7 +97,7 @@ def test_refuses_pyxis_mount_flags_in_apptainer_binds():
     base = SHIPPED.cluster("grete")
     cluster = Cluster(**{**base.__dict__, "binds": ("/data:/data:ro+rprivate",)})
     with pytest.raises(ShipyardError, match=r"clusters.grete.binds\[0\].*pyxis mount flags"):
-        modules.apptainer_argv("/i.sif", cluster, "python")
+        modules.wrapper_argv("/i.sif", cluster, "python")
 
 
 def test_write_modules_writes_executable_wrappers(tmp_path):

@@ -12,7 +12,9 @@ Split in three so each part can be tested on its own:
   ``--cluster sandbox``) and leaves a marker file in the storage directory so the node can say whether it sees
   the same storage (shared) or only a directory of the same name.
 
-Thresholds (minimum Slurm, free space) are data: ``shipyard/data/doctor.yaml``.
+Thresholds (minimum Slurm, free space) are data: ``shipyard/data/doctor.yaml``. What the cluster's runtime needs
+(pyxis and enroot, or apptainer and fakeroot), where its images live and which modules it loads are asked of the
+runtime object (:mod:`shipyard.launch.runtimes`), the one the launchers use.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from shipyard import facts as data
 from shipyard import registry, slurm
+from shipyard.launch import runtimes
 from shipyard.registry import compat
 from shipyard.registry.model import Cluster, Environment, Gpu, Registry
 
@@ -75,10 +78,13 @@ def _version(text: str | None) -> str | None:
 
 def storage_dir(reg: Registry, cluster: Cluster) -> str:
     """The cluster's image storage as the nodes see it ('' when the profile has none); relative = under the project."""
-    if not cluster.storage:
-        return ""
-    p = Path(cluster.storage)
-    return str(p if p.is_absolute() else reg.root / p)
+    storage = runtimes.storage_dir(reg.root, cluster)
+    return str(storage) if storage else ""
+
+
+def _needs(cluster: Cluster, tool: str) -> bool:
+    """Whether the cluster's runtime needs ``tool`` (pyxis, enroot, apptainer, fakeroot) on the cluster."""
+    return tool in runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime").needs
 
 
 # ------------------------------------------------------------------------------------------------ evaluation (pure)
@@ -103,7 +109,7 @@ def _slurm(cluster: Cluster, p: Probe) -> Finding:
 def _pyxis(cluster: Cluster, p: Probe) -> Finding:
     have = _one(p, "pyxis") == "yes"
     seen = "srun --help lists --container-image" if have else "srun --help does not list --container-image"
-    if cluster.runtime != "pyxis":
+    if not _needs(cluster, "pyxis"):
         return Finding(PASS, LOGIN, "pyxis", f"not needed (runtime {cluster.runtime}); {seen}")
     if have:
         return Finding(PASS, LOGIN, "pyxis", f"present: {seen}")
@@ -113,7 +119,7 @@ def _pyxis(cluster: Cluster, p: Probe) -> Finding:
 
 def _apptainer(cluster: Cluster, env: Environment, where: str, p: Probe) -> Finding:
     v = _one(p, "apptainer") or "missing"
-    if cluster.runtime != "apptainer":
+    if not _needs(cluster, "apptainer"):
         return Finding(PASS, where, "apptainer", f"not needed (runtime {cluster.runtime}); "
                        f"{'not installed' if v == 'missing' else v}")
     if v == "missing":
@@ -131,7 +137,7 @@ def _apptainer(cluster: Cluster, env: Environment, where: str, p: Probe) -> Find
 
 def _enroot(cluster: Cluster, where: str, p: Probe) -> Finding:
     v = _one(p, "enroot") or "missing"
-    if cluster.runtime != "pyxis":
+    if not _needs(cluster, "enroot"):
         return Finding(PASS, where, "enroot", f"not needed (runtime {cluster.runtime}); "
                        f"{'not installed' if v == 'missing' else 'version ' + v}")
     if v == "missing":
@@ -145,7 +151,7 @@ def _enroot(cluster: Cluster, where: str, p: Probe) -> Finding:
 
 
 def _fakeroot(cluster: Cluster, where: str, p: Probe) -> Finding:
-    if cluster.runtime != "apptainer":
+    if not _needs(cluster, "fakeroot"):
         return Finding(PASS, where, "fakeroot", f"not needed (runtime {cluster.runtime} does not build with fakeroot)")
     user = _one(p, "user") or "this user"
     if _one(p, "subuid") == "yes":
@@ -220,7 +226,7 @@ def _storage(cluster: Cluster, where: str, p: Probe, path: str) -> list[Finding]
                         f"set {key} to a directory on the shared filesystem")]
     if state == "missing":
         # The host runtime runs without images: storage matters only for a --runtime pyxis/apptainer launch.
-        status = WARN if cluster.runtime == "host" else FAIL
+        status = FAIL if runtimes.get(cluster.runtime).containerised else WARN
         return [Finding(status, where, "storage", f"{path} does not exist",
                         f"mkdir -p {shlex.quote(path)} (on the shared filesystem), or fix {key}")]
     out = []
@@ -298,7 +304,7 @@ def render(cluster: Cluster, env: Environment, findings: list[Finding]) -> str:
 
 def probe_argv(reg: Registry, cluster: Cluster, storage: str, marker: str, on_node: bool) -> list[str]:
     """The login probe is ``bash -c SCRIPT``; the node probe is the same inside a one-task srun step."""
-    mods = list(cluster.modules) if cluster.runtime == "apptainer" else []
+    mods = list(runtimes.get(cluster.runtime).modules(cluster))
     probe = ["bash", "-c", probe_script(), JOB_NAME, storage, marker, *mods]
     if not on_node:
         return probe

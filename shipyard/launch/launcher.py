@@ -1,9 +1,13 @@
-"""Slurm launchers for PyTorch training: one model (:class:`Launcher`), one template per file, three runtimes.
+"""Slurm launchers for PyTorch training: one model (:class:`Launcher`), one template, any runtime.
 
 ``build()`` resolves the registry (default environment, cluster, its runtime, partition and GPUs) plus the user's
 flags into a frozen :class:`Launcher`; ``render()`` is a pure function of that model to the text of
 ``launch/<name>.sbatch``. ``invoke nccl-test`` renders from the same model with ``kind="nccl-test"``, so the
 runtime, mounts, NCCL environment and header are the same code path for both.
+
+What differs per container runtime (image location, srun and exec words, how variables reach the container, site
+modules) is asked of the runtime objects in :mod:`shipyard.launch.runtimes`; the flags, their checks and the
+"regenerate with" line come from the options model in :mod:`shipyard.launch.options`.
 
 Why Jinja2 templates under shipyard/templates/launch/: the scripts are mostly shell, and reading them as shell (with
 the few substitutions marked) is how reviewers check them against launcher-rules.md. Every value a user typed goes
@@ -25,6 +29,7 @@ from shipyard.cli import argv_after_dashdash
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join
 from shipyard.files import atomic_write
+from shipyard.launch import options, runtimes
 from shipyard.launch.fabric import (
     EnvVar,
     check_forbidden,
@@ -32,30 +37,14 @@ from shipyard.launch.fabric import (
     fabric_env,
     launch_data,
 )
+from shipyard.launch.mounts import Mount, job_mounts, parse_mounts
+from shipyard.launch.runtimes import Placement, Runtime
 from shipyard.registry.model import Cluster, Registry
 
-RUNTIMES = ("pyxis", "apptainer", "host")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TIME = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{2}){0,2}$")
 
 
 # ------------------------------------------------------------------------------------------------ the model
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A host path made visible in the container: ``src`` on the node, ``dst`` inside, read-only or not."""
-
-    src: str
-    dst: str
-    ro: bool = False
-
-    def pyxis(self) -> str:
-        return f"{self.src}:{self.dst}" + (":ro" if self.ro else "")
-
-    def apptainer(self) -> str:
-        return f"{self.src}:{self.dst}" + (":ro" if self.ro else "")
 
 
 @dataclass(frozen=True)
@@ -66,7 +55,7 @@ class Launcher:
     kind: str  # "torchrun" | "nccl-test"
     environment: str
     cluster: str
-    runtime: str  # pyxis | apptainer | host
+    runtime: str  # a name in runtimes.NAMES: pyxis | apptainer | host
     fabric: str  # efa | ib | socket
     nodes: int
     gpus_per_node: int
@@ -113,33 +102,6 @@ class Launcher:
 # ------------------------------------------------------------------------------------------------ parsing flags
 
 
-def parse_mounts(text: str | Sequence[str] | None, root: Path, flag: str = "--mounts") -> tuple[Mount, ...]:
-    """``SRC:DST[:ro|rw],...`` (or ``SRC`` alone: same path inside) -> mounts; a relative SRC is under the project."""
-    if not text:
-        return ()
-    items = text.split(",") if isinstance(text, str) else [i for t in text for i in t.split(",")]
-    out = []
-    for item in items:
-        parts = item.split(":")
-        if not item or len(parts) > 3 or not parts[0]:
-            raise ShipyardError(f"{flag} {item!r}: expected SRC:DST[:ro], comma-separated (e.g. /data:/data:ro)")
-        src = parts[0]
-        dst = parts[1] if len(parts) > 1 and parts[1] else src
-        flags = parts[2] if len(parts) > 2 else "rw"
-        if flags not in ("ro", "rw"):
-            raise ShipyardError(f"{flag} {item!r}: mount flag {flags!r} is not valid (valid: ro, rw)")
-        if not dst.startswith("/"):
-            raise ShipyardError(f"{flag} {item!r}: the destination {dst!r} must be an absolute path")
-        if not src.startswith("/"):
-            src = str((root / src).resolve())
-        for p in (src, dst):
-            if any(c.isspace() or not c.isprintable() for c in p):
-                raise ShipyardError(f"{flag} {item!r}: paths with spaces or control characters cannot be mounted "
-                                    "by pyxis or apptainer")
-        out.append(Mount(src, dst, flags == "ro"))
-    return tuple(out)
-
-
 def parse_env(items: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
     """``--env K=V`` (repeatable) -> pairs, in order; a later K wins."""
     out: dict[str, str] = {}
@@ -152,28 +114,9 @@ def parse_env(items: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(out.items())
 
 
-def _positive(value, flag: str, minimum: int = 1) -> int:
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise ShipyardError(f"{flag} {value!r}: expected an integer >= {minimum}") from None
-    if n < minimum:
-        raise ShipyardError(f"{flag} {value}: must be at least {minimum}")
-    return n
-
-
 # ------------------------------------------------------------------------------------------------ build
-
-
-def _default_image(reg: Registry, env_name: str, cluster: Cluster, runtime: str) -> str:
-    """``<cluster.storage>/<env>.sqsh`` for pyxis, ``.sif`` for apptainer (a relative storage is under the project)."""
-    if not cluster.storage:
-        raise ShipyardError(f"clusters.{cluster.name}.storage is not set: give --image (a path or registry image) "
-                            f"for the {runtime} runtime")
-    storage = Path(cluster.storage)
-    if not storage.is_absolute():
-        storage = reg.root / storage
-    return str(storage / f"{env_name}.{'sqsh' if runtime == 'pyxis' else 'sif'}")
+# build() resolves the Launcher's fields in small steps, each for one concern; they run in this order, so that of
+# several bad flags the same one is reported first as before.
 
 
 def build(
@@ -202,56 +145,87 @@ def build(
     kind: str = "torchrun",
 ) -> Launcher:
     """Resolve registry defaults and flags into a :class:`Launcher`; every bad value is one ShipyardError line."""
-    defaults = launch_data()["defaults"]
     env_obj = reg.environment(environment)
     cl = reg.cluster(cluster)
-    runtime = runtime or cl.runtime
-    if runtime not in RUNTIMES:
-        raise ShipyardError(f"--runtime {runtime!r}: unknown runtime (valid: {', '.join(RUNTIMES)})")
+    rt = runtimes.get(runtime or cl.runtime)
+    fields = dict(kind=kind, environment=env_obj.name, cluster=cl.name, runtime=rt.name, fabric=cl.fabric,
+                  root=str(reg.root), registry=str(reg.root / reg.path.name), command=tuple(command))
+    fields |= _partition(cl, partition)
+    fields |= _resources(cl, kind, nodes, gpus_per_node)
+    fields |= _job(cl, kind, time, name, account)
+    _check_project(reg, kind, command)
+    user_mounts = parse_mounts(mounts, reg.root)
+    fields |= _mounts(reg, cl, rt, user_mounts)
+    user_env = parse_env(env)
+    fields |= _environment(cl, user_env, nccl_debug)
+    fields |= _image(reg, env_obj.name, cl, rt, image)
+    fields |= _checkpointing(chain, requeue, max_restarts, signal_before)
+    fields |= _monitoring(kind, monitor, monitor_interval)
+    fields |= _site_constants(cl)
+    launcher = Launcher(**fields)
+    return replace(launcher, regenerate=regenerate_argv(launcher, user_mounts, user_env, image))
+
+
+def _partition(cl: Cluster, partition: str | None) -> dict:
+    """``--partition``, one of the cluster's (default: its scheduler.partition)."""
     partition = partition or cl.partition
     if partition not in cl.partitions:
         raise ShipyardError(f"--partition {partition!r}: not a partition of cluster {cl.name} "
                             f"(valid: {', '.join(cl.partitions)})")
-    n = _positive(nodes if nodes is not None else 1, "--nodes")
+    return {"partition": partition}
+
+
+def _resources(cl: Cluster, kind: str, nodes, gpus_per_node) -> dict:
+    """Nodes, GPUs and CPUs per node, within what the cluster profile says it has."""
+    n = options.check("nodes", nodes if nodes is not None else 1)
     if cl.nodes is not None and n > cl.nodes:
         raise ShipyardError(f"--nodes {n}: cluster {cl.name} has {cl.nodes} nodes (clusters.{cl.name}.nodes)")
-    g = _positive(gpus_per_node if gpus_per_node is not None else cl.gpus_per_node, "--gpus-per-node", 0)
+    g = options.check("gpus_per_node", gpus_per_node if gpus_per_node is not None else cl.gpus_per_node)
     if g > cl.gpus_per_node:
         raise ShipyardError(f"--gpus-per-node {g}: cluster {cl.name} has {cl.gpus_per_node} GPUs per node "
                             f"(clusters.{cl.name}.gpus_per_node)")
-    if kind == "nccl-test" and g < 1:
+    if kind == options.NCCL_TEST and g < 1:
         raise ShipyardError(f"--gpus-per-node {g}: nccl-test runs one rank per GPU and needs at least 1")
+    # torchrun is one task per node and gets the node's CPUs; nccl-test's ranks share them as Slurm sees fit
+    return {"nodes": n, "gpus_per_node": g,
+            "cpus_per_task": cl.cpus_per_node if kind == options.TORCHRUN else None}
+
+
+def _job(cl: Cluster, kind: str, time, name, account) -> dict:
+    """The job's time limit, name and account: words that end up in #SBATCH lines, so checked strictly."""
     time = time or cl.time
-    if time is not None and not _TIME.match(time):
-        raise ShipyardError(f"--time {time!r}: expected Slurm time [D-]HH[:MM[:SS]], e.g. 02:00:00")
-    name = name or (defaults["name"] if kind == "torchrun" else "nccl-test")
-    if not _NAME.match(name):
-        raise ShipyardError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it names "
-                            "launch/<name>.sbatch and the job)")
+    name = name or (launch_data()["defaults"]["name"] if kind == options.TORCHRUN else "nccl-test")
     account = account or cl.account
-    if account is not None and not _NAME.match(account):
-        raise ShipyardError(f"--account {account!r}: use letters, digits, '.', '_' and '-' (it goes into an "
-                            "#SBATCH line)")
+    return {"time": None if time is None else options.check("time", time),
+            "name": options.check("name", name),
+            "account": None if account is None else options.check("account", account)}
+
+
+def _check_project(reg: Registry, kind: str, command: Sequence[str]) -> None:
+    """The project directory must be nameable in #SBATCH --output; torchrun needs a training command."""
     if any(c.isspace() or not c.isprintable() or c in "%#" for c in str(reg.root)):
         raise ShipyardError(f"{reg.root}: the project directory's path has spaces, control characters, '%' or '#'; "
                             "#SBATCH --output cannot name a log there (move the project)")
-    if kind == "torchrun" and not command:
+    if kind in options.COMMAND_KINDS and not command:
         raise ShipyardError("no training command: put the script and its arguments after `--`, e.g. "
                             "invoke launch --nodes 2 -- examples/train.py --epochs 3")
 
-    user_mounts = parse_mounts(mounts, reg.root)
+
+def _mounts(reg: Registry, cl: Cluster, rt: Runtime, user_mounts: tuple[Mount, ...]) -> dict:
+    """The project, the cluster's binds and ``--mounts`` (none without a container). On the sandbox the nodes are
+    this machine, so a source that does not exist here is a typo, not a path on some other filesystem."""
     if slurm.is_sandbox(cl):
         for m in user_mounts:
             if not Path(m.src).exists():
                 raise ShipyardError(f"--mounts: source {m.src} does not exist on the sandbox (it runs on this "
                                     "machine; create it or fix the path)")
-    site_mounts = parse_mounts(list(cl.binds), reg.root, f"clusters.{cl.name}.binds")
-    project = Mount(str(reg.root), str(reg.root))
-    all_mounts: dict[str, Mount] = {}
-    for m in (project, *site_mounts, *user_mounts):  # a later mount of the same destination wins
-        all_mounts[m.dst] = m
+    mounts = job_mounts(reg.root, cl, user_mounts)
+    return {"mounts": mounts if rt.containerised else ()}
 
-    user_env = parse_env(env)
+
+def _environment(cl: Cluster, user_env: tuple[tuple[str, str], ...], nccl_debug: bool) -> dict:
+    """Variables in the order they are exported: fabric preset and site, NCCL_DEBUG, then ``--env`` (a later one
+    of the same name wins)."""
     check_forbidden(cl, [k for k, _ in user_env], "--env")
     variables: dict[str, EnvVar] = {v.name: v for v in fabric_env(cl)}
     debug = launch_data()["nccl_debug"]["full" if nccl_debug else "default"]
@@ -259,116 +233,69 @@ def build(
         variables[k] = EnvVar(k, str(v), False, "--nccl-debug" if nccl_debug else "NCCL transport line")
     for k, v in user_env:
         variables[k] = EnvVar(k, v, False, "--env")
+    return {"env": tuple(variables.values()), "nccl_debug": bool(nccl_debug)}
 
-    if runtime == "host":
-        img = None
-        if image:
-            raise ShipyardError("--image: the host runtime runs without a container; drop --image or pick "
-                                "--runtime pyxis|apptainer")
-    else:
-        img = image or _default_image(reg, env_obj.name, cl, runtime)
 
-    k_chain = _positive(chain if chain is not None else 1, "--chain")
-    restarts = _positive(max_restarts if max_restarts is not None else defaults["max_restarts"],
-                         "--max-restarts", 0)
-    sig_before = signal_before
-    if sig_before is None and (requeue or k_chain > 1):
-        sig_before = defaults["signal_before"]
-    sig_before = None if sig_before is None else _positive(sig_before, "--signal-before")
-    interval = _positive(monitor_interval if monitor_interval is not None else defaults["monitor_interval"],
-                         "--monitor-interval")
-    nt = launch_data()["nccl_test"]
+def _image(reg: Registry, env_name: str, cl: Cluster, rt: Runtime, image: str | None) -> dict:
+    """``--image``, else the runtime's image on the cluster's storage; the runtime's site modules come with it."""
+    if image and not rt.containerised:
+        others = "|".join(n for n in runtimes.NAMES if runtimes.get(n).containerised)
+        raise ShipyardError(f"--image: the {rt.name} runtime runs without a container; drop --image or pick "
+                            f"--runtime {others}")
+    return {"image": image or rt.image(reg.root, env_name, cl, override_flag="--image"), "modules": rt.modules(cl)}
 
-    launcher = Launcher(
-        name=name,
-        kind=kind,
-        environment=env_obj.name,
-        cluster=cl.name,
-        runtime=runtime,
-        fabric=cl.fabric,
-        nodes=n,
-        gpus_per_node=g,
-        partition=partition,
-        root=str(reg.root),
-        registry=str(reg.root / reg.path.name),
-        command=tuple(command),
-        account=account,
-        time=time,
-        cpus_per_task=(cl.cpus_per_node if kind == "torchrun" else None),
-        image=img,
-        modules=cl.modules if runtime == "apptainer" else (),
-        mounts=tuple(all_mounts.values()) if runtime != "host" else (),
-        env=tuple(variables.values()),
-        requeue=bool(requeue),
-        max_restarts=restarts if requeue else 0,
-        signal=defaults["signal"],
-        signal_before=sig_before,
-        monitor=bool(monitor) and kind == "torchrun",
-        monitor_interval=interval,
-        nccl_debug=bool(nccl_debug),
-        rdzv_port=int(defaults["rdzv_port"]),
-        srun_wait=int(defaults["srun_wait"]),
-        chain=k_chain,
-        transport=expected_transport(cl.fabric),
-        nccl_test_binary=nt["binary"],
-        nccl_test_mpi=nt["mpi"],
-        nccl_test_args=tuple(nt["args"]),
-    )
-    return replace(launcher, regenerate=regenerate_argv(launcher, user_mounts, user_env, image))
+
+def _checkpointing(chain, requeue: bool, max_restarts, signal_before) -> dict:
+    """``--chain``/``--requeue``: either needs the checkpoint signal, so it defaults on with them."""
+    defaults = launch_data()["defaults"]
+    k_chain = options.check("chain", chain if chain is not None else 1)
+    restarts = options.check("max_restarts", max_restarts if max_restarts is not None else defaults["max_restarts"])
+    if signal_before is None and (requeue or k_chain > 1):
+        signal_before = defaults["signal_before"]
+    return {"chain": k_chain, "requeue": bool(requeue), "max_restarts": restarts if requeue else 0,
+            "signal": defaults["signal"],
+            "signal_before": None if signal_before is None else options.check("signal_before", signal_before)}
+
+
+def _monitoring(kind: str, monitor: bool, monitor_interval) -> dict:
+    """``--monitor`` samples beside torchrun; nccl-test measures the fabric alone."""
+    interval = monitor_interval if monitor_interval is not None else launch_data()["defaults"]["monitor_interval"]
+    return {"monitor": bool(monitor) and kind == options.TORCHRUN,
+            "monitor_interval": options.check("monitor_interval", interval)}
+
+
+def _site_constants(cl: Cluster) -> dict:
+    """What no flag sets: shipyard/data/launch.yaml's ports and waits, and the transport the fabric should pick."""
+    defaults, nt = launch_data()["defaults"], launch_data()["nccl_test"]
+    return {"rdzv_port": int(defaults["rdzv_port"]), "srun_wait": int(defaults["srun_wait"]),
+            "transport": expected_transport(cl.fabric), "nccl_test_binary": nt["binary"],
+            "nccl_test_mpi": nt["mpi"], "nccl_test_args": tuple(nt["args"])}
 
 
 def regenerate_argv(l: Launcher, user_mounts, user_env, image) -> tuple[str, ...]:
-    """The exact ``invoke`` command that writes this launcher again (every resolved default made explicit)."""
-    task = "launch" if l.kind == "torchrun" else "nccl-test"
-    argv = ["invoke", task, "--environment", l.environment, "--cluster", l.cluster, "--nodes", str(l.nodes),
-            "--gpus-per-node", str(l.gpus_per_node), "--runtime", l.runtime, "--partition", l.partition,
-            "--name", l.name]
-    if Path(l.registry).name != "registry.yaml":
-        argv += ["--registry", l.registry]
-    if l.account:
-        argv += ["--account", l.account]
-    if l.time:
-        argv += ["--time", l.time]
-    if image:
-        argv += ["--image", image]
-    if user_mounts:
-        argv += ["--mounts", ",".join(m.pyxis() for m in user_mounts)]
-    for k, v in user_env:
-        argv += ["--env", f"{k}={v}"]
-    if l.nccl_debug:
-        argv.append("--nccl-debug")
-    if l.monitor:
-        argv += ["--monitor", "--monitor-interval", str(l.monitor_interval)]
-    if l.kind == "torchrun":
-        if l.chain > 1:
-            argv += ["--chain", str(l.chain)]
-        if l.requeue:
-            argv += ["--requeue", "--max-restarts", str(l.max_restarts)]
-        if l.signal_before:
-            argv += ["--signal-before", str(l.signal_before)]
-        argv += ["--", *l.command]
-    return tuple(argv)
+    """The exact ``invoke`` command that writes this launcher again (every resolved default made explicit); what
+    the user typed for image, mounts and env is repeated as typed, not as resolved."""
+    given = options.Options(
+        environment=l.environment, cluster=l.cluster, nodes=l.nodes, gpus_per_node=l.gpus_per_node,
+        runtime=l.runtime, partition=l.partition, name=l.name,
+        registry=l.registry if Path(l.registry).name != "registry.yaml" else None,
+        account=l.account, time=l.time, image=image or None,
+        mounts=",".join(m.spec() for m in user_mounts) or None,
+        env=tuple(f"{k}={v}" for k, v in user_env),
+        nccl_debug=l.nccl_debug, monitor=l.monitor, monitor_interval=l.monitor_interval,
+        chain=l.chain, requeue=l.requeue, max_restarts=l.max_restarts, signal_before=l.signal_before,
+    )
+    return options.invocation(l.kind, given, l.command)
 
 
 # ------------------------------------------------------------------------------------------------ render
 
 
 def container_argv(l: Launcher) -> list[str]:
-    """What goes between ``srun <options>`` and the command on each node, per runtime (rules 6-8)."""
-    names = ",".join(v.name for v in l.env)
-    if l.runtime == "pyxis":
-        argv = [f"--container-image={l.image}",
-                f"--container-mounts={','.join(m.pyxis() for m in l.mounts)}",
-                f"--container-workdir={l.root}",
-                "--no-container-mount-home"]
-        if names:
-            argv.append(f"--container-env={names}")  # rule 6: the image's values win unless named here
-        return argv
-    if l.runtime == "apptainer":
-        # rule 8: --nv, --bind; no --contain/--containall (no /dev/infiniband, 64 MiB tmpfs HOME and /tmp)
-        return ["apptainer", "exec", "--nv", "--bind", ",".join(m.apptainer() for m in l.mounts),
-                "--pwd", l.root, l.image]
-    return []
+    """What goes between ``srun <options>`` and the command on each node: the runtime's srun and exec words."""
+    rt = runtimes.get(l.runtime)
+    p = Placement(l.image, l.mounts, l.root, tuple(v.name for v in l.env))
+    return rt.srun_words(p) + rt.exec_words(p)
 
 
 def render(l: Launcher) -> str:
@@ -378,6 +305,7 @@ def render(l: Launcher) -> str:
         version=__version__,
         regenerate=shell_join(l.regenerate),
         container=container_argv(l),
+        env_prefix=runtimes.get(l.runtime).env_prefix,
         env_names=[v.name for v in l.env],
         log=f"{l.log_dir}/{l.name}-%j.out",
         usage_prefix=f"{l.log_dir}/{l.name}",

@@ -4,7 +4,8 @@ Each wrapper is one line: ``exec apptainer exec --nv --bind ... <image> <tool> "
 and not configurable: a wrapper without it starts fine and CUDA then silently sees no GPU, the failure that
 singularity-hpc users keep reporting. The binds come from the cluster profile, the image location from
 ``<cluster.storage>/<env>.sif`` (the fixed cross-area contract), and the cluster's own modules (``apptainer``) become
-``depends_on`` so that loading ours loads the runtime too.
+``depends_on`` so that loading ours loads the runtime too. The image path and the wrapper's words are asked of the
+cluster's runtime object (:mod:`shipyard.launch.runtimes`), the one the launchers and ``invoke shell`` ask.
 
 Layout under ``--prefix`` (default ``<root>/modules``)::
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from shipyard import __version__, templating
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
+from shipyard.launch import runtimes
 from shipyard.registry import load
 from shipyard.registry.model import Cluster, Environment, Registry
 
@@ -31,42 +33,28 @@ TOOLS = ("python", "python3", "pip", "pip3", "torchrun")
 
 
 def image_path(reg: Registry | None, cluster: Cluster, env: Environment) -> str:
-    """``<cluster.storage>/<env>.sif``; a relative storage is taken relative to the project root."""
-    if not cluster.storage:
-        raise ShipyardError(f"clusters.{cluster.name}.storage: not set; modules need to know where "
-                            f"{env.name}.sif lives on the cluster (e.g. storage: /scratch/projects/NAME/images)")
-    storage = Path(cluster.storage)
-    if not storage.is_absolute():
-        if reg is None:
-            raise ShipyardError(f"clusters.{cluster.name}.storage: {cluster.storage!r} is relative; use an absolute path")
-        storage = reg.root / storage
-    return str(storage / f"{env.name}.sif")
+    """Where the cluster's runtime keeps ``env``'s image (``<cluster.storage>/<env>.sif``); a relative storage is under
+    the project root, so it needs ``reg``."""
+    return runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime").image(reg.root if reg else None,
+                                                                                 env.name, cluster)
 
 
-def require_apptainer(cluster: Cluster, reg: Registry | None = None) -> None:
-    """Modules wrap ``apptainer exec``: refuse other runtimes with the clusters that would work."""
-    if cluster.runtime == "apptainer":
+def require_wrapping_runtime(cluster: Cluster, reg: Registry | None = None) -> None:
+    """Modules wrap ``apptainer exec``: refuse runtimes that cannot wrap a tool, naming the clusters that would work."""
+    if runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime").wraps_tools:
         return
-    ok = [c.name for c in reg.clusters.values() if c.runtime == "apptainer"] if reg else []
-    hint = f"use --cluster {' or '.join(ok)}" if ok else "no cluster in the registry has runtime: apptainer"
+    ok = [c.name for c in reg.clusters.values() if runtimes.get(c.runtime).wraps_tools] if reg else []
+    able = " or ".join(n for n in runtimes.NAMES if runtimes.get(n).wraps_tools)
+    hint = f"use --cluster {' or '.join(ok)}" if ok else f"no cluster in the registry has runtime: {able}"
     raise ShipyardError(f"--cluster {cluster.name}: runtime is {cluster.runtime}, but modules wrap "
                         f"`apptainer exec --nv`; {hint}")
 
 
-def apptainer_argv(image: str, cluster: Cluster, tool: str) -> list[str]:
-    """``apptainer exec --nv [--bind B]... IMAGE TOOL``, every word shell-quoted.
-
-    Binds use apptainer's own ``src[:dst[:ro|rw]]`` syntax; pyxis-only mount flags (``+rprivate``) are refused
-    rather than silently dropped.
-    """
-    argv = ["apptainer", "exec", "--nv"]
-    for i, bind in enumerate(cluster.binds):
-        if "+" in bind:
-            raise ShipyardError(f"clusters.{cluster.name}.binds[{i}]: {bind!r} has pyxis mount flags; "
-                                "apptainer binds take src[:dst[:ro|rw]]")
-        argv += ["--bind", bind]
-    argv += [image, tool]
-    return [shlex.quote(a) for a in argv]
+def wrapper_argv(image: str, cluster: Cluster, tool: str) -> list[str]:
+    """The runtime's words that run ``tool`` from ``image`` (``apptainer exec --nv [--bind B]... IMAGE TOOL``), every
+    word shell-quoted for the wrapper script."""
+    rt = runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime")
+    return [shlex.quote(a) for a in rt.tool_words(image, cluster, tool)]
 
 
 def _header(env: Environment, cluster: Cluster) -> str:
@@ -78,7 +66,7 @@ def render_wrapper(env: Environment, cluster: Cluster, tool: str, image: str) ->
     """The bash wrapper for one tool."""
     return templating.render("shipyard.launch", "wrapper.sh.j2",
         header=_header(env, cluster), env=env, cluster=cluster, tool=tool,
-        argv=apptainer_argv(image, cluster, tool),
+        argv=wrapper_argv(image, cluster, tool),
     )
 
 
@@ -137,7 +125,7 @@ def write_modules(reg: Registry, env_name: str | None = None, cluster_name: str 
                   prefix: str | Path | None = None) -> list[Path]:
     """``invoke modules``: write modulefiles and wrappers atomically; return the paths written."""
     cluster = reg.cluster(cluster_name)
-    require_apptainer(cluster, reg)
+    require_wrapping_runtime(cluster, reg)
     root = Path(prefix).resolve() if prefix else reg.root / "modules"
     written: list[Path] = []
     for env in environments_for(reg, cluster, env_name):

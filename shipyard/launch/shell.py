@@ -1,9 +1,11 @@
 """`invoke shell [ENV]`: an interactive ``srun --pty`` on the cluster's interactive partition, inside the container.
 
 The command is built as an argv list (pure function of the registry model and the flags) and only turned into a
-shell line for printing, with every word quoted by :func:`shipyard.launch.launcher.shell_quote`, the same quoting the
-launchers use. The container part follows the launchers' rules (launcher-rules.md 6-8): ``apptainer shell --nv`` with
-the cluster's binds and no ``--contain``; pyxis flags on srun with ``--pty bash``; a plain shell for the host runtime.
+shell line for printing, with every word quoted by :func:`shipyard.escaping.shell_quote`, the same quoting the
+launchers use. The container part is asked of the runtime object (:mod:`shipyard.launch.runtimes`), as the launchers
+ask it, with the same image and mounts: ``apptainer shell --nv`` with the cluster's binds and no ``--contain``; pyxis
+flags on srun with ``--pty bash`` (the home directory stays mounted: it is the user's shell); a plain shell for the
+host runtime.
 
 VS Code Remote-SSH needs the *allocated* node's name, which exists only once srun has started. So the interactive
 shell first prints the ssh config snippet on the node itself (the node's own ``hostname`` is substituted there), then
@@ -21,9 +23,10 @@ from dataclasses import dataclass
 from shipyard import registry, slurm
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
-from shipyard.launch import launcher as launch
-from shipyard.launch.launcher import RUNTIMES
-from shipyard.registry.model import Cluster, Environment, Registry
+from shipyard.launch import runtimes
+from shipyard.launch.mounts import job_mounts
+from shipyard.launch.runtimes import Placement
+from shipyard.registry.model import Cluster, Registry
 
 JOB_NAME = "shipyard-shell"  # `invoke status` lists jobs named shipyard-*
 NODE_MARK = "@NODE@"  # replaced by the allocated node's hostname, on the node
@@ -58,21 +61,6 @@ def ssh_snippet(cluster: Cluster, user: str) -> str:
     ])
 
 
-def _image(reg: Registry, env: Environment, cluster: Cluster, runtime: str) -> str:
-    """``<storage>/<env>.sif`` or ``.sqsh``: the launchers' image location (one rule, in shipyard/launch.py)."""
-
-    return launch._default_image(reg, env.name, cluster, runtime)
-
-
-def _mounts(reg: Registry, cluster: Cluster):
-    """The project directory plus the cluster's binds, as the launchers mount them."""
-
-    mounts = {str(reg.root): launch.Mount(str(reg.root), str(reg.root))}
-    for m in launch.parse_mounts(list(cluster.binds), reg.root, f"clusters.{cluster.name}.binds"):
-        mounts[m.dst] = m
-    return list(mounts.values())
-
-
 def build(reg: Registry, env_name: str | None = None, cluster_name: str | None = None, *, command: str | None = None,
           gpus: int | str | None = None, time: str | None = None, user: str | None = None,
           runtime: str | None = None) -> ShellPlan:
@@ -80,9 +68,7 @@ def build(reg: Registry, env_name: str | None = None, cluster_name: str | None =
 
     cluster = reg.cluster(cluster_name)
     env = reg.environment(env_name)
-    runtime = runtime or cluster.runtime
-    if runtime not in RUNTIMES:
-        raise ShipyardError(f"--runtime {runtime!r}: unknown runtime (valid: {', '.join(RUNTIMES)})")
+    rt = runtimes.get(runtime or cluster.runtime)
     if gpus is None:
         gpus = 1 if cluster.gpus_per_node > 0 else 0
     try:
@@ -109,24 +95,15 @@ def build(reg: Registry, env_name: str | None = None, cluster_name: str | None =
         srun.append(f"--time={time}")
     if words is None:
         srun.append("--pty")
-    mounts = _mounts(reg, cluster)
-    if runtime == "pyxis":
-        srun += [f"--container-image={_image(reg, env, cluster, runtime)}",
-                 f"--container-mounts={','.join(m.pyxis() for m in mounts)}",
-                 f"--container-workdir={reg.root}"]
-        inner = ["bash"]
-    elif runtime == "apptainer":
-        verb = "shell" if words is None else "exec"
-        inner = ["apptainer", verb, "--nv", "--bind", ",".join(m.apptainer() for m in mounts),
-                 "--pwd", str(reg.root), _image(reg, env, cluster, runtime)]
-    else:
-        inner = ["bash"] if words is None else []
+    mounts = job_mounts(reg.root, cluster)
+    place = Placement(rt.image(reg.root, env.name, cluster), mounts, str(reg.root), home=True)
+    srun += rt.srun_words(place)
     snippet = ssh_snippet(cluster, user or getpass.getuser())
     if words is None:
-        node = ["bash", "-c", _PRELUDE, "shipyard-shell", snippet] + inner
+        node = ["bash", "-c", _PRELUDE, "shipyard-shell", snippet] + rt.shell_words(place)
     else:
-        node = (inner if runtime == "apptainer" else []) + words
-    modules = cluster.modules if runtime == "apptainer" else ()
+        node = rt.exec_words(place) + words
+    modules = rt.modules(cluster)
     return ShellPlan(cluster.name, tuple(modules), tuple(srun + node), snippet, words is None)
 
 

@@ -1,0 +1,167 @@
+"""The flags of ``invoke launch`` and ``invoke nccl-test``, as one model: :class:`Options`.
+
+Each field carries its flag, its help text, the kinds of launcher that take it, how a resolved value is checked, and
+how it is repeated in a launcher's "regenerate with" line. tasks.py builds both tasks' help from here
+(:func:`task_kwargs`), :mod:`shipyard.launch.launcher` checks values with :func:`check` and writes the header with
+:func:`invocation`. Why one model: the help, the checks and the header used to be three lists that had to agree by
+hand; a new flag is now one field (plus its parameter in the task's signature, which a test compares with this).
+
+Kept free of the registry (and so of jsonschema): tasks.py imports it on every ``invoke`` call.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+from shipyard.errors import ShipyardError
+from shipyard.launch import runtimes
+
+TORCHRUN, NCCL_TEST = "torchrun", "nccl-test"
+KINDS = (TORCHRUN, NCCL_TEST)
+TASKS = {TORCHRUN: "launch", NCCL_TEST: "nccl-test"}  # the invoke task that writes each kind
+COMMAND_KINDS = (TORCHRUN,)  # kinds that run the words after `--`
+POSITIONAL = "environment"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_TIME = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{2}){0,2}$")
+
+
+def at_least(minimum: int) -> Callable[[str, Any], int]:
+    """A check: an integer >= ``minimum`` (flags arrive as strings from invoke, as ints from Python callers)."""
+
+    def check(flag: str, value: Any) -> int:
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            raise ShipyardError(f"{flag} {value!r}: expected an integer >= {minimum}") from None
+        if n < minimum:
+            raise ShipyardError(f"{flag} {value}: must be at least {minimum}")
+        return n
+
+    return check
+
+
+def matching(pattern: re.Pattern, expected: str) -> Callable[[str, Any], str]:
+    """A check: the whole value matches ``pattern``; ``expected`` says what would."""
+
+    def check(flag: str, value: Any) -> str:
+        if not pattern.match(value):
+            raise ShipyardError(f"{flag} {value!r}: {expected}")
+        return value
+
+    return check
+
+
+def opt(default: Any = None, help: str = "", *, kinds: tuple[str, ...] = KINDS, check: Callable | None = None,
+        regenerate: bool = True, only_with: str | None = None, implied: Any = None, repeat: bool = False):
+    """A field of :class:`Options`. ``regenerate``: repeated in the header line, unless the value is ``implied``
+    (needs no flag) or the field ``only_with`` names is unset there; ``repeat``: the flag may be given many times."""
+    return field(default=default, metadata={
+        "help": help, "kinds": kinds, "check": check, "regenerate": regenerate, "only_with": only_with,
+        "implied": implied, "repeat": repeat,
+    })
+
+
+_POSITIVE = at_least(1)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every flag of both tasks, in the order the "regenerate with" line repeats them. ``None``/``False``: not given
+    (the registry's default applies)."""
+
+    environment: str | None = opt(help="environment to run (default: defaults.environment)")
+    cluster: str | None = opt(help="cluster profile (default: defaults.cluster)")
+    nodes: int | str | None = opt(help="number of nodes (default: 1)", check=_POSITIVE)
+    gpus_per_node: int | str | None = opt(help="GPUs per node (default: the cluster's gpus_per_node)",
+                                          check=at_least(0))
+    runtime: str | None = opt(help=f"{' | '.join(runtimes.NAMES)} (default: the cluster's runtime)")
+    partition: str | None = opt(help="Slurm partition (default: the cluster's scheduler.partition)")
+    name: str | None = opt(help="launcher name: writes launch/<name>.sbatch",
+                           check=matching(_NAME, "use letters, digits, '.', '_' and '-' (it names "
+                                                 "launch/<name>.sbatch and the job)"))
+    registry: str | None = opt(help="registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)")
+    account: str | None = opt(help="Slurm account (default: the cluster's scheduler.account)",
+                              check=matching(_NAME, "use letters, digits, '.', '_' and '-' (it goes into an "
+                                                    "#SBATCH line)"))
+    time: str | None = opt(help="time limit [D-]HH[:MM[:SS]] (default: the cluster's scheduler.time)",
+                           check=matching(_TIME, "expected Slurm time [D-]HH[:MM[:SS]], e.g. 02:00:00"))
+    image: str | None = opt(help="container image instead of <cluster.storage>/<env>.sqsh|.sif (pyxis: also "
+                                 "REGISTRY#IMAGE:TAG)")
+    mounts: str | None = opt(help="extra mounts SRC:DST[:ro],... (added to the cluster's binds and the project "
+                                  "directory)")
+    env: tuple[str, ...] | None = opt(help="NAME=VALUE exported to the job and overriding the image's value "
+                                           "(repeatable)", repeat=True)
+    nccl_debug: bool = opt(False, "NCCL_DEBUG=INFO for every subsystem (by default only NET, for the transport "
+                                  "line)")
+    monitor: bool = opt(False, "sample CPU/RAM/GPU usage on every node into "
+                               "launch/logs/<name>-<jobid>.usage.<node>.csv", kinds=(TORCHRUN,))
+    monitor_interval: int | str | None = opt(help="seconds between usage samples (default 5)", kinds=(TORCHRUN,),
+                                             check=_POSITIVE, only_with="monitor")
+    chain: int | str | None = opt(help="submit K jobs, each starting after the previous one ends (afterany), "
+                                       "resuming from its checkpoint", kinds=(TORCHRUN,), check=_POSITIVE, implied=1)
+    requeue: bool = opt(False, "requeue the job after a checkpoint signal, while SLURM_RESTART_COUNT < "
+                               "--max-restarts", kinds=(TORCHRUN,))
+    max_restarts: int | str | None = opt(help="requeues allowed with --requeue (default 3)", kinds=(TORCHRUN,),
+                                         check=at_least(0), only_with="requeue")
+    signal_before: int | str | None = opt(help="send USR2 this many seconds before the time limit (default 90 with "
+                                               "--requeue/--chain)", kinds=(TORCHRUN,), check=_POSITIVE)
+    submit: bool = opt(False, "submit with sbatch --parsable and print the job id(s)", regenerate=False)
+    dry_run: bool = opt(False, "print the launcher instead of writing it", regenerate=False)
+
+
+FIELDS = {f.name: f for f in fields(Options)}
+
+
+def flag(name: str) -> str:
+    """``gpus_per_node`` -> ``--gpus-per-node`` (invoke's own spelling of a parameter)."""
+    return "--" + name.replace("_", "-")
+
+
+def names(kind: str) -> tuple[str, ...]:
+    """The options a kind of launcher takes, in model order."""
+    return tuple(n for n, f in FIELDS.items() if kind in f.metadata["kinds"])
+
+
+def help_for(kind: str) -> dict[str, str]:
+    """``help=`` of the task that writes ``kind``."""
+    return {n: FIELDS[n].metadata["help"] for n in names(kind)}
+
+
+def task_kwargs(kind: str) -> dict[str, Any]:
+    """Everything ``@task(...)`` needs besides the name: help, the repeatable flags, the optional positional."""
+    return {
+        "positional": [POSITIONAL],
+        "iterable": [n for n in names(kind) if FIELDS[n].metadata["repeat"]],
+        "auto_shortflags": False,
+        "help": help_for(kind),
+    }
+
+
+def check(name: str, value: Any) -> Any:
+    """A resolved value of option ``name``, checked (and converted) by its field; one error line naming the flag."""
+    fn = FIELDS[name].metadata["check"]
+    return fn(flag(name), value) if fn else value
+
+
+def invocation(kind: str, given: Options, command: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The ``invoke`` command line that sets ``given`` (the values the header makes explicit) for ``kind``."""
+    argv = ["invoke", TASKS[kind]]
+    for n in names(kind):
+        md = FIELDS[n].metadata
+        value = getattr(given, n)
+        if (not md["regenerate"] or value is None or value is False or value == () or value == md["implied"]
+                or (md["only_with"] and not getattr(given, md["only_with"]))):
+            continue
+        if value is True:
+            argv.append(flag(n))
+        elif md["repeat"]:
+            for item in value:
+                argv += [flag(n), str(item)]
+        else:
+            argv += [flag(n), str(value)]
+    if kind in COMMAND_KINDS:
+        argv += ["--", *command]
+    return tuple(argv)

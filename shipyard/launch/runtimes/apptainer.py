@@ -1,0 +1,48 @@
+"""Apptainer: ``apptainer exec --nv --bind ... --pwd <project> <storage>/<env>.sif`` starts the command on the node.
+
+Why these words (launcher-rules.md rule 8): ``--nv`` is not optional (without it CUDA silently sees no GPU); no
+``--contain``/``--containall`` (they hide /dev/infiniband and give a 64 MiB tmpfs HOME and /tmp). The image's
+variables win over the host's, so the batch script exports ``APPTAINERENV_<NAME>`` for every variable it sets.
+Apptainer usually comes as a site module: the cluster's modules are loaded before srun.
+"""
+
+from __future__ import annotations
+
+from shipyard.errors import ShipyardError
+from shipyard.launch.runtimes.base import Placement, Runtime, Site
+
+
+class Apptainer(Runtime):
+    name = "apptainer"
+    order = 20
+    suffix = "sif"
+    needs = frozenset({"apptainer", "fakeroot"})
+    env_prefix = "APPTAINERENV_"
+    wraps_tools = True
+
+    def _words(self, verb: str, p: Placement) -> list[str]:
+        return ["apptainer", verb, "--nv", "--bind", ",".join(self.mount(m) for m in p.mounts), "--pwd", p.workdir,
+                p.image]
+
+    def exec_words(self, p: Placement) -> list[str]:
+        return self._words("exec", p)
+
+    def shell_words(self, p: Placement) -> list[str]:
+        return self._words("shell", p)
+
+    def modules(self, cluster: Site) -> tuple[str, ...]:
+        return tuple(cluster.modules)
+
+    def tool_words(self, image: str, cluster: Site, tool: str) -> list[str]:
+        """``apptainer exec --nv [--bind B]... IMAGE TOOL``: each site bind as written, in apptainer's own
+        ``src[:dst[:ro|rw]]`` syntax; pyxis-only mount flags (``+rprivate``) are refused rather than dropped."""
+        argv = ["apptainer", "exec", "--nv"]
+        for i, bind in enumerate(cluster.binds):
+            if "+" in bind:
+                raise ShipyardError(f"clusters.{cluster.name}.binds[{i}]: {bind!r} has pyxis mount flags; "
+                                    "apptainer binds take src[:dst[:ro|rw]]")
+            argv += ["--bind", bind]
+        return argv + [image, tool]
+
+
+RUNTIME = Apptainer()

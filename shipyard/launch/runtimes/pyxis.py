@@ -1,0 +1,31 @@
+"""pyxis (the enroot SPANK plugin): the container is requested with flags on the ``srun`` line.
+
+Why on ``srun`` and not in ``#SBATCH`` lines: there pyxis would run the batch script itself in the container, where
+``scontrol`` (needed to find the head node) is absent. Images are enroot squashfs files, ``<storage>/<env>.sqsh``
+(``--image`` may also name a registry image such as ``nvcr.io#nvidia/pytorch:24.01-py3``). ``--container-env``
+names every variable the batch script sets: without it the image's value wins (launcher-rules.md rule 6).
+"""
+
+from __future__ import annotations
+
+from shipyard.launch.runtimes.base import Placement, Runtime
+
+
+class Pyxis(Runtime):
+    name = "pyxis"
+    order = 10
+    suffix = "sqsh"
+    needs = frozenset({"pyxis", "enroot"})
+
+    def srun_words(self, p: Placement) -> list[str]:
+        argv = [f"--container-image={p.image}",
+                f"--container-mounts={','.join(self.mount(m) for m in p.mounts)}",
+                f"--container-workdir={p.workdir}"]
+        if not p.home:
+            argv.append("--no-container-mount-home")
+        if p.env_names:
+            argv.append(f"--container-env={','.join(p.env_names)}")  # rule 6: the image's values win unless named
+        return argv
+
+
+RUNTIME = Pyxis()
