@@ -12,7 +12,10 @@ in the checkout changes. Bytecode caches are on (PYTHONDONTWRITEBYTECODE is drop
 warm-up run of each command writes them. Commands run interleaved, round after round, so load from other
 processes falls on all of them alike; the figure is the median over the rounds.
 
-    python bench/start_time.py [--runs 9] [--json bench/out/start_time.json]
+With ``--before DIR`` (a directory holding another version's ``shipyard/`` package, e.g. from
+``git archive REV shipyard | tar -x -C DIR``) the three commands also run with that package, in the same rounds.
+
+    python bench/start_time.py [--runs 9] [--before DIR] [--json bench/out/start_time.json]
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def cpu_seconds(cmd: list[str], cwd: Path, env: dict) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--before", help="directory with an older shipyard/ package to measure in the same rounds")
     ap.add_argument("--json", default=str(OUT / "start_time.json"))
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -96,12 +100,26 @@ def main() -> None:
             ("invoke launch --dry-run -- examples/train.py",
              [py, "-m", "invoke", "launch", "--dry-run", "--", "examples/train.py"]),
         ]
-        for _, cmd in rows:  # warm-up: bytecode caches, the first render's writes
-            cpu_seconds(cmd, proj, env)
+        commands = rows[3:]
+        # the same work without invoke's start (~2x hpccm by itself): what shipyard's own code costs
+        rows += [
+            ("render --all without invoke (python -c)",
+             [py, "-c", "from shipyard.definitions import render; render.render_command(None, all_envs=True)"]),
+            ("check without invoke (python -c)",
+             [py, "-c", "from shipyard.registry import report; raise SystemExit(report.check(None, None))"]),
+        ]
+        envs = {label: env for label, _ in rows}
+        if args.before:
+            before_env = dict(env, PYTHONPATH=str(Path(args.before).resolve()))
+            for label, cmd in commands:
+                rows.append((f"{label} (before)", cmd))
+                envs[f"{label} (before)"] = before_env
+        for label, cmd in rows:  # warm-up: bytecode caches, the first render's writes
+            cpu_seconds(cmd, proj, envs[label])
         times: dict[str, list[float]] = {label: [] for label, _ in rows}
         for _ in range(args.runs):
             for label, cmd in rows:
-                times[label].append(cpu_seconds(cmd, proj, env))
+                times[label].append(cpu_seconds(cmd, proj, envs[label]))
         if any((proj / "definitions" / p.name).read_bytes() != p.read_bytes() for p in (ROOT / "definitions").iterdir()):
             raise SystemExit("render --all changed definitions/ in the copy: the checkout's definitions are stale")
     med = {label: statistics.median(t) for label, t in times.items()}
