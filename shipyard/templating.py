@@ -4,6 +4,10 @@ Every generated artifact is a template file rendered from the model. All rendere
 an undefined name is an error (StrictUndefined), never an empty string in a script; no HTML autoescaping; the
 trailing newline kept, so output is byte-stable. The escaping rules of :mod:`shipyard.escaping` are registered as
 filters for every template, so a template can only quote a value the one way its file's syntax needs.
+
+Compiled templates are kept in Jinja2's own bytecode cache (``FileSystemBytecodeCache``: a private per-user folder
+under the temporary directory, keyed by the template's name and checked against its source's checksum): compiling
+them was a third of `invoke render`'s own CPU time, loading the cached code is a fraction of that.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ def template_environment(package: str, trim_blocks: bool = False) -> jinja2.Envi
         autoescape=False,
         trim_blocks=trim_blocks,
         lstrip_blocks=trim_blocks,
+        # Jinja2 keys the cache by template name and file only, not by these settings: one file pattern per setting
+        bytecode_cache=jinja2.FileSystemBytecodeCache(pattern=f"shipyard-trim{int(trim_blocks)}-%s.cache"),
     )
     env.filters.update(FILTERS)
     return env

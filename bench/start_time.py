@@ -1,0 +1,139 @@
+"""CPU time (user + sys) of `invoke render --all`, `invoke check` and `invoke launch --dry-run` against hpccm
+rendering one equivalent recipe (the reference), measured side by side in the same run.
+
+hpccm lives in its own venv, bench/out/hpccm-venv (created on first use with `pip install -r
+bench/requirements-hpccm.txt` from PyPI); it is not one of shipyard's dependencies. The hpccm recipe is the
+shipped registry's pytorch-2.3 environment: nvidia/cuda base image, labels, environment, apt packages, Python, the
+pinned pip packages and a runscript, rendered with `--format singularity`.
+
+The shipyard commands run in a temporary copy of the project's inputs (registry.yaml, definitions/, examples/,
+tasks.py) with this checkout's package on PYTHONPATH, so `render --all` rewrites identical files there and nothing
+in the checkout changes. Bytecode caches are on (PYTHONDONTWRITEBYTECODE is dropped), as on a user's machine; one
+warm-up run of each command writes them. Commands run interleaved, round after round, so load from other
+processes falls on all of them alike; the figure is the median over the rounds.
+
+With ``--before DIR`` (a directory holding another version's ``shipyard/`` package, e.g. from
+``git archive REV shipyard | tar -x -C DIR``) the three commands also run with that package, in the same rounds.
+
+    python bench/start_time.py [--runs 9] [--before DIR] [--json bench/out/start_time.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+HPCCM_VENV = OUT / "hpccm-venv"
+
+RECIPE = '''\
+# hpccm recipe equivalent to registry.yaml's pytorch-2.3 environment
+Stage0 += baseimage(image="nvidia/cuda:12.1.1-runtime-ubuntu22.04", _distro="ubuntu22")
+Stage0 += label(metadata={
+    "org.shipyard.environment": "pytorch-2.3", "org.shipyard.torch": "2.3.1", "org.shipyard.cuda": "12.1",
+    "org.shipyard.python": "3.11", "org.shipyard.os": "ubuntu22.04", "org.shipyard.nccl": "2.20.5",
+    "org.shipyard.torchvision": "0.18.1", "org.shipyard.torchaudio": "2.3.1",
+    "org.shipyard.base": "nvidia/cuda:12.1.1-runtime-ubuntu22.04", "org.example.course": "dl-101"})
+Stage0 += environment(variables={"SHIPYARD_ENV": "pytorch-2.3", "OMP_NUM_THREADS": "1"})
+Stage0 += apt_get(ospackages=["ca-certificates", "git"])
+Stage0 += python(python2=False, devel=True)
+Stage0 += pip(pip="pip3", packages=["torch==2.3.1", "torchvision==0.18.1", "torchaudio==2.3.1",
+                                    "nvidia-nccl-cu12==2.20.5", "numpy==1.26.4"])
+Stage0 += runscript(commands=["python3"])
+'''
+
+
+def hpccm_bin() -> Path:
+    exe = HPCCM_VENV / "bin" / "hpccm"
+    if not exe.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(HPCCM_VENV)], check=True)
+        subprocess.run([str(HPCCM_VENV / "bin" / "pip"), "install", "-q", "-r",
+                        str(ROOT / "bench" / "requirements-hpccm.txt")], check=True)
+    return exe
+
+
+def cpu_seconds(cmd: list[str], cwd: Path, env: dict) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.decode()[-800:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--before", help="directory with an older shipyard/ package to measure in the same rounds")
+    ap.add_argument("--json", default=str(OUT / "start_time.json"))
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    hpccm = hpccm_bin()
+    py = sys.executable
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "SHIPYARD_REGISTRY")}
+    env["PYTHONPATH"] = str(ROOT)
+    with tempfile.TemporaryDirectory() as tmp:
+        proj = Path(tmp)
+        for name in ("registry.yaml", "tasks.py"):
+            shutil.copy(ROOT / name, proj / name)
+        for name in ("definitions", "examples"):
+            shutil.copytree(ROOT / name, proj / name)
+        recipe = proj / "recipe.py"
+        recipe.write_text(RECIPE)
+        rows = [
+            ("hpccm --recipe R --format singularity (reference)", [str(hpccm), "--recipe", str(recipe),
+                                                                   "--format", "singularity"]),
+            ("python -c pass", [py, "-c", "pass"]),
+            ("invoke --list", [py, "-m", "invoke", "--list"]),
+            ("invoke render --all", [py, "-m", "invoke", "render", "--all"]),
+            ("invoke check", [py, "-m", "invoke", "check"]),
+            ("invoke launch --dry-run -- examples/train.py",
+             [py, "-m", "invoke", "launch", "--dry-run", "--", "examples/train.py"]),
+        ]
+        commands = rows[3:]
+        # the same work without invoke's start (~2x hpccm by itself): what shipyard's own code costs
+        rows += [
+            ("render --all without invoke (python -c)",
+             [py, "-c", "from shipyard.definitions import render; render.render_command(None, all_envs=True)"]),
+            ("check without invoke (python -c)",
+             [py, "-c", "from shipyard.registry import report; raise SystemExit(report.check(None, None))"]),
+        ]
+        envs = {label: env for label, _ in rows}
+        if args.before:
+            before_env = dict(env, PYTHONPATH=str(Path(args.before).resolve()))
+            for label, cmd in commands:
+                rows.append((f"{label} (before)", cmd))
+                envs[f"{label} (before)"] = before_env
+        for label, cmd in rows:  # warm-up: bytecode caches, the first render's writes
+            cpu_seconds(cmd, proj, envs[label])
+        times: dict[str, list[float]] = {label: [] for label, _ in rows}
+        for _ in range(args.runs):
+            for label, cmd in rows:
+                times[label].append(cpu_seconds(cmd, proj, envs[label]))
+        if any((proj / "definitions" / p.name).read_bytes() != p.read_bytes() for p in (ROOT / "definitions").iterdir()):
+            raise SystemExit("render --all changed definitions/ in the copy: the checkout's definitions are stale")
+    med = {label: statistics.median(t) for label, t in times.items()}
+    ref = med[rows[0][0]]
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"CPU time (user+sys) of each process, median of {args.runs} interleaved runs\n")
+    print("| command | median CPU s | x hpccm |")
+    print("|---|---|---|")
+    for label, _ in rows:
+        print(f"| {label} | {med[label]:.3f} | {med[label] / ref:.2f} |")
+    Path(args.json).write_text(json.dumps({"runs": args.runs, "times": times, "median": med,
+                                           "ratio": {k: v / ref for k, v in med.items()}}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
