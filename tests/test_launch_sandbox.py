@@ -41,6 +41,7 @@ def result(log: str) -> dict:
     return dict(kv.split("=", 1) for kv in m.group(1).split())
 
 
+@pytest.mark.slow
 def test_host_runtime_two_nodes_trains_with_world_size_4(sandbox, sandbox_project):
     job, log = submit(sandbox_project, [TRAIN, "--steps", "30", "--checkpoint", "ckpt/a.pt"], nodes=2, monitor=True,
                       monitor_interval=1)
@@ -87,6 +88,7 @@ def test_hostile_arguments_reach_every_rank_unchanged(sandbox, sandbox_project):
     assert not Path("/tmp/pwned").exists()
 
 
+@pytest.mark.slow
 def test_usr2_checkpoints_and_requeues_then_resumes(sandbox, sandbox_project):
     job, log = submit(sandbox_project, [TRAIN, "--steps", "40", "--step-delay", "0.2", "--checkpoint", "ckpt/r.pt",
                                         "--checkpoint-every", "1000"],
@@ -109,6 +111,7 @@ def test_usr2_checkpoints_and_requeues_then_resumes(sandbox, sandbox_project):
     assert r["start_step"] == step and r["end_step"] == "40" and r["world_size"] == "4"
 
 
+@pytest.mark.slow
 def test_chain_of_two_jobs_resumes_from_the_checkpoint(sandbox, sandbox_project):
     job, log = submit(sandbox_project, [TRAIN, "--steps", "40", "--step-delay", "0.2", "--checkpoint", "ckpt/c.pt",
                                         "--checkpoint-every", "1000"], nodes=2, chain=2, name="chain")
