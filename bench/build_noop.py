@@ -1,7 +1,7 @@
 """No-op `invoke build` (cache hit) with a 2 GiB artifact present, against baselines measured in the same run.
 
-Goal (issue 5): <= 0.3 s including interpreter start, independent of artifact size. The build tool is the strict
-apptainer build double (tests/doubles/apptainer-build): the no-op path runs `apptainer --version` once for the cache
+Goal (issue 5): <= 0.3 s including interpreter start, independent of artifact size. The build tool is the
+strict apptainer double (tests/doubles/apptainer): the no-op path runs `apptainer --version` once for the cache
 key, like the real tool. Usage: python bench/build_noop.py [--runs N]
 """
 
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="shipyard-bench-"))
-    env = {**os.environ, "PATH": f"{fb.APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}",
+    env = {**os.environ, "PATH": f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}",
            "APPTAINER_TMPDIR": str(tmp), "APPTAINER_CACHEDIR": str(tmp)}
     big = project_with_artifact(tmp / "big", 2 << 30, env)
     small = project_with_artifact(tmp / "small", 1 << 20, env)

@@ -10,7 +10,7 @@ import pytest
 from shipyard import registry
 
 HERE = Path(__file__).parent
-APPTAINER_BUILD_DOUBLE = HERE / "doubles" / "apptainer-build"
+APPTAINER_DOUBLE = HERE / "doubles" / "apptainer"
 ENROOT_DOUBLE = HERE / "doubles" / "enroot"
 
 # Environments the build tests use. `tiny` builds offline FROM the fixture base image (tests/fixtures_docker.py),
@@ -85,8 +85,8 @@ def project(tmp_path, monkeypatch):
 
 @pytest.fixture
 def apptainer_double(monkeypatch, tmp_path):
-    """Put the strict apptainer build double first on PATH; returns the file its calls are recorded in."""
-    monkeypatch.setenv("PATH", f"{APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    """Put the strict apptainer double first on PATH; returns the file its calls are recorded in."""
+    monkeypatch.setenv("PATH", f"{APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     calls = tmp_path / "apptainer-calls.jsonl"
     monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
     # the preflight's free-space check must see enough room; point apptainer's dirs at the test's tmp

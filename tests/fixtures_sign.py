@@ -1,5 +1,5 @@
 """Fixtures for the signing tests: a project directory with a real SIF file (built with siftool + mksquashfs, no
-apptainer) and the apptainer-sign *test double* first on PATH with a throw-away keyring."""
+apptainer) and the strict apptainer *test double* first on PATH with a throw-away keyring."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SIGN_DOUBLE = Path(__file__).resolve().parent / "doubles" / "apptainer-sign"
+SIGN_DOUBLE = Path(__file__).resolve().parent / "doubles" / "apptainer"
 COURSE_REGISTRY = Path(__file__).resolve().parent.parent / "examples" / "course" / "registry.yaml"
 KEYS = [
     {"user": "Course Staff (gpu-course) <staff@example.org>", "fingerprint": "8232570480B868E1473AEEB03DBCBA1EE9D661E5"},
@@ -65,8 +65,8 @@ def sign_project(tmp_path, monkeypatch):
     state.mkdir()
     log = tmp_path / "apptainer-calls.jsonl"
     monkeypatch.setenv("PATH", f"{SIGN_DOUBLE}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("APPTAINER_DOUBLE_KEYRING", str(keyring))
-    monkeypatch.setenv("APPTAINER_DOUBLE_STATE", str(state))
-    monkeypatch.setenv("APPTAINER_DOUBLE_LOG", str(log))
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_KEYRING", str(keyring))
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_STATE", str(state))
+    monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(log))
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(reg))
     return SignProject(root, reg, image, keyring, log)

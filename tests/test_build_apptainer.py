@@ -1,4 +1,4 @@
-"""apptainer backend of `invoke build`, against the strict apptainer build double (tests/doubles/apptainer-build).
+"""apptainer backend of `invoke build`, against the strict apptainer build double (tests/doubles/apptainer).
 
 The double is not apptainer: it checks the arguments and files shipyard hands it and writes a SIF file made with
 siftool. What is tested here is shipyard's side: temp file + atomic rename, no artifact after failure or interrupt,
@@ -78,7 +78,7 @@ def test_cache_misses_when_artifact_changed_or_tool_upgraded(project, apptainer_
     tooldir = tmp_path / "tool"
     tooldir.mkdir()
     tool = tooldir / "apptainer"
-    shutil.copy2(fb.APPTAINER_BUILD_DOUBLE / "apptainer", tool)
+    shutil.copy2(fb.APPTAINER_DOUBLE / "apptainer", tool)
     monkeypatch.setenv("PATH", f"{tooldir}{os.pathsep}{os.environ['PATH']}")
     b.build(project, "tiny")
     sif = project.root / "containers" / "tiny.sif"

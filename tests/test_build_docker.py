@@ -102,7 +102,7 @@ def test_sif_and_sqsh_come_from_the_tagged_image(dproject, docker_env, apptainer
 def test_kill_9_during_docker_build_leaves_no_partial_target(dproject, docker_env, apptainer_double, monkeypatch):
     """SIGKILL of the builder while the docker build runs: no tag, no .sif, and the next build notices."""
     api = docker_env.client().api
-    monkeypatch.setenv("PATH", f"{fb.APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     # a value no earlier build had, so the daemon's layer cache cannot make the RUN step instant
     reg_file = dproject.root / "registry.yaml"
     reg_file.write_text(reg_file.read_text().replace('OMP_NUM_THREADS: "1"',

@@ -90,7 +90,7 @@ def test_build_runs_as_a_job_on_a_sandbox_node(sandbox, tmp_path, monkeypatch):
     os.chmod(tmp_path, 0o755)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
-    monkeypatch.setenv("PATH", f"{fb.APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
     monkeypatch.setattr(bs, "POLL_S", 0.5)

@@ -16,7 +16,8 @@ from shipyard import registry
 from shipyard.jobs import doctor
 
 DATA = ROOT / "tests" / "data" / "doctor"
-DOUBLES = ROOT / "tests" / "doubles" / "doctor"
+# nvidia-smi and enroot doubles of the doctor probe, and the one strict apptainer double every area shares
+DOUBLES = os.pathsep.join(str(ROOT / "tests" / "doubles" / d) for d in ("doctor", "apptainer"))
 REG = registry.load(ROOT / "registry.yaml")
 
 

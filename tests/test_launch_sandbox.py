@@ -41,6 +41,7 @@ def result(log: str) -> dict:
     return dict(kv.split("=", 1) for kv in m.group(1).split())
 
 
+@pytest.mark.slow
 def test_host_runtime_two_nodes_trains_with_world_size_4(sandbox, sandbox_project):
     job, log = submit(sandbox_project, [TRAIN, "--steps", "30", "--checkpoint", "ckpt/a.pt"], nodes=2, monitor=True,
                       monitor_interval=1)
@@ -83,6 +84,7 @@ def test_hostile_arguments_reach_every_rank_unchanged(sandbox, sandbox_project, 
     assert not Path("/tmp/pwned").exists()
 
 
+@pytest.mark.slow
 def test_usr2_checkpoints_and_requeues_then_resumes(sandbox, sandbox_project):
     job, log = submit(sandbox_project, [TRAIN, "--steps", "40", "--step-delay", "0.2", "--checkpoint", "ckpt/r.pt",
                                         "--checkpoint-every", "1000"],
@@ -105,6 +107,7 @@ def test_usr2_checkpoints_and_requeues_then_resumes(sandbox, sandbox_project):
     assert r["start_step"] == step and r["end_step"] == "40" and r["world_size"] == "4"
 
 
+@pytest.mark.slow
 def test_chain_of_two_jobs_resumes_from_the_checkpoint(sandbox, sandbox_project):
     job, log = submit(sandbox_project, [TRAIN, "--steps", "40", "--step-delay", "0.2", "--checkpoint", "ckpt/c.pt",
                                         "--checkpoint-every", "1000"], nodes=2, chain=2, name="chain")
@@ -171,12 +174,12 @@ def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbo
     (sandbox_project / "registry.yaml").write_text(yaml.safe_dump(data))
     modules = sandbox_project / "modulefiles"
     modules.mkdir()
-    (modules / "apptainer.lua").write_text(f'prepend_path("PATH", "{DOUBLES / "apptainer-exec"}")\n')
+    (modules / "apptainer.lua").write_text(f'prepend_path("PATH", "{DOUBLES / "apptainer"}")\n')
     monkeypatch.setenv("MODULEPATH", str(modules))
     monkeypatch.setenv("BASH_ENV", str(lmod_init))  # how a site gives non-interactive batch shells `module`
     make_sif(sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif")
     calls = sandbox_project / "apptainer-calls.jsonl"
-    monkeypatch.setenv("SHIPYARD_APPTAINER_DOUBLE_LOG", str(calls))
+    monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
     (sandbox_project / "data").mkdir()
     job, log = submit(sandbox_project, [str(sandbox_project / "probe.py"), "a b"], nodes=2, runtime="apptainer",
                       mounts="data:/data:ro", env=["FOO=from launcher"], name="appt")
@@ -188,7 +191,7 @@ def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbo
     for c in seen:
         assert c["command"] == "exec" and c["image"] == str(sandbox_project / ".sandbox/images/pytorch-2.3.sif")
         assert c["bind"] == [f"{sandbox_project}:{sandbox_project}", f"{sandbox_project / 'data'}:/data:ro"]
-        assert c["pwd"] == str(sandbox_project) and c["argv"][:2] == ["bash", "-c"]
+        assert c["pwd"] == str(sandbox_project) and c["run"][:2] == ["bash", "-c"]
     ranks = probes(sandbox_project, job)
     assert len(ranks) == 4 and all(r["argv"] == ["a b"] and r["env"]["FOO"] == "from launcher" for r in ranks)
     assert all(r["env"]["APPTAINER_CONTAINER"].endswith("pytorch-2.3.sif") for r in ranks)
@@ -196,12 +199,12 @@ def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbo
 
 @pytest.mark.double
 def test_apptainer_double_refuses_a_missing_image(sandbox, sandbox_project, monkeypatch):
-    monkeypatch.setenv("PATH", f"{DOUBLES / 'apptainer-exec'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{DOUBLES / 'apptainer'}{os.pathsep}{os.environ['PATH']}")
     job, log = submit(sandbox_project, [str(sandbox_project / "probe.py")], nodes=1, runtime="apptainer",
                       name="appt-bad")
     info = wait_job(sandbox, job)
     assert info["ExitCode"] != "0:0"
-    assert "apptainer (test double): image" in log.read_text()
+    assert "apptainer double: image" in log.read_text()
 
 
 def test_sbatch_test_only_accepts_nccl_test_launcher(sandbox, sandbox_project):

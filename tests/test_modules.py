@@ -1,5 +1,5 @@
 """Lmod modulefiles and wrappers: golden files, shellcheck, --nv never missing, loading in real Lmod and running a
-wrapper through the apptainer *test double* (tests/doubles/apptainer-modules; there is no apptainer here)."""
+wrapper through the apptainer *test double* (tests/doubles/apptainer; there is no apptainer here)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from shipyard.registry.model import Cluster
 
 SHIPPED = registry.load(ROOT / "registry.yaml")
 COURSE = registry.load(ROOT / "examples" / "course" / "registry.yaml")
-DOUBLE_DIR = Path(__file__).resolve().parent / "doubles" / "apptainer-modules"
+DOUBLE_DIR = Path(__file__).resolve().parent / "doubles" / "apptainer"
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 PREFIX = Path("/sw/shipyard")  # fixed prefix for golden files: rendering does not touch it
 
@@ -120,14 +120,14 @@ def _run_double(args, **kw):
 @pytest.mark.parametrize("args,why", [
     (["exec", "/i.sif", "true"], "--nv given 0 times"),
     (["exec", "--nv", "--nv", "/i.sif", "true"], "--nv given 2 times"),
-    (["run", "--nv", "/i.sif"], "only `exec`"),
+    (["run", "--nv", "/i.sif"], "unexpected invocation"),
     (["exec", "--nv", "--contain", "/i.sif", "true"], "unexpected option '--contain'"),
     (["exec", "--nv", "img.sif", "true"], "not an absolute .sif path"),
     (["exec", "--nv", "--bind", "rel", "/i.sif", "true"], "bad bind spec"),
 ])
 def test_double_rejects_what_the_contract_does_not_allow(args, why):
     res = _run_double(args)
-    assert res.returncode == 97 and why in res.stderr
+    assert res.returncode == 64 and why in res.stderr
 
 
 # ------------------------------------------------------------------------------------------ real Lmod
@@ -147,7 +147,7 @@ def lmod_site(tmp_path):
 
 def _lmod(script: str, tmp_path: Path, extra_env=None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LMOD", "MODULE", "_LMFILES_", "LOADEDMODULES"))}
-    env["SHIPYARD_DOUBLE_CONTAINER_PATH"] = os.environ["PATH"]
+    env["SHIPYARD_DOUBLE_APPTAINER_PATH"] = os.environ["PATH"]
     env.update(extra_env or {})
     full = (f"set -e; source {LMOD_INIT}; module use {tmp_path}/sitemods; "
             f"module use {tmp_path}/site/modulefiles; {script}")
@@ -166,11 +166,11 @@ def test_lmod_loads_module_and_wrapper_runs_through_apptainer_double(lmod_site):
         "module -t list 2>&1; "
         'echo "which=$(command -v torchrun)"; echo "image=$SHIPYARD_IMAGE"; echo "hca=$NCCL_IB_HCA"; '
         "python -c 'import os, sys; print(\"argv=\" + repr(sys.argv[1:])); "
-        "print(\"inside=\" + os.environ[\"SHIPYARD_DOUBLE_IMAGE\"])' 'two words' '$HOME' ';x'; "
+        "print(\"inside=\" + os.environ[\"APPTAINER_CONTAINER\"])' 'two words' '$HOME' ';x'; "
         "module unload shipyard/pytorch-2.3; "
         'echo "after=$(command -v torchrun || echo none)"'
     )
-    res = _lmod(script, tmp, {"SHIPYARD_DOUBLE_EXPECT": str(expect), "SHIPYARD_DOUBLE_LOG": str(log)})
+    res = _lmod(script, tmp, {"SHIPYARD_DOUBLE_APPTAINER_EXPECT": str(expect), "SHIPYARD_DOUBLE_CALLS": str(log)})
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout + res.stderr
     assert "apptainer/1.3" in out, "depends_on('apptainer') did not load the site's apptainer module"
@@ -201,7 +201,7 @@ def test_wrapper_without_nv_is_caught_by_the_double(lmod_site):
     wrapper = modules.wrapper_dir(lmod_site / "site", "pytorch-2.3") / "python"
     wrapper.write_text(wrapper.read_text().replace(" --nv", ""))
     res = _lmod("module load shipyard/pytorch-2.3; python -c 'print(1)'", lmod_site)
-    assert res.returncode == 97 and "--nv given 0 times" in res.stderr
+    assert res.returncode == 64 and "--nv given 0 times" in res.stderr
 
 
 def _invoke(*args):

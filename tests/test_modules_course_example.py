@@ -91,6 +91,7 @@ def test_committed_course_locks_are_fresh_and_hashed(name):
 
 
 @pytest.mark.slurm
+@pytest.mark.slow
 def test_readme_rehearsal_runs_two_node_training_on_the_sandbox(sandbox, tmp_path, monkeypatch):
     """README step 7, for real: the course registry's `sandbox` cluster, `invoke launch --nodes 2 --submit`'s code
     path, train.py copied into the project directory, on the real 2-node Slurm sandbox."""

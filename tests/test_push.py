@@ -178,7 +178,7 @@ def test_credentials_from_env_are_used_and_never_written_or_logged(docker_servic
     p.pull(reg, "tiny")
     assert rec["digest"] == mf.read_manifest(mf.manifest_path(reg, "tiny"))["pulled"]["local"]["digest"]
     # a build with the credential in its environment, too: its log and manifest must not carry it
-    monkeypatch.setenv("PATH", f"{fb.APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
     b.build(reg, "pytorch-2.3")
@@ -244,7 +244,7 @@ def test_many_chunks_through_an_authenticating_registry(docker_services, registr
 def test_signed_sif_is_kept_by_build_and_pushed_to_signed_only(docker_services, tmp_path, monkeypatch):
     """`invoke sign` appends a signature to the SIF in place; build must not rebuild it, push must accept it."""
     _, regd = docker_services
-    monkeypatch.setenv("PATH", f"{fb.APPTAINER_BUILD_DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
     reg = project_at(tmp_path, monkeypatch, regd.address)

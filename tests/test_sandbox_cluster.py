@@ -67,6 +67,7 @@ def test_fake_gpus_accepted_and_bounded(sandbox):
     assert bad.returncode != 0 and "Requested node configuration is not available" in bad.stderr
 
 
+@pytest.mark.slow
 def test_two_node_torchrun_job_world_size_four(sandbox, tmp_path):
     """The demo's job (shipyard.launch's host-runtime launcher): sbatch, c10d rendezvous on the first node, gloo
     all-reduce, world size 4, exit 0. The project is a copy in tmp_path, so launch/ is written there."""
@@ -86,6 +87,7 @@ def test_two_node_torchrun_job_world_size_four(sandbox, tmp_path):
     assert ok, text
 
 
+@pytest.mark.slow
 def test_invoke_demo_end_to_end(sandbox, tmp_path, invoke):
     """The README's main command, as a user runs it: renders, reuses the running sandbox, trains, prints."""
     shutil.copy(ROOT / "registry.yaml", tmp_path / "registry.yaml")

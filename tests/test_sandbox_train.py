@@ -10,12 +10,15 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from helpers_registry import ROOT
 
 from shipyard import demo
 
 TRAIN = ROOT / "examples" / "train.py"
+# every test here imports torch and trains (seconds each, the bulk of the fast suite): `-m "not slow"` skips them
+pytestmark = pytest.mark.slow
 
 
 def _run(args, cwd, **kw):

@@ -182,7 +182,7 @@ def test_interactive_shell_on_a_node_prints_the_snippet(sandbox, sandbox_env, tm
 @pytest.mark.slurm
 @pytest.mark.double
 def test_apptainer_runtime_on_a_sandbox_node_through_the_double(sandbox, sandbox_env, tmp_path, invoke):
-    """`--runtime apptainer` on the sandbox: srun starts the strict apptainer-exec **test double** on a node, which
+    """`--runtime apptainer` on the sandbox: srun starts the strict apptainer **test double** on a node, which
     checks --nv, the binds, --pwd and the SIF image before running the command (it isolates nothing)."""
     import json
 
@@ -191,8 +191,8 @@ def test_apptainer_runtime_on_a_sandbox_node_through_the_double(sandbox, sandbox
 
     image = make_sif(tmp_path / ".sandbox" / "images" / "pytorch-2.3.sif")
     calls = tmp_path / "calls.jsonl"
-    env = {**sandbox_env, "PATH": f"{LAUNCH_DOUBLES / 'apptainer-exec'}{os.pathsep}{sandbox_env['PATH']}",
-           "SHIPYARD_APPTAINER_DOUBLE_LOG": str(calls)}
+    env = {**sandbox_env, "PATH": f"{LAUNCH_DOUBLES / 'apptainer'}{os.pathsep}{sandbox_env['PATH']}",
+           "SHIPYARD_DOUBLE_CALLS": str(calls)}
     proc = invoke("shell", "--cluster", "sandbox", "--runtime", "apptainer",
                   "--command", "sh -c 'echo $APPTAINER_CONTAINER $(hostname) $PWD'", cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -1,5 +1,5 @@
-"""invoke sign / invoke verify: the argument contract with apptainer, checked through the apptainer-sign *test
-double* (tests/doubles/apptainer-sign; no apptainer exists here), and what lands in the build manifest."""
+"""invoke sign / invoke verify: the argument contract with apptainer, checked through the strict apptainer *test
+double* (tests/doubles/apptainer; no apptainer exists here), and what lands in the build manifest."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_double_rejects_calls_outside_the_contract(sign_project):
                  ["sign", "--keyidx", "9", str(sign_project.image)], ["exec", "x.sif", "true"],
                  ["sign", "--keyidx", "0", str(sign_project.root / "registry.yaml")]):
         res = subprocess.run(["apptainer", *args], capture_output=True, text=True)
-        assert res.returncode == 97 and "apptainer-sign double:" in res.stderr, args
+        assert res.returncode == 64 and "apptainer double:" in res.stderr, args
 
 
 def _invoke(args, env):

@@ -123,6 +123,7 @@ def test_bad_jobid_through_invoke_is_one_line(invoke):
 
 
 @pytest.mark.slurm
+@pytest.mark.slow
 def test_usage_of_a_real_monitored_two_node_job(sandbox, tmp_path, invoke):
     """The launcher's --monitor sampler writes the CSVs on both sandbox nodes; usage reads what it really wrote."""
     import shutil

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
+from shipyard import project
 from shipyard.containers import manifest as mf
 from shipyard.containers.log import BuildLog
 from shipyard.errors import ShipyardError
@@ -39,14 +40,10 @@ class BuildInterrupted(KeyboardInterrupt):
 # ----------------------------------------------------------------------------------------------- paths and records
 
 
-def artifact_path(reg, env_name: str, fmt: str) -> Path:
-    """``<root>/containers/<env>.sif`` or ``.sqsh``: where a finished image lives."""
-    return Path(reg.root) / "containers" / f"{env_name}.{fmt}"
-
-
-def temp_path(target: Path) -> Path:
-    """The temp file beside ``target`` that a tool writes into (same filesystem, so the rename is atomic)."""
-    return target.with_name(f"{target.name}.tmp-{os.getpid()}")
+# where a finished image lives, and the temp file beside it a tool writes into: shipyard.project (the names stay here
+# for the backends and push)
+artifact_path = project.artifact_path
+temp_path = project.temp_path
 
 
 def file_record(root: Path, path: Path) -> dict:
@@ -159,10 +156,10 @@ def recover_stale(reg, env_name: str, out: IO[str] | None = None) -> list[Path]:
     Whoever held the lock before us is gone, so any ``*.tmp-*`` beside the targets is garbage, and a manifest still
     saying ``building`` belongs to a builder killed without cleanup (SIGKILL, power loss).
     """
-    containers = Path(reg.root) / "containers"
     removed = []
     for fmt in FORMATS:
-        for p in containers.glob(f"{env_name}.{fmt}.tmp-*"):
+        target = artifact_path(reg, env_name, fmt)
+        for p in target.parent.glob(project.temp_glob(target)):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
+from shipyard import project
 from shipyard.containers import manifest as mf
 from shipyard.containers import on_slurm as build_slurm
 from shipyard.containers.apptainer import ApptainerBackend
@@ -92,8 +93,7 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
     tools = be.tools(fmts)
     key = input_hash(env.spec(), {str(p.relative_to(root)): t for p, t in inputs.items()}, backend, tools, fmts,
                      copied_files(root, [s for s in be.sources(inputs) if root / s not in inputs]))
-    containers = root / "containers"
-    with build_lock(containers / f"{env.name}.lock", block=block, out=out):
+    with build_lock(project.build_lock_path(root, env.name), block=block, out=out):
         recover_stale(reg, env.name, out)
         m = mf.read_manifest(mpath)
         if not force and m.get("status") == "ok" and m.get("input_hash") == key \
@@ -109,7 +109,7 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
                     continue
             atomic_write(path, text, mode=0o755 if path.name.endswith(".sh") else None)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")  # unique per build, sortable
-        log_path = containers / "logs" / f"{env.name}-{stamp}.log"
+        log_path = project.build_logs_dir(root) / f"{env.name}-{stamp}.log"
         mf.update_manifest(
             mpath, environment=env.name, status="building", error=None, input_hash=key, spec_hash=env.spec_hash,
             backend=backend, tools=tools, tool_ids={t: tool_ids[t] for t in tools if t in tool_ids},
@@ -129,7 +129,7 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
                     target = artifact_path(reg, env.name, fmt)
                     os.replace(tmp, target)
                     records[fmt] = file_record(root, target)
-                _fsync_dir(containers)
+                _fsync_dir(project.containers_dir(root))
             except BaseException as exc:
                 for tmp in temps.values():
                     tmp.unlink(missing_ok=True)

@@ -15,13 +15,12 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from shipyard import project
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
 
-
-def manifest_path(reg, env_name: str) -> Path:
-    """``<root>/containers/<env>.json`` for registry ``reg`` (a :class:`shipyard.registry.model.Registry`)."""
-    return Path(reg.root) / "containers" / f"{env_name}.json"
+# ``containers/<env>.json``: shipyard.project (the name stays here for the manifest's readers)
+manifest_path = project.manifest_path
 
 
 def read_manifest(path: str | os.PathLike) -> dict:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from shipyard import __version__, slurm, templating
+from shipyard import __version__, project, slurm, templating
 from shipyard.containers.common import parse_formats
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
@@ -58,7 +58,7 @@ def render_job(reg, env_name: str, cluster, partition: str | None, argv: list[st
         cpus=cluster.build_cpus, mem=_directive(cluster.build_mem, f"clusters.{cluster.name}.scheduler.build_mem"),
         time=_directive(cluster.build_time or cluster.time, f"clusters.{cluster.name}.scheduler.build_time"),
         account=_directive(cluster.account, f"clusters.{cluster.name}.scheduler.account"),
-        output=_directive(str(root / "containers" / "logs" / f"{env_name}-build-%j.out"), "log path (project dir)"),
+        output=_directive(str(project.build_logs_dir(root) / f"{env_name}-build-%j.out"), "log path (project dir)"),
         modules=cluster.modules, registry=str(reg.path.resolve()), root=str(root), argv=argv,
     )
 
@@ -73,10 +73,10 @@ def submit(reg, env_name: str, *, cluster_name: str | None = None, partition: st
                             f"(known: {', '.join(cluster.partitions)})")
     parse_formats(formats, backend)  # refuse bad flags before a job is queued
     text = render_job(reg, env_name, cluster, partition, job_argv(env_name, backend, fakeroot, force, formats))
-    script = Path(reg.root) / "containers" / "logs" / f"{env_name}-build.sbatch"
+    script = project.build_logs_dir(reg) / f"{env_name}-build.sbatch"
     atomic_write(script, text, mode=0o755)
     job_id = slurm.submit(cluster, script)
-    log = Path(reg.root) / "containers" / "logs" / f"{env_name}-build-{job_id}.out"
+    log = project.build_logs_dir(reg) / f"{env_name}-build-{job_id}.out"
     print(f"submitted build of {env_name} as job {job_id} on {cluster.name} "
           f"(partition {partition or cluster.build_partition}); log: {log}", file=out, flush=True)
     if not wait:

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Callable, TypeVar
 
+from shipyard import project
 from shipyard.containers import common as b
 from shipyard.containers import manifest as mf
 from shipyard.containers.docker import client
@@ -412,7 +413,7 @@ def pull(reg, env_name: str, registry_name: str | None = None, tag: str | None =
         record = pull_image(target, env.name, tag, expect, out)
     else:
         dest = b.artifact_path(reg, env.name, "sif")
-        with b.build_lock(root / "containers" / f"{env.name}.lock", out=out):
+        with b.build_lock(project.build_lock_path(root, env.name), out=out):
             b.recover_stale(reg, env.name, out)
             tmp = b.temp_path(dest)
             try:

@@ -24,15 +24,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shipyard import project
 from shipyard.containers.manifest import manifest_path, read_manifest, update_manifest
 from shipyard.errors import ShipyardError
 from shipyard.registry import load
 from shipyard.registry.model import Registry
-
-
-def image_path(reg: Registry, env_name: str) -> Path:
-    """The locally built SIF, ``<root>/containers/<env>.sif`` (the cross-area image location contract)."""
-    return Path(reg.root) / "containers" / f"{env_name}.sif"
 
 
 def find_apptainer() -> str:
@@ -103,7 +99,7 @@ def _now() -> str:
 
 def _existing_image(reg: Registry, env_name: str) -> Path:
     env = reg.environment(env_name)
-    path = image_path(reg, env.name)
+    path = project.artifact_path(reg, env.name, "sif")  # the local SIF, not the copy on cluster storage
     if not path.is_file():
         raise ShipyardError(f"{path}: no image to sign/verify; build it first with `invoke build {env.name}`")
     return path
@@ -176,7 +172,7 @@ def verify(reg: Registry, env_name: str | None = None) -> dict:
 
 def signature_problem(reg: Registry, env_name: str) -> str | None:
     """None when the manifest's signature belongs to the current image file; else why not (for push)."""
-    path = image_path(reg, env_name)
+    path = project.artifact_path(reg, env_name, "sif")
     sig = read_manifest(manifest_path(reg, env_name)).get("signature")
     if not sig:
         return f"{path}: not signed; run `invoke sign {env_name}`"

@@ -37,6 +37,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from shipyard import project
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
 from shipyard.registry.model import Environment, Registry
@@ -54,9 +55,8 @@ def redact(text: str) -> str:
     return _USERINFO.sub("***@", text)
 
 
-def lock_path(reg: Registry, env_name: str) -> Path:
-    """``<root>/definitions/<env>.lock``, beside the definition that installs from it."""
-    return Path(reg.root) / "definitions" / f"{env_name}.lock"
+# ``definitions/<env>.lock``, beside the definition that installs from it (the name stays here for lock callers)
+lock_path = project.lock_path
 
 
 def lock_inputs(env: Environment) -> list[str]:

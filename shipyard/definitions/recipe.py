@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
-from shipyard import __version__
+from shipyard import __version__, project
 from shipyard.registry.model import Environment
 
 VENV = "/opt/venv"
@@ -151,7 +152,8 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
 
     files = [(f.src, f.dst) for f in env.files]
     if locked:
-        files.insert(0, (f"definitions/{env.name}.lock", lock_target(env.name)))
+        # %files sources are relative to the project root, where the build runs
+        files.insert(0, (project.lock_path(Path(), env.name).as_posix(), lock_target(env.name)))
 
     labels = [("org.shipyard.environment", env.name)]
     labels += [(f"org.shipyard.{k.replace('_', '-')}", p.value) for k, p in env.pins().items() if p.value]

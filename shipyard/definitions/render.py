@@ -15,7 +15,7 @@ import io
 import sys
 from pathlib import Path
 
-from shipyard import __version__, templating
+from shipyard import __version__, project, templating
 from shipyard.definitions import pylock
 from shipyard.definitions.recipe import SHIPYARD_DIR, build_recipe
 from shipyard.files import atomic_write
@@ -26,12 +26,10 @@ TEST_PATH = f"{SHIPYARD_DIR}/test.sh"
 _PKG = "shipyard.definitions"
 
 
-def definition_path(reg: Registry, env_name: str) -> Path:
-    return reg.root / "definitions" / f"{env_name}.def"
-
-
-def dockerfile_path(reg: Registry, env_name: str) -> Path:
-    return reg.root / "definitions" / f"{env_name}.Dockerfile"
+# where the rendered files live: shipyard.project (the names stay here for callers that render)
+definition_path = project.definition_path
+dockerfile_path = project.dockerfile_path
+test_script_path = project.test_script_path
 
 
 def _lock_sha256(reg: Registry | None, env: Environment) -> str | None:
@@ -39,7 +37,7 @@ def _lock_sha256(reg: Registry | None, env: Environment) -> str | None:
     if reg is None:
         return None
     try:
-        return hashlib.sha256((reg.root / "definitions" / f"{env.name}.lock").read_bytes()).hexdigest()
+        return hashlib.sha256(project.lock_path(reg, env.name).read_bytes()).hexdigest()
     except FileNotFoundError:
         return None
 
@@ -70,10 +68,6 @@ def render_definition(env: Environment, reg: Registry | None = None) -> str:
 def render_dockerfile(env: Environment, reg: Registry | None = None) -> str:
     """The Dockerfile text for ``env``, from the same recipe as the .def."""
     return _render_dockerfile(_recipe(env, reg))
-
-
-def test_script_path(reg: Registry, env_name: str) -> Path:
-    return reg.root / "definitions" / f"{env_name}.test.sh"
 
 
 def render_test_script(env: Environment, reg: Registry | None = None) -> str:
@@ -123,9 +117,9 @@ def render_command(env_name: str | None, all_envs: bool = False, check: bool = F
         if check:
             why = pylock.stale_reason(reg, env)
             if why:
-                stale.append(f"definitions/{env.name}.lock ({why})")
+                stale.append(f"{project.lock_path(reg, env.name).relative_to(reg.root)} ({why})")
     if all_envs and check:
-        for p in sorted((reg.root / "definitions").glob("*")):
+        for p in sorted(project.definitions_dir(reg).glob("*")):
             if (p.suffix in (".def", ".Dockerfile") or p.name.endswith(".test.sh")) and p not in known:
                 stale.append(f"{p.relative_to(reg.root)} (no such environment in registry.yaml)")
     if check:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, TextIO
 
-from shipyard import registry, slurm
+from shipyard import project, registry, slurm
 from shipyard.errors import ShipyardError
 from shipyard.files import table
 from shipyard.registry.model import Cluster, Registry
@@ -85,7 +85,7 @@ def parse_sacct(text: str) -> list[Job]:
 
 
 def launcher_names(root: Path) -> set[str]:
-    return {p.stem for p in (root / "launch").glob("*.sbatch")}
+    return {p.stem for p in project.launchers_dir(root).glob(f"*{project.LAUNCHER_SUFFIX}")}
 
 
 def is_shipyard(job: Job, launchers: set[str]) -> bool:
@@ -120,7 +120,7 @@ def render_status(cluster: str, jobs: list[Job], root: Path, note: str = "") -> 
 
 
 def _default_log(root: Path, job: Job) -> Path | None:
-    p = root / "launch" / "logs" / f"{job.name}-{job.jobid}.out"
+    p = project.job_log_path(root, job.name, job.jobid)
     return p if p.exists() else None
 
 
@@ -176,7 +176,7 @@ def find_log(reg: Registry, cluster: Cluster, jobid: str, wait: bool = False) ->
                 time.sleep(0.5)
             if p.exists():
                 return p
-    found = sorted((reg.root / "launch" / "logs").glob(f"*-{jobid}.out"))
+    found = sorted(project.launch_logs_dir(reg).glob(f"*-{jobid}.out"))
     if found:
         return found[0]
     if res.returncode == 0 and not stdout_from_scontrol(res.stdout):
@@ -186,7 +186,7 @@ def find_log(reg: Registry, cluster: Cluster, jobid: str, wait: bool = False) ->
         raise ShipyardError(f"job {jobid}: its output file {stdout_from_scontrol(res.stdout)} does not exist here "
                             "(not written yet, or on a filesystem this host does not see)")
     raise ShipyardError(f"job {jobid}: no output file (Slurm no longer knows the job, and "
-                        f"{reg.root / 'launch' / 'logs'}/*-{jobid}.out does not exist)")
+                        f"{project.launch_logs_dir(reg)}/*-{jobid}.out does not exist)")
 
 
 def tail(path: Path, lines: int, block: int = 65536) -> tuple[list[str], int]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shipyard import registry
+from shipyard import project, registry
 from shipyard.errors import ShipyardError
 from shipyard.files import table
 from shipyard.jobs import nccl_report
@@ -228,7 +228,7 @@ def usage_command(jobid: str, out: str | None = None, logs_dir: Path | None = No
     """What `invoke usage` does: the summary text, and where the PNG went."""
 
     if logs_dir is None:
-        logs_dir = registry.load().root / "launch" / "logs"
+        logs_dir = project.launch_logs_dir(registry.load())
     series = load_job(logs_dir, str(jobid))
     png = Path(out) if out else default_png(series[0].source, str(jobid))
     if png.suffix.lower() != ".png":
