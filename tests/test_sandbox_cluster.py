@@ -166,11 +166,11 @@ def test_crash_recovery_and_down_leaves_nothing(throwaway):
     mounts_before = _suspect_mounts(throwaway)
     sb.up(directory=throwaway, cluster=CLUSTER)
     state = json.loads((throwaway / "state.json").read_text())
-    procs = {p["role"]: p for p in state["processes"]}
-    assert set(procs) == {"munged", "ns:ctl", "ns:node1", "ns:node2", "slurmctld", "slurmd-node1", "slurmd-node2"}
+    by_role = {p["role"]: p for p in state["processes"]}
+    assert set(by_role) == {"munged", "ns:ctl", "ns:node1", "ns:node2", "slurmctld", "slurmd-node1", "slurmd-node2"}
 
     # A daemon dies: the sandbox is no longer up, status and the start check name it and its log; up recovers.
-    os.kill(procs["slurmd-node2"]["pid"], signal.SIGKILL)
+    os.kill(by_role["slurmd-node2"]["pid"], signal.SIGKILL)
     deadline = time.monotonic() + 10
     while sb.is_up(throwaway) and time.monotonic() < deadline:
         time.sleep(0.05)
