@@ -68,3 +68,12 @@ def test_checks_name_the_flag():
     with pytest.raises(ShipyardError, match=r"^--time '2h': expected Slurm time"):
         options.check("time", "2h")
     assert options.check("nodes", "3") == 3
+
+
+def test_registry_schema_lists_exactly_the_runtime_files():
+    """A cluster's `runtime:` is checked by the schema (editors read it too); the registry stage cannot import
+    shipyard.launch, so this test keeps the two lists equal: a new runtime file fails here until the schema names it."""
+    from shipyard import facts
+
+    enum = facts.load("registry.schema.json")["$defs"]["cluster"]["properties"]["runtime"]["enum"]
+    assert sorted(enum) == sorted(runtimes.NAMES)

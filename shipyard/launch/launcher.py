@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
-from shipyard import __version__, registry, slurm, templating
+from shipyard import __version__, project, registry, slurm, templating
 from shipyard.cli import argv_after_dashdash
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join
@@ -88,11 +88,11 @@ class Launcher:
 
     @property
     def path(self) -> Path:
-        return Path(self.root) / "launch" / f"{self.name}.sbatch"
+        return project.launcher_path(Path(self.root), self.name)
 
     @property
     def log_dir(self) -> str:
-        return str(Path(self.root) / "launch" / "logs")
+        return str(project.launch_logs_dir(Path(self.root)))
 
     @property
     def multi_node(self) -> bool:
