@@ -6,7 +6,7 @@ launcher for the sandbox with the host runtime, submits it, waits, and prints th
 going down), the job id and the log path. Where the sandbox cannot run (no root, not Debian/Ubuntu) it says why in
 one line and only renders.
 
-Each step is its own function; the launcher step (:func:`write_launcher`) is ``shipyard.launch`` itself, so the demo
+Each step is its own function; the launcher step (:func:`write_launcher`) is ``shipyard.launch.launcher`` itself, so the demo
 submits exactly what ``invoke launch --cluster sandbox --runtime host`` writes.
 """
 
@@ -72,7 +72,7 @@ def ensure_host_requirements(cluster) -> list[str]:
 
 
 def write_launcher(reg, info: dict, steps: int) -> tuple[Path, str, Path]:
-    """Write the 2-node torchrun launcher for the sandbox with the host runtime, through ``shipyard.launch`` (the
+    """Write the 2-node torchrun launcher for the sandbox with the host runtime, through ``shipyard.launch.launcher`` (the
     code path of ``invoke launch --cluster sandbox --runtime host``), so the demo runs the launcher users get.
 
     Returns (script, log path with ``%j`` for the job id, checkpoint). This is the one step that knows about launch.

@@ -13,7 +13,7 @@ The rules this module enforces, whatever the backend:
 * **Cache without re-hashing.** The input hash covers the resolved spec, the rendered definition text, the backend,
   the tool versions and the formats. A build is skipped when the manifest holds the same hash, says ``ok``, and each
   recorded artifact still has its recorded size and mtime (a stat, not a read of a multi-GB file).
-* **Provenance.** ``containers/<env>.json`` (see :mod:`shipyard.manifest`) records the hash, each artifact's sha256
+* **Provenance.** ``containers/<env>.json`` (see :mod:`shipyard.containers.manifest`) records the hash, each artifact's sha256
   and size, backend and tool versions, the pins, host, times and the log path.
 """
 

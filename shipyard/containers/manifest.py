@@ -2,7 +2,7 @@
 
 Several writers touch one manifest (build, sign, push), sometimes from different processes. Every change is
 therefore a read-modify-write under an exclusive ``fcntl`` lock on a sidecar file, finished with an atomic rename
-(``shipyard.cli.atomic_write``): a reader never sees a half-written manifest, and two writers never lose each other's
+(``shipyard.files.atomic_write``): a reader never sees a half-written manifest, and two writers never lose each other's
 fields.
 """
 

@@ -1,7 +1,7 @@
 """`invoke build ENV --slurm`: run the same build as a batch job on the cluster's build partition.
 
 Most sites forbid heavy work on login nodes, and a CUDA image build is heavy. The job script is rendered from
-``templates/build/build.sbatch.j2`` with the cluster profile's build partition, time, CPUs, memory and account, and
+``shipyard/containers/templates/build.sbatch.j2`` with the cluster profile's build partition, time, CPUs, memory and account, and
 runs the ordinary local build (`invoke build ENV` without ``--slurm``) on the node, so locking, caching and the
 manifest are exactly the same. Its output goes to ``containers/logs/ENV-build-%j.out`` (an absolute path: the job's
 working directory is not the submitter's).

@@ -1,6 +1,6 @@
 """Render definitions/<env>.def (Apptainer) and definitions/<env>.Dockerfile from the registry.
 
-Both come from one :class:`~shipyard.definitions.render.recipe.Recipe`, through Jinja2 templates kept as files. Output is a pure
+Both come from one :class:`~shipyard.definitions.recipe.Recipe`, through Jinja2 templates kept as files. Output is a pure
 function of registry.yaml (and a committed lock file, when there is one): no timestamps, so re-rendering is
 byte-identical and `invoke render --check` can fail CI when definitions/ is stale.
 

@@ -2,7 +2,7 @@
 
 Split in three so each part can be tested on its own:
 
-* the probe, ``shipyard/templates/tools/doctor_probe.sh``: one shell script that only *looks* (versions, GPUs,
+* the probe, ``shipyard/jobs/templates/doctor_probe.sh``: one shell script that only *looks* (versions, GPUs,
   storage) and prints ``@doctor<TAB>KEY<TAB>VALUE`` lines. The same script runs on the login node and in a one-task
   srun step, so both places are judged by the same facts. Values reach it as arguments, never pasted into its text.
 * :func:`evaluate`, a pure function from the probe results, the cluster profile and the environment to findings

@@ -1,6 +1,6 @@
 """`invoke status` and `invoke logs JOBID`: the user's shipyard jobs from squeue + sacct, and a job's output.
 
-Which jobs are shipyard's: the launchers (shipyard/launch.py) name the job after ``launch/<name>.sbatch`` and write
+Which jobs are shipyard's: the launchers (shipyard/launch/launcher.py) name the job after ``launch/<name>.sbatch`` and write
 its output to ``launch/logs/<name>-<jobid>.out``; `invoke shell` and `invoke doctor` name theirs ``shipyard-*``.
 So a job counts when its name has the ``shipyard-`` prefix, its comment mentions shipyard, or its name is one of
 the project's launchers (a ``launch/*.sbatch`` file).

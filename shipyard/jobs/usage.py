@@ -1,6 +1,6 @@
 """`invoke usage JOBID`: summarise the launcher's ``--monitor`` samples per node and plot them over time.
 
-The sampler (shipyard/launch.py) writes one CSV per node beside the job log,
+The sampler (shipyard/launch/launcher.py) writes one CSV per node beside the job log,
 ``launch/logs/<name>-<jobid>.usage.<hostname>.csv``, with the header in :data:`HEADER`: one row per GPU per sample,
 or one row per sample with the gpu_* fields empty where nvidia-smi is absent. The question users ask is "is the GPU
 busy, or waiting on data?", so the summary puts CPU, RAM and GPU utilisation of each node side by side and says

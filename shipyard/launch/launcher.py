@@ -9,7 +9,7 @@ What differs per container runtime (image location, srun and exec words, how var
 modules) is asked of the runtime objects in :mod:`shipyard.launch.runtimes`; the flags, their checks and the
 "regenerate with" line come from the options model in :mod:`shipyard.launch.options`.
 
-Why Jinja2 templates under shipyard/templates/launch/: the scripts are mostly shell, and reading them as shell (with
+Why Jinja2 templates under shipyard/launch/templates/: the scripts are mostly shell, and reading them as shell (with
 the few substitutions marked) is how reviewers check them against launcher-rules.md. Every value a user typed goes
 through :func:`shell_quote` before it reaches the template.
 """

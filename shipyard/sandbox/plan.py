@@ -105,7 +105,7 @@ def make_plan(directory, nodes: int | None = None, gpus_per_node: int | None = N
 
 
 def render(template: str, **context) -> str:
-    """Render ``shipyard/templates/sandbox/<template>`` with StrictUndefined (a missing fact is an error)."""
+    """Render ``shipyard/sandbox/templates/<template>`` with StrictUndefined (a missing fact is an error)."""
     return templating.render("shipyard.sandbox", template, trim_blocks=True, **context)
 
 
