@@ -119,13 +119,16 @@ BUILD_ARG_VALUE = re.compile(r"\A[A-Za-z0-9._:/@+=,~-]*\Z")
 FILE_PATH = re.compile(r"\A[A-Za-z0-9._+@/=:,-]+\Z")
 
 
-def def_line(value: object) -> str:
+def def_line(value: object, first: bool = True) -> str:
     """A value placed on one line of a ``.def`` where Apptainer has no quoting (%labels, %arguments, %files, %help,
-    the header): returned unchanged when it stays on its line and cannot open a section or a stage; otherwise
-    :class:`UnsafeValue` (registry.yaml's schema refuses such values first, with file:line)."""
+    the header): returned unchanged when it stays on its line and, where it starts the line (``first``), cannot open
+    a section or a stage; otherwise :class:`UnsafeValue` (registry.yaml's schema refuses such values first, with
+    file:line)."""
     text = str(value)
     if not one_line(text):
         raise UnsafeValue(f"{text!r}: a line break or control character in a definition line")
+    if not first:
+        return text
     first = text.lstrip(GO_SPACE)
     if first.startswith("%"):
         raise UnsafeValue(f"{text!r}: a word starting with '%' would open an Apptainer section")
