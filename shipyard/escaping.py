@@ -71,6 +71,13 @@ def docker_env(value: str, expand: bool = False) -> str:
     return BUILD_ARG_REF.sub(lambda m: "${" + m.group(1) + "}", docker_quote(value))
 
 
+def lua_comment(value: object) -> str:
+    """Text in a ``--`` Lua comment: a line break would end the comment and make the rest code, so one line only."""
+    if not one_line(value):
+        raise UnsafeValue(f"{value!r}: a line break or control character in a modulefile comment")
+    return str(value)
+
+
 def lua_string(value: object) -> str:
     """A double-quoted Lua string literal for any text (backslash, quote and control characters escaped)."""
     out = []

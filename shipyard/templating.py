@@ -27,6 +27,7 @@ FILTERS = {
     "dockerquote": escaping.docker_quote,
     "dockerenv": escaping.docker_env,
     "lua": escaping.lua_string,
+    "luacomment": escaping.lua_comment,
     "defline": escaping.def_line,
     "defword": escaping.def_word,
     "defpath": escaping.def_path,
