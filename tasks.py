@@ -364,15 +364,16 @@ def push(c, env=None, registry="", tag=""):
         "env": "environment to pull (default: defaults.environment)",
         "registry": "registry name from registry.yaml (default: defaults.registry)",
         "tag": "tag to pull (default: the one recorded by the last push to that registry)",
+        "force": "replace a local SIF that differs from the pulled one",
     },
 )
 @task_guard
-def pull(c, env=None, registry="", tag=""):
+def pull(c, env=None, registry="", tag="", force=False):
     """Fetch ENV's image from a registry and verify its digest (SIF lands in containers/ENV.sif)."""
     from shipyard.containers import push as p
     from shipyard.registry import load
 
-    p.pull(load(), env or None, registry or None, tag or None)
+    p.pull(load(), env or None, registry or None, tag or None, force=force)
 
 
 # ----------------------------------------------------------------------------------------------- locks, modules, signing

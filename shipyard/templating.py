@@ -27,6 +27,16 @@ FILTERS = {
     "dockerquote": escaping.docker_quote,
     "dockerenv": escaping.docker_env,
     "lua": escaping.lua_string,
+    "luacomment": escaping.lua_comment,
+    "defline": escaping.def_line,
+    "defword": escaping.def_word,
+    "defpath": escaping.def_path,
+    "defenv": escaping.env_line,
+    "buildarg": escaping.build_arg_value,
+    "dockerkey": escaping.docker_key,
+    "dockerline": escaping.docker_line,
+    "dockerenvline": escaping.docker_env_line,
+    "sbatch": escaping.sbatch_value,
 }
 
 

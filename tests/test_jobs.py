@@ -196,6 +196,17 @@ def test_logs_follows_a_running_job_to_its_end(sandbox, project):
 
 
 @pytest.mark.slurm
+def test_logs_follow_of_a_failed_job_exits_1(sandbox, project, invoke):
+    """`logs -f` on a job that FAILED prints its output and exits 1 (a failed job), not 0."""
+    out = project / "launch" / "logs"
+    jid = _sbatch(sandbox, "--job-name=fails", f"--output={out}/fails-%j.out", "--wrap", "echo before; exit 3")
+    proc = invoke("logs", jid, "--follow", "--cluster", "sandbox", cwd=project, env=dict(os.environ))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "before" in proc.stdout and f"job {jid} ended FAILED" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slurm
 def test_logs_falls_back_to_launch_logs_and_errors_are_one_line(sandbox, project, invoke):
     (project / "launch" / "logs" / "old-987654.out").write_text("a\nb\n")
     buf = io.StringIO()

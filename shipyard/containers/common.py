@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import fcntl
 import os
+import re
 import shutil
 import signal
 import socket
@@ -120,7 +121,11 @@ def copied_files(root: Path, sources: list[str]) -> dict[str, str]:
         if not src.exists():
             raise ShipyardError(f"{rel}: the definition copies it into the image, but it does not exist under {root}")
         paths = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
+        real_root = Path(root).resolve()
         for p in paths:
+            if not p.resolve().is_relative_to(real_root):
+                raise ShipyardError(f"{p.relative_to(root)}: the definition copies it into the image, but it leads "
+                                    f"outside the project ({root}) through a symlink; copy the file in instead")
             out[str(p.relative_to(root))] = sha256_file(p)
     return out
 
@@ -159,7 +164,10 @@ def recover_stale(reg, env_name: str, out: IO[str] | None = None) -> list[Path]:
     removed = []
     for fmt in FORMATS:
         target = artifact_path(reg, env_name, fmt)
-        for p in target.parent.glob(project.temp_glob(target)):
+        exact = re.compile(re.escape(target.name + project.TEMP_INFIX) + r"[0-9]+\Z")
+        # only names temp_path() makes (the glob alone also matches another environment's files when that
+        # environment is named like a temp file, e.g. "x.sif.tmp-1")
+        for p in (p for p in target.parent.glob(project.temp_glob(target)) if exact.match(p.name)):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:
@@ -287,11 +295,15 @@ def seed_tool_versions(m: dict) -> None:
             _known_versions.setdefault(ident, m["tools"][tool])
 
 
-def check_sif(path: Path) -> None:
-    with open(path, "rb") as fh:
-        head = fh.read(SIF_MAGIC_OFFSET + len(SIF_MAGIC))
+def check_sif(path: Path, why: str = "the tool exited 0 but wrote no SIF image") -> None:
+    """Refuse a file without SIF's magic bytes (``SIF_MAGIC`` at offset 32), in one line."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SIF_MAGIC_OFFSET + len(SIF_MAGIC))
+    except OSError as exc:
+        raise ShipyardError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if head[SIF_MAGIC_OFFSET:] != SIF_MAGIC:
-        raise ShipyardError(f"{path.name}: the tool exited 0 but wrote no SIF image (no SIF magic)")
+        raise ShipyardError(f"{path.name}: {why} (no SIF magic)")
 
 
 # ----------------------------------------------------------------------------------------------- backends

@@ -9,18 +9,16 @@ working directory is not the submitter's).
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from pathlib import Path
 from typing import IO
 
-from shipyard import __version__, project, slurm, templating
+from shipyard import __version__, escaping, project, slurm, templating
 from shipyard.containers.common import parse_formats
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
 
-_DIRECTIVE = re.compile(r"^[A-Za-z0-9._:%/+=@,-]+$")  # what may stand in an #SBATCH line without quoting
 POLL_S = 2.0
 
 
@@ -28,9 +26,7 @@ def _directive(value, what: str):
     """#SBATCH lines are not parsed by a shell, so quoting cannot protect them: refuse anything unusual."""
     if value is None:
         return None
-    if not _DIRECTIVE.match(str(value)):
-        raise ShipyardError(f"{what} {value!r}: not usable in an #SBATCH line (letters, digits and ._:%/+=@,- only)")
-    return str(value)
+    return escaping.sbatch_value(value, what)
 
 
 def tasks_root() -> Path:

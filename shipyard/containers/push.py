@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -31,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Callable, TypeVar
 
-from shipyard import project
+from shipyard import facts, project
 from shipyard.containers import common as b
 from shipyard.containers import manifest as mf
 from shipyard.containers.docker import client
@@ -43,8 +44,11 @@ SIF_LAYER_MEDIA_TYPE = "application/vnd.sylabs.sif.layer.v1.sif"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 CHUNK = 128 << 20  # bytes per PATCH; streamed from the file, so memory does not grow with it
-ATTEMPTS = 4
-BACKOFF_S = 1.0
+_NET = facts.load("limits")["network"]  # timeouts and retries: shipyard/data/limits.yaml
+ATTEMPTS = int(_NET["attempts"])
+BACKOFF_S = float(_NET["backoff_s"])
+# OCI distribution spec: a tag is [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}
+TAG = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")
 _TRANSIENT = re.compile(r"\b(429|500|502|503|504)\b|Service Unavailable|Bad Gateway|Gateway Timeout|Too Many Requests|"
                         r"Internal Server Error|Connection (aborted|reset|refused)|timed out")
 _RETRY_STATUS = (429, 500, 502, 503, 504)
@@ -53,6 +57,11 @@ T = TypeVar("T")
 
 class TransientRegistryError(Exception):
     """The registry answered 429 or 5xx: worth another try."""
+
+
+class RegistryAuthError(Exception):
+    """The registry wants credentials it did not get or accept (401/403 after oras's auth attempt): not retried;
+    :func:`one_line` names the registry and image."""
 
 
 def _now() -> str:
@@ -93,6 +102,40 @@ def with_retries(what: str, fn: Callable[[], T], out: IO[str] | None, attempts: 
     raise AssertionError("unreachable")
 
 
+def timeouts(environ=None) -> tuple[float, float]:
+    """(connect, read) seconds for every registry request: shipyard/data/limits.yaml, or
+    $SHIPYARD_CONNECT_TIMEOUT / $SHIPYARD_READ_TIMEOUT."""
+    environ = os.environ if environ is None else environ
+    out = []
+    for var, key in (("SHIPYARD_CONNECT_TIMEOUT", "connect_s"), ("SHIPYARD_READ_TIMEOUT", "read_s")):
+        raw = environ.get(var)
+        try:
+            val = float(raw) if raw else float(_NET[key])
+        except ValueError:
+            raise ShipyardError(f"${var}={raw!r}: expected seconds, e.g. 30") from None
+        if not val > 0:
+            raise ShipyardError(f"${var}={raw!r}: expected a positive number of seconds")
+        out.append(val)
+    return out[0], out[1]
+
+
+def check_tag(tag: str) -> str:
+    """``--tag``: the OCI tag grammar, so a tag can never name another repository (``x:y``) or a digest."""
+    if not TAG.match(tag):
+        raise ShipyardError(f"--tag {tag!r}: not an OCI tag (letters, digits and ._-, not starting with . or -, "
+                            "at most 128 characters)")
+    return tag
+
+
+def _same_host(url: str, host: str) -> bool:
+    """Whether ``url`` points at the registry's own ``host[:port]`` (credentials go nowhere else)."""
+    u = urllib.parse.urlsplit(url)
+    want = urllib.parse.urlsplit("//" + host)
+    default = {"https": 443, "http": 80}.get(u.scheme)
+    return (u.hostname or "").lower() == (want.hostname or "").lower() and \
+        (u.port or default) == (want.port or default)
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
@@ -121,15 +164,38 @@ def credential_files() -> list[str]:
 def _oras(target):
     """An oras registry client for ``target`` whose requests are not retried by oras itself (we retry)."""
     import oras.provider  # lazy: oras pulls in requests and jsonschema; only push/pull need it
+    import requests.adapters  # lazy: with oras
+
+    connect, read = timeouts()
+
+    class TimeoutAdapter(requests.adapters.HTTPAdapter):
+        """Every request of the session (oras's token requests included) gets the connect and read timeouts."""
+
+        def send(self, request, **kwargs):
+            if kwargs.get("timeout") is None:
+                kwargs["timeout"] = (connect, read)
+            return super().send(request, **kwargs)
 
     class Client(oras.provider.Registry):
-        def do_request(self, url, method="GET", *args, **kwargs):
-            r = oras.provider.Registry.do_request.__wrapped__(self, url, method, *args, **kwargs)
+        def do_request(self, url, method="GET", data=None, headers=None, json=None, stream=False):
+            if not _same_host(url, target.host):
+                # e.g. an upload Location on another host: no credentials, no token, no auth dance there
+                r = self.session.request(method, url, data=data, json=json, headers=dict(headers or {}),
+                                         stream=stream, verify=self._tls_verify)
+            else:
+                try:
+                    r = oras.provider.Registry.do_request.__wrapped__(self, url, method, data, headers, json, stream)
+                except ValueError as exc:  # oras: "Cannot respond to request for authentication."
+                    raise RegistryAuthError(f"{method} {url}: 401 Unauthorized ({_first_line(exc)}); set "
+                                        "SHIPYARD_REGISTRY_USERNAME/SHIPYARD_REGISTRY_PASSWORD or log in "
+                                        "(docker login)") from None
             if r.status_code in _RETRY_STATUS:  # oras would report these as assorted ValueErrors
                 raise TransientRegistryError(f"{method} {url}: {r.status_code} {r.reason}")
             return r
 
     client = Client(hostname=target.host, insecure=target.insecure)
+    for prefix in ("http://", "https://"):
+        client.session.mount(prefix, TimeoutAdapter())
     creds = env_credentials()
     if creds:
         client.auth.set_basic_auth(*creds)
@@ -179,15 +245,21 @@ def _patch_file_range(client, url: str, fh, offset: int, n: int) -> tuple[int, s
         ctx = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
         if verify is False:
             ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        conn = http.client.HTTPSConnection(u.hostname, u.port, timeout=600, context=ctx)
+    connect, read = timeouts()
+    if u.scheme == "https":
+        conn = http.client.HTTPSConnection(u.hostname, u.port, timeout=connect, context=ctx)
     else:
-        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=connect)
     try:
+        conn.connect()
+        conn.sock.settimeout(read)
         conn.putrequest("PATCH", u.path + (f"?{u.query}" if u.query else ""), skip_accept_encoding=True)
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(n),
                    "Content-Range": f"{offset}-{offset + n - 1}"}
         token = getattr(client.auth, "token", None)
-        if token:
+        if not _same_host(url, client.hostname):
+            pass  # an upload Location on another host gets no credentials
+        elif token:
             headers["Authorization"] = f"Bearer {token}"
         elif getattr(client.auth, "_basic_auth", None):
             headers["Authorization"] = f"Basic {client.auth._basic_auth}"
@@ -287,7 +359,9 @@ def pull_sif(target, env_name: str, tag: str, dest_tmp: Path, expect_digest: str
         got = "sha256:" + b.sha256_file(dest_tmp)
         if got != layer["digest"] or dest_tmp.stat().st_size != layer["size"]:
             raise ShipyardError(f"{ref}: downloaded blob hashes to {got}, the manifest says {layer['digest']}")
-        return {"reference": f"oras://{ref}", "digest": digest, "layer_digest": layer["digest"], "pulled": _now()}
+        made_by = (json.loads(body).get("annotations") or {}).get("org.shipyard.input-hash")
+        return {"reference": f"oras://{ref}", "digest": digest, "layer_digest": layer["digest"], "pulled": _now(),
+                "input_hash": made_by}
 
     return with_retries(f"pull {ref}", attempt, out)
 
@@ -352,6 +426,24 @@ def pull_image(target, env_name: str, tag: str, expect_digest: str | None, out: 
 # ----------------------------------------------------------------------------------------------- commands
 
 
+@contextlib.contextmanager
+def one_line(target, what: str):
+    """Any registry, network, Docker or disk failure of ``what`` ends as one ShipyardError line (exit 2) naming the
+    registry, the image and, where there was one, the HTTP status; never a traceback."""
+    try:
+        yield
+    except ShipyardError:
+        raise
+    except OSError as exc:
+        if not getattr(exc, "request", None) and not getattr(exc, "response", None) \
+                and exc.__class__.__module__.split(".")[0] not in ("requests", "urllib3", "docker"):
+            raise ShipyardError(f"{what}: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")) \
+                from None
+        raise ShipyardError(f"registry '{target.name}' ({target.host}): {what}: {_first_line(exc)}") from None
+    except Exception as exc:  # requests, oras (ValueError), docker.errors, json: one line each
+        raise ShipyardError(f"registry '{target.name}' ({target.host}): {what}: {_first_line(exc)}") from None
+
+
 def push(reg, env_name: str, registry_name: str | None = None, tag: str | None = None,
          out: IO[str] | None = None) -> dict:
     """Push ``env_name``'s SIF (``oras://`` registries) or docker image (``docker://``); record it in the manifest."""
@@ -366,7 +458,7 @@ def push(reg, env_name: str, registry_name: str | None = None, tag: str | None =
         problem = signature_problem(reg, env.name)
         if problem:
             raise ShipyardError(f"registries.{target.name}: require_signed is true: {problem}")
-    tag = tag or m["input_hash"][:12]
+    tag = check_tag(tag) if tag else m["input_hash"][:12]
     annotations = {"org.opencontainers.image.title": env.name, "org.shipyard.input-hash": m["input_hash"],
                    "org.shipyard.spec-sha256": m.get("spec_hash", ""), "org.opencontainers.image.created":
                    m.get("finished", "")}
@@ -379,13 +471,19 @@ def push(reg, env_name: str, registry_name: str | None = None, tag: str | None =
             raise ShipyardError(f"{rec['path']} changed since it was built (size/mtime differ from {mpath.name}); "
                                 f"rebuild with `invoke build {env.name} --force`")
         rec = mf.read_manifest(mpath)["artifacts"]["sif"]  # re-recorded if signing changed the file
-        record = push_sif(target, env.name, Path(reg.root) / rec["path"], rec["sha256"], tag, annotations, out)
+        sif = Path(reg.root) / rec["path"]
+        if not sif.resolve().is_relative_to(project.containers_dir(reg).resolve()):
+            raise ShipyardError(f"{mpath}: the recorded SIF {rec['path']} is not inside containers/; rebuild")
+        b.check_sif(sif, "not a SIF image; rebuild it")
+        with one_line(target, f"push {reference(target, env.name, tag)}"):
+            record = push_sif(target, env.name, sif, rec["sha256"], tag, annotations, out)
     else:
         image = m.get("image")
         if not image:
             raise ShipyardError(f"{mpath}: {env.name} has no docker image (it was built with --backend apptainer); "
                                 "push its SIF to an oras:// registry instead")
-        record = push_image(target, env.name, image, tag, out)
+        with one_line(target, f"push {reference(target, env.name, tag)}"):
+            record = push_image(target, env.name, image, tag, out)
     record.update(registry=target.name, input_hash=m["input_hash"])
     pushed = dict(m.get("pushed", {}))
     pushed[target.name] = record
@@ -395,8 +493,13 @@ def push(reg, env_name: str, registry_name: str | None = None, tag: str | None =
 
 
 def pull(reg, env_name: str, registry_name: str | None = None, tag: str | None = None,
-         out: IO[str] | None = None) -> dict:
-    """Fetch ``env_name`` from a registry and verify its digest (against the push record when there is one)."""
+         out: IO[str] | None = None, force: bool = False) -> dict:
+    """Fetch ``env_name`` from a registry and verify its digest (against the push record when there is one).
+
+    A local SIF that differs from the pulled one is replaced only with ``force``. Afterwards the manifest describes
+    the file on disk: its record, and the input hash the pushed artifact was built from (its
+    ``org.shipyard.input-hash`` annotation), so `build` reuses it only for the same inputs and `push` tags it truly.
+    """
     env = reg.environment(env_name)
     target = reg.registry_target(registry_name)
     mpath = mf.manifest_path(reg, env.name)
@@ -407,27 +510,36 @@ def pull(reg, env_name: str, registry_name: str | None = None, tag: str | None =
             raise ShipyardError(f"{mpath}: no push of {env.name} to registry '{target.name}' is recorded; "
                                 "give the tag with --tag")
         tag = known["reference"].rsplit(":", 1)[1]
+    check_tag(tag)
     expect = known.get("digest") if known.get("reference", "").endswith(f":{tag}") else None
     root = Path(reg.root)
+    what = f"pull {reference(target, env.name, tag)}"
     if target.scheme == "docker":
-        record = pull_image(target, env.name, tag, expect, out)
+        with one_line(target, what):
+            record = pull_image(target, env.name, tag, expect, out)
     else:
         dest = b.artifact_path(reg, env.name, "sif")
-        with b.build_lock(project.build_lock_path(root, env.name), out=out):
+        with b.build_lock(project.build_lock_path(root, env.name), out=out), one_line(target, what):
             b.recover_stale(reg, env.name, out)
             tmp = b.temp_path(dest)
             try:
                 record = pull_sif(target, env.name, tag, tmp, expect, out)
-                b.check_sif(tmp)
+                b.check_sif(tmp, "the registry served no SIF image")
+                if dest.exists() and not force and b.sha256_file(dest) != record["layer_digest"].split(":", 1)[1]:
+                    raise ShipyardError(f"{dest.relative_to(root)} differs from {record['reference']}; keeping the "
+                                        "local image (pull --force replaces it)")
                 os.replace(tmp, dest)
             finally:
                 tmp.unlink(missing_ok=True)
             artifacts = dict(mf.read_manifest(mpath).get("artifacts", {}))
             artifacts["sif"] = b.file_record(root, dest)
-            mf.update_manifest(mpath, artifacts=artifacts)
+            made_by = record.get("input_hash")
+            mf.update_manifest(mpath, artifacts=artifacts, input_hash=made_by, status="ok" if made_by else "pulled",
+                               error=None)
     record["registry"] = target.name
-    pulled = dict(m.get("pulled", {}))
+    pulled = dict(mf.read_manifest(mpath).get("pulled", {}))
     pulled[target.name] = record
-    mf.update_manifest(mpath, environment=env.name, pulled=pulled)
+    with one_line(target, what):
+        mf.update_manifest(mpath, environment=env.name, pulled=pulled)
     print(f"pulled {record['reference']} ({record['digest']}), digest verified", file=out)
     return record

@@ -142,6 +142,11 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
         )))
     if ours:
         post.extend(torch_install(env, locked))
+    elif locked:
+        # stack: base installs only the extras, but from the lock's hashes like everything else
+        post.append(Step(f"Extra pip packages from the hash-locked closure ({env.name}.lock); pip refuses any other "
+                         "bytes", (f"{python} -m pip install --no-cache-dir --require-hashes --no-deps -r "
+                                   f"{lock_target(env.name)}",)))
     elif env.pip:
         post.append(Step("Extra pip packages (exact pins from registry.yaml)",
                          (f"{python} -m pip install --no-cache-dir " + " ".join(_q(p) for p in env.pip),)))

@@ -26,6 +26,7 @@ _LOCAL_EXC = '''\
 class JsonSchemaValueException(ValueError):
     def __init__(self, message, value=None, name=None, definition=None, rule=None):
         super().__init__(message)
+        self.message, self.value, self.name, self.rule = message, value, name, rule
 
 
 JsonSchemaValuesException = JsonSchemaValueException

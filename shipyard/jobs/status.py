@@ -262,4 +262,17 @@ def logs_command(jobid: str, follow: bool = False, lines: int | str = 20, cluste
     out.flush()
     if follow:
         follow_file(path, size, lambda: job_alive(cluster, str(jobid)), out)
+        final_state(cluster, str(jobid))
     return path
+
+
+def final_state(cluster: Cluster, jobid: str) -> str | None:
+    """After following a job to its end: a job that did not complete is exit 1 (a failed job, not bad input), so
+    `logs -f JOBID && next-step` stops. The state comes from scontrol, else squeue's memory of it."""
+    state = slurm.job_state(cluster, jobid)
+    if state is None:
+        res = slurm.query(cluster, ["squeue", "--noheader", "--states=all", f"--jobs={jobid}", "--format=%T"])
+        state = (res.stdout.split() or [None])[0] if res.returncode == 0 else None
+    if state and state != "COMPLETED":
+        raise ShipyardError(f"job {jobid} ended {state}", exit_code=1)
+    return state

@@ -89,8 +89,62 @@ def _construct(node: yaml.Node, path: tuple, lines: _Lines, fname: str,
         raise ShipyardError(f"{fname}:{node.start_mark.line + 1}: {_dotted(path)}: {exc}") from None
 
 
+def _limits() -> dict:
+    return facts.load("limits")["registry_yaml"]
+
+
+def _check_shape(text: str, fname: str) -> None:
+    """Refuse, before building any tree, a file that is too big, nested too deep or refers to too many aliases.
+
+    Why events: PyYAML's composer (and libyaml's, in C) recurses once per nesting level, so a deep enough file ends in
+    a RecursionError or a segfault; its event stream is produced iteratively and can be counted safely."""
+    lim = _limits()
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > lim["max_bytes"]:
+        raise ShipyardError(f"{fname}:1: the file is {size} bytes; a registry may have at most {lim['max_bytes']} "
+                            "(shipyard/data/limits.yaml)")
+    depth = aliases = 0
+    try:
+        for ev in yaml.parse(text, Loader=_FAST_LOADER):
+            if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > lim["max_depth"]:
+                    raise ShipyardError(f"{fname}:{ev.start_mark.line + 1}: nested more than {lim['max_depth']} "
+                                        "levels deep (shipyard/data/limits.yaml)")
+            elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+            elif isinstance(ev, yaml.AliasEvent):
+                aliases += 1
+                if aliases > lim["max_aliases"]:
+                    raise ShipyardError(f"{fname}:{ev.start_mark.line + 1}: more than {lim['max_aliases']} YAML "
+                                        "aliases (*name) (shipyard/data/limits.yaml)")
+    except yaml.YAMLError:
+        return  # malformed: compose() below reports it with its line
+
+
+def _expanded_size(node: yaml.Node, fname: str, limit: int, memo: dict) -> int:
+    """Nodes in the tree once every alias is expanded, counted per distinct node (linear time), capped at limit."""
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    n = 1
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            n += _expanded_size(k, fname, limit, memo) + _expanded_size(v, fname, limit, memo)
+    elif isinstance(node, yaml.SequenceNode):
+        for v in node.value:
+            n += _expanded_size(v, fname, limit, memo)
+    if n > limit:
+        raise ShipyardError(f"{fname}:{node.start_mark.line + 1}: YAML aliases expand to more than {limit} nodes "
+                            "(an alias bomb?) (shipyard/data/limits.yaml)")
+    memo[key] = n
+    return n
+
+
 def parse_yaml(text: str, fname: str) -> tuple[Any, _Lines]:
-    """Parse YAML into plain data plus a map of key paths to lines; malformed YAML -> one-line ShipyardError."""
+    """Parse YAML into plain data plus a map of key paths to lines; malformed YAML, or YAML over the limits of
+    ``shipyard/data/limits.yaml`` (size, depth, aliases, expanded nodes) -> one-line ShipyardError."""
+    _check_shape(text, fname)
     try:
         node = yaml.compose(text, Loader=_FAST_LOADER)
     except yaml.MarkedYAMLError as exc:
@@ -103,6 +157,7 @@ def parse_yaml(text: str, fname: str) -> tuple[Any, _Lines]:
     lines = _Lines()
     if node is None:
         return None, lines
+    _expanded_size(node, fname, _limits()["max_nodes"], {})
     # one scalar constructor per document (YAML 1.1 safe types: ints, floats, bools, null, timestamps)
     return _construct(node, (), lines, fname, yaml.constructor.SafeConstructor()), lines
 
@@ -196,20 +251,34 @@ def validate(data: Any, lines: Mapping, fname: str) -> None:
     try:
         schema_validator.validate(data)
         return
-    except schema_validator.JsonSchemaValueException:
-        pass  # explain it with jsonschema (the generated code is stricter in corners jsonschema allows, e.g. "1.0\n")
+    except schema_validator.JsonSchemaValueException as exc:
+        fast = exc  # explain it with jsonschema (the generated code is stricter in corners jsonschema allows)
     import jsonschema  # lazy: ~40 ms of imports, paid only for an invalid registry
 
     validator = jsonschema.Draft202012Validator(schema())
     errors = list(validator.iter_errors(data))
     if not errors:
-        return
+        # Python's re lets '$' match before a final newline ("1.0\n", "KEY\n"); JSON Schema's ECMA-262 '$' does not,
+        # nor does the generated validator: such a value is refused, never let through to a generated file.
+        path = _fast_path(getattr(fast, "name", None) or "data")
+        raise ShipyardError(f"{fname}:{_line(lines, path) or 1}: {_dotted(path) or '<top>'}: "
+                            f"{getattr(fast, 'value', None)!r} does not match the expected form "
+                            f"(a line break at its end?)")
     errors.sort(key=lambda e: (_line(lines, e.absolute_path) or 0, _dotted(e.absolute_path)))
     e = errors[0]
     key = _unknown_key(e)
     path = list(e.absolute_path) + ([key] if key is not None else [])
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     raise ShipyardError(f"{fname}:{_line(lines, path) or 1}: {_dotted(path) or '<top>'}: {_describe(e)}{more}")
+
+
+def _fast_path(name: str) -> tuple:
+    """fastjsonschema's ``data.environments.x.pip[0]`` -> ('environments', 'x', 'pip', 0) (keys may hold dots:
+    the longest known prefix wins only where it matters for the line number, which _line() walks up anyway)."""
+    parts: list = []
+    for piece in re.findall(r"\.([^.\[]+)|\[(\d+)\]", name.removeprefix("data")):
+        parts.append(piece[0] if piece[0] else int(piece[1]))
+    return tuple(parts)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -338,6 +407,41 @@ def _resolve_environment(name: str, envs: Mapping[str, dict], lines, fname: str)
     )
 
 
+# Apptainer's build-argument reference (internal/pkg/build/args/reader.go: `{{\s*(\w+)\s*}}`, Go's ASCII \s and \w)
+_APPTAINER_ARG_REF = re.compile(r"\{\{[\t\n\f\r ]*([0-9A-Za-z_]+)[\t\n\f\r ]*\}\}")
+
+
+def _check_definition_values(env: Environment, envs_raw: Mapping, lines, fname: str, root: Path) -> None:
+    """What the schema cannot say: ``files.src`` stays inside the project, and every ``{{ NAME }}`` names a build
+    argument (Apptainer pastes its value before it parses the .def; an unknown one fails the build late)."""
+    def at(*key) -> str:
+        for owner in (env.name, *env.extends_chain):
+            if key[0] in envs_raw.get(owner, {}):
+                return f"{fname}:{_line(lines, ('environments', owner, *key)) or env.line}"
+        return f"{fname}:{env.line}"
+
+    real_root = root.resolve()
+    for i, f in enumerate(env.files):
+        where = f"{at('files', i, 'src')}: environments.{env.name}.files[{i}].src"
+        src = Path(f.src)
+        if src.is_absolute():
+            raise ShipyardError(f"{where}: {f.src!r} is absolute; give a path relative to the project ({root})")
+        try:
+            (real_root / src).resolve().relative_to(real_root)
+        except ValueError:
+            raise ShipyardError(f"{where}: {f.src!r} leads outside the project ({root}) once '..' and symlinks are "
+                                "resolved; copy the file into the project") from None
+    names = {k for k, _ in env.build_args}
+    fields = [("env", k, v) for k, v in env.env] + [("labels", k, v) for k, v in env.labels]
+    fields.append(("description", None, env.description))
+    for field, key, value in fields:
+        for m in _APPTAINER_ARG_REF.finditer(value):
+            if m.group(1) not in names:
+                path = (field, key) if key is not None else (field,)
+                raise ShipyardError(f"{at(*path)}: environments.{env.name}.{_dotted(path)}: {m.group(0)!r} names no "
+                                    f"build argument (build_args: {', '.join(sorted(names)) or 'none'})")
+
+
 def _scalar(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -384,6 +488,9 @@ def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None)
     validate(data, lines, fname)
     envs_raw = data["environments"]
     envs = {n: _resolve_environment(n, envs_raw, lines, fname) for n in envs_raw}
+    root = (path or Path(fname)).parent
+    for env in envs.values():
+        _check_definition_values(env, envs_raw, lines, fname, root)
     clusters = {n: _resolve_cluster(n, c, lines) for n, c in data["clusters"].items()}
     regs = {
         n: RegistryTarget(n, r["uri"], bool(r.get("insecure", False)), bool(r.get("require_signed", False)))

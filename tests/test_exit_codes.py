@@ -1,0 +1,50 @@
+"""Exit codes mean one thing (README, "Exit codes"): 0 success, 1 a check or job that failed, 2 bad input or an
+unusable environment, for every task, with one line on stderr and never a traceback."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from fixtures_invoke import invoke_cli
+from invoke import Program
+
+import tasks
+
+# the required positionals, given, so that what is tested is the bad registry, not invoke's own parser
+ARGS = {"logs": ["1"], "usage": ["1"], "nccl-report": ["nccl.log"]}
+# `invoke test` runs pytest on this checkout and does not read a project's registry
+TASKS = [t for t in sorted(tasks.ns.task_names) if t != "test"]
+
+
+def test_every_task_is_listed():
+    assert set(TASKS) | {"test"} == set(tasks.ns.task_names) and len(TASKS) >= 20
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_bad_input_is_exit_2_with_one_line_for_every_task(name, tmp_path, monkeypatch, capsys):
+    """A registry that does not exist is bad input for every task that reads one: exit 2, one stderr line.
+
+    In-process through invoke's own Program and shipyard's task guard (a child process per task cost ~0.5 s each);
+    the child-process CLI is covered below and in tests/test_cli_help.py."""
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "missing" / "registry.yaml"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ei:
+        Program(namespace=tasks.ns).run(["invoke", name, *ARGS.get(name, [])])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2, (name, err[-500:])
+    assert err.startswith("shipyard: error: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, code", [
+    (["show", "pytorch-2.3"], 0),
+    (["show", "no-such-env"], 2),
+    (["render", "--all", "--check"], 1),
+])
+def test_success_is_0_and_a_failed_check_is_1(args, code, tmp_path):
+    """`render --check` on a project whose definitions/ is missing is a failed check (1), not bad input."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    (tmp_path / "registry.yaml").write_text(open(os.path.join(root, "registry.yaml")).read())
+    env = dict(os.environ, SHIPYARD_REGISTRY=str(tmp_path / "registry.yaml"))
+    proc = invoke_cli(*args, cwd=tmp_path, env=env)
+    assert proc.returncode == code, proc.stderr
