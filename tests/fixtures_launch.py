@@ -83,6 +83,18 @@ def launch_project(tmp_path, monkeypatch):
     return tmp_path
 
 
+def fake_build_manifest(root: Path, env: str, fmt: str, sha256: str = "a" * 64, input_hash: str = "b" * 64) -> Path:
+    """``containers/ENV.json`` as `invoke build` leaves it after a successful build (only the fields a launcher
+    binds to), so that launchers of a container runtime can be written without building an image."""
+    import json
+
+    path = root / "containers" / f"{env}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"environment": env, "status": "ok", "input_hash": input_hash,
+                                "artifacts": {fmt: {"path": f"containers/{env}.{fmt}", "sha256": sha256}}}))
+    return path
+
+
 # ------------------------------------------------------------------------------------------------ sandbox fixtures
 
 REPO = Path(__file__).resolve().parents[1]

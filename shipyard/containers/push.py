@@ -287,7 +287,9 @@ def pull_sif(target, env_name: str, tag: str, dest_tmp: Path, expect_digest: str
         got = "sha256:" + b.sha256_file(dest_tmp)
         if got != layer["digest"] or dest_tmp.stat().st_size != layer["size"]:
             raise ShipyardError(f"{ref}: downloaded blob hashes to {got}, the manifest says {layer['digest']}")
-        return {"reference": f"oras://{ref}", "digest": digest, "layer_digest": layer["digest"], "pulled": _now()}
+        built = (json.loads(body).get("annotations") or {}).get("org.shipyard.input-hash")
+        return {"reference": f"oras://{ref}", "digest": digest, "layer_digest": layer["digest"], "pulled": _now(),
+                **({"input_hash": built} if built else {})}
 
     return with_retries(f"pull {ref}", attempt, out)
 
