@@ -149,15 +149,16 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "gpus": "GPUs to request on the node (default: 1 if the cluster has GPUs, else 0)",
         "time": "time limit (default: the cluster's scheduler.time)",
         "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
+        "force": "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)",
     },
 )
 @task_guard
-def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None):
+def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None, force=False):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
     from shipyard.launch import shell as sh
 
     raise SystemExit(sh.shell_command(env, cluster, dry_run=dry_run, command=command, gpus=gpus, time=time,
-                                      runtime=runtime))
+                                      runtime=runtime, force=force))
 
 
 @task(
@@ -427,14 +428,15 @@ def lock_(c, env=None, exclude_newer=None, index_url=None):
         "env": "environment (default: every environment used on the cluster)",
         "cluster": "apptainer cluster whose binds and image storage the wrappers use (default: defaults.cluster)",
         "prefix": "where to write modulefiles/ and wrappers/ (default: <project>/modules)",
+        "force": "write even when `invoke check` finds an ERROR for an environment on the cluster (warns)",
     },
 )
 @task_guard
-def modules(c, env=None, cluster=None, prefix=None):
+def modules(c, env=None, cluster=None, prefix=None, force=False):
     """Write Lmod modulefiles shipyard/<env>.lua and apptainer exec --nv wrappers (python, torchrun, pip, ...)."""
     from shipyard.launch import modules as m
 
-    m.modules_command(env, cluster, prefix)
+    m.modules_command(env, cluster, prefix, force=force)
 
 
 @task(

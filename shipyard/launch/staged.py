@@ -73,11 +73,11 @@ class Binding:
     source: str  # "stage record <path>" | "build manifest <path>"
 
 
-def binding(root: Path, env_name: str, image: str, fmt: str) -> Binding | None:
+def binding(root: Path, env_name: str, image: str | None, fmt: str) -> Binding | None:
     """What ``image`` should be: its stage record when this machine can read it (the login node of the cluster),
     else the local build manifest's artifact of that format (the image `invoke stage` would put there); None when
-    neither is known."""
-    rec, _ = read_record(image)
+    neither is known (``image`` None: the build manifest only)."""
+    rec, _ = read_record(image) if image else (None, "")
     if rec and rec.get("sha256") and rec.get("input_hash"):
         return Binding(str(rec["sha256"]), str(rec["input_hash"]), f"stage record {record_path(image)}")
     mpath = project.manifest_path(root, env_name)
