@@ -182,6 +182,17 @@ def probes(project: Path, job_id: str) -> list[dict]:
     return sorted((json.loads(f.read_text()) for f in files), key=lambda r: r["rank"])
 
 
+def stage_record(image: Path, input_hash: str = "b" * 64) -> Path:
+    """The record `invoke stage` writes beside an image (real sha256, size and mtime of ``image``), for launcher tests
+    whose cluster runtime stages nothing itself; launchers of a container runtime bind to it."""
+    from shipyard.files import atomic_write, sha256_file
+    from shipyard.launch import staged
+
+    st = image.stat()
+    return atomic_write(staged.record_path(image), staged.render_record(
+        {"sha256": sha256_file(image), "input_hash": input_hash, "size": st.st_size, "mtime": int(st.st_mtime)}))
+
+
 def make_sif(path: Path) -> Path:
     """A real SIF file (squashfs partition added with siftool), as the apptainer double requires."""
     import subprocess

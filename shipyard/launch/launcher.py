@@ -26,10 +26,10 @@ from typing import Sequence
 
 from shipyard import __version__, project, registry, slurm, templating
 from shipyard.cli import argv_after_dashdash
+from shipyard.definitions import enforce
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join
 from shipyard.files import atomic_write
-from shipyard.definitions import enforce
 from shipyard.launch import options, runtimes, staged
 from shipyard.launch.fabric import (
     EnvVar,

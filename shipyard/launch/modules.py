@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 from shipyard import __version__, templating
+from shipyard.definitions import enforce
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
-from shipyard.definitions import enforce
 from shipyard.launch import runtimes
 from shipyard.registry import load
 from shipyard.registry.model import Cluster, Environment, Registry
