@@ -41,10 +41,10 @@ def show(c, env=None):
 @task(positional=["env"], help={"env": "only this environment (default: all)", "cluster": "only this cluster (default: all it is used on)"})
 @task_guard
 def check(c, env=None, cluster=None):
-    """Check every environment against the compatibility data and its clusters; exit 1 on any ERROR."""
-    from shipyard.registry import report
+    """Check every environment against the compatibility data, its clusters and its lock; exit 1 on any ERROR."""
+    from shipyard.definitions import enforce
 
-    code = report.check(env, cluster)
+    code = enforce.check_command(env, cluster)
     if code:
         raise SystemExit(code)
 
@@ -55,14 +55,15 @@ def check(c, env=None, cluster=None):
         "env": "environment to render (default: defaults.environment)",
         "all": "render every environment",
         "check": "do not write; exit 1 and name the stale files if definitions/ differs from what the registry renders",
+        "force": "write even when `invoke check ENV` finds an ERROR (a stale or missing lock, no such wheel); warns",
     }
 )
 @task_guard
-def render(c, env=None, all=False, check=False):
-    """Render definitions/<env>.def (and .Dockerfile) from registry.yaml."""
+def render(c, env=None, all=False, check=False, force=False):
+    """Render definitions/<env>.def (and .Dockerfile) from registry.yaml; refuses what `invoke check` refuses."""
     from shipyard.definitions import render as definitions
 
-    code = definitions.render_command(env, all_envs=all, check=check)
+    code = definitions.render_command(env, all_envs=all, check=check, force=force)
     if code:
         raise SystemExit(code)
 
@@ -148,15 +149,16 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "gpus": "GPUs to request on the node (default: 1 if the cluster has GPUs, else 0)",
         "time": "time limit (default: the cluster's scheduler.time)",
         "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
+        "force": "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)",
     },
 )
 @task_guard
-def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None):
+def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None, force=False):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
     from shipyard.launch import shell as sh
 
     raise SystemExit(sh.shell_command(env, cluster, dry_run=dry_run, command=command, gpus=gpus, time=time,
-                                      runtime=runtime))
+                                      runtime=runtime, force=force))
 
 
 @task(
@@ -212,7 +214,7 @@ from shipyard.launch import options as launch_options  # noqa: E402
 def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
            name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
-           submit=False, dry_run=False):
+           force=False, submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
     from shipyard.launch import launcher as ln
 
@@ -221,21 +223,22 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
                             runtime=runtime, partition=partition, account=account, time=time, mounts=mounts,
                             env=env, name=name, image=image, chain=chain, requeue=requeue,
                             max_restarts=max_restarts, signal_before=signal_before, monitor=monitor,
-                            monitor_interval=monitor_interval, nccl_debug=nccl_debug))
+                            monitor_interval=monitor_interval, nccl_debug=nccl_debug, force=force))
 
 
 @task(name="nccl-test", **launch_options.task_kwargs(launch_options.NCCL_TEST))
 @task_guard
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
               name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
-              submit=False, dry_run=False):
+              force=False, submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     from shipyard.launch import launcher as ln
 
     print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
                             kind="nccl-test", environment=environment, cluster=cluster, nodes=nodes,
                             gpus_per_node=gpus_per_node, runtime=runtime, partition=partition, account=account,
-                            time=time, mounts=mounts, env=env, name=name, image=image, nccl_debug=nccl_debug))
+                            time=time, mounts=mounts, env=env, name=name, image=image, nccl_debug=nccl_debug,
+                            force=force))
 
 
 # ----------------------------------------------------------------------------------------------- sandbox, demo
@@ -319,7 +322,8 @@ def demo(c, steps=60, timeout=600, no_install=False):
         "env": "environment to build (default: defaults.environment)",
         "backend": "apptainer (default: apptainer build from definitions/ENV.def) or docker (Docker Engine API)",
         "fakeroot": "pass --fakeroot to apptainer build (unprivileged builds)",
-        "force": "rebuild even when the manifest says the image is current",
+        "force": "rebuild even when the manifest says the image is current; also go on despite `invoke check` "
+                 "ERRORs (warned, and recorded in containers/ENV.json)",
         "formats": "comma-separated: sif,sqsh (default: sif for apptainer, sif,sqsh for docker where the tools exist)",
         "no_block": "exit at once if another build of ENV is running (default: wait for it)",
         "slurm": "submit the build as a batch job to the cluster's build partition instead of building here",
@@ -376,6 +380,28 @@ def pull(c, env=None, registry="", tag="", force=False):
     p.pull(load(), env or None, registry or None, tag or None, force=force)
 
 
+@task(
+    positional=["env"],
+    help={
+        "env": "environment to stage (default: defaults.environment)",
+        "cluster": "cluster whose storage receives ENV.sif (apptainer) or ENV.sqsh (pyxis) (default: defaults.cluster)",
+        "from": "containers (the build in containers/), registry (SIF over ORAS) or docker (pyxis: enroot import "
+                "as a job on the build partition); default: containers, or docker for a pyxis cluster without .sqsh",
+        "registry": "with --from registry: registry name from registry.yaml (default: defaults.registry)",
+        "tag": "with --from registry: tag to pull (default: the one the last push recorded)",
+        "mode": "permissions of the image and its record: group (0640, default), world (0644) or an octal mode",
+        "link": "hard-link instead of copying (same filesystem only)",
+        "force": "stage even when `invoke check` finds an ERROR for ENV on the cluster (warned, recorded beside the image)",
+    },
+)
+@task_guard
+def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="", link=False, force=False):
+    """Put ENV's image into the cluster's storage atomically, verified, with a record launchers check."""
+    from shipyard.containers import stage as st
+
+    st.stage_command(env, cluster, source=from_, registry_name=registry, tag=tag, mode=mode, link=link, force=force)
+
+
 # ----------------------------------------------------------------------------------------------- locks, modules, signing
 
 
@@ -403,14 +429,15 @@ def lock_(c, env=None, exclude_newer=None, index_url=None):
         "env": "environment (default: every environment used on the cluster)",
         "cluster": "apptainer cluster whose binds and image storage the wrappers use (default: defaults.cluster)",
         "prefix": "where to write modulefiles/ and wrappers/ (default: <project>/modules)",
+        "force": "write even when `invoke check` finds an ERROR for an environment on the cluster (warns)",
     },
 )
 @task_guard
-def modules(c, env=None, cluster=None, prefix=None):
+def modules(c, env=None, cluster=None, prefix=None, force=False):
     """Write Lmod modulefiles shipyard/<env>.lua and apptainer exec --nv wrappers (python, torchrun, pip, ...)."""
     from shipyard.launch import modules as m
 
-    m.modules_command(env, cluster, prefix)
+    m.modules_command(env, cluster, prefix, force=force)
 
 
 @task(
@@ -440,4 +467,4 @@ def verify(c, env=None):
 # ----------------------------------------------------------------------------------------------- namespace
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
-                sandbox_tasks, demo, build, push, pull, lock_, modules, sign, verify)
+                sandbox_tasks, demo, build, push, pull, stage, lock_, modules, sign, verify)

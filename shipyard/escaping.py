@@ -78,6 +78,14 @@ def lua_comment(value: object) -> str:
     return str(value)
 
 
+def comment_line(value: object) -> str:
+    """Text in a ``#`` comment of a shell script or Dockerfile: a line break would end the comment and run the rest,
+    so one line only."""
+    if not one_line(value):
+        raise UnsafeValue(f"{value!r}: a line break or control character in a comment line")
+    return str(value)
+
+
 def lua_string(value: object) -> str:
     """A double-quoted Lua string literal for any text (backslash, quote and control characters escaped)."""
     out = []

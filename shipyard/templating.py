@@ -28,6 +28,7 @@ FILTERS = {
     "dockerenv": escaping.docker_env,
     "lua": escaping.lua_string,
     "luacomment": escaping.lua_comment,
+    "comment": escaping.comment_line,
     "defline": escaping.def_line,
     "defword": escaping.def_word,
     "defpath": escaping.def_path,

@@ -83,6 +83,18 @@ def launch_project(tmp_path, monkeypatch):
     return tmp_path
 
 
+def fake_build_manifest(root: Path, env: str, fmt: str, sha256: str = "a" * 64, input_hash: str = "b" * 64) -> Path:
+    """``containers/ENV.json`` as `invoke build` leaves it after a successful build (only the fields a launcher
+    binds to), so that launchers of a container runtime can be written without building an image."""
+    import json
+
+    path = root / "containers" / f"{env}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"environment": env, "status": "ok", "input_hash": input_hash,
+                                "artifacts": {fmt: {"path": f"containers/{env}.{fmt}", "sha256": sha256}}}))
+    return path
+
+
 # ------------------------------------------------------------------------------------------------ sandbox fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,6 +180,17 @@ def probes(project: Path, job_id: str) -> list[dict]:
 
     files = sorted((project / "probe-out").glob(f"{job_id}-*.json"))
     return sorted((json.loads(f.read_text()) for f in files), key=lambda r: r["rank"])
+
+
+def stage_record(image: Path, input_hash: str = "b" * 64) -> Path:
+    """The record `invoke stage` writes beside an image (real sha256, size and mtime of ``image``), for launcher tests
+    whose cluster runtime stages nothing itself; launchers of a container runtime bind to it."""
+    from shipyard.files import atomic_write, sha256_file
+    from shipyard.launch import staged
+
+    st = image.stat()
+    return atomic_write(staged.record_path(image), staged.render_record(
+        {"sha256": sha256_file(image), "input_hash": input_hash, "size": st.st_size, "mtime": int(st.st_mtime)}))
 
 
 def make_sif(path: Path) -> Path:

@@ -35,7 +35,8 @@ def test_check_reports_every_problem_as_a_table_and_exits_nonzero(tmp_path):
     res = run("check", registry=reg)
     assert res.returncode == 1
     assert "severity" in res.stdout and "has no CUDA 12.4 wheel" in res.stdout and "Python 3.13" in res.stdout
-    assert "2 error(s)" in res.stdout
+    assert "definitions/e.lock is missing" in res.stdout  # no lock beside this registry: an ERROR too
+    assert "3 error(s)" in res.stdout
 
 
 def test_bad_input_is_one_line_exit_2_no_traceback(tmp_path):
@@ -63,6 +64,8 @@ def test_show_lists_sources():
 def test_render_writes_into_the_registry_project(tmp_path):
     shutil.copy(DATA / "features.yaml", tmp_path / "registry.yaml")
     res = run("render", "--all", cwd=tmp_path)
+    assert res.returncode == 2 and "refused" in res.stderr  # no locks beside this registry: check refuses
+    res = run("render", "--all", "--force", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "definitions" / "child.def").is_file()
     res = run("render", "--all", "--check", cwd=tmp_path)

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fixtures_launch import HOSTILE_ARGS
+from fixtures_launch import HOSTILE_ARGS, fake_build_manifest
 from helpers_registry import GOLDEN, golden
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -104,6 +104,7 @@ def test_header_names_generator_and_exact_regenerate_command(launch_registry):
 
 def test_regenerate_command_writes_the_same_file(launch_project, invoke):
     """Run the header's command with real invoke in the project: it must write the identical launcher."""
+    fake_build_manifest(launch_project, "pytorch-2.3", "sif")  # the apptainer launcher binds to a built image
     out = invoke("launch", "--cluster", "lab-ib", "--nodes", "2", "--env", "K=v w", "--requeue",
                  "--", "train.py", *HOSTILE_ARGS, cwd=launch_project)
     assert out.returncode == 0, out.stderr

@@ -17,6 +17,7 @@ from fixtures_launch import (
     REPO,
     make_sif,
     probes,
+    stage_record,
     wait_for_text,
     wait_job,
 )
@@ -131,6 +132,7 @@ def test_pyxis_runtime_each_node_gets_image_mounts_workdir(sandbox, sandbox_proj
     image = sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sqsh"  # clusters.sandbox.storage
     image.parent.mkdir(parents=True)
     image.write_bytes(b"hsqs")  # the double checks the file exists; it runs nothing from it
+    stage_record(image)  # the launcher binds to it and the job checks it before srun
     (sandbox_project / "data").mkdir()
     job, log = submit(sandbox_project, [str(sandbox_project / "probe.py"), "x"], nodes=2, runtime="pyxis",
                       mounts="data:/data:ro", env=["FOO=bar baz"], name="pyxis")
@@ -177,7 +179,7 @@ def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbo
     (modules / "apptainer.lua").write_text(f'prepend_path("PATH", "{DOUBLES / "apptainer"}")\n')
     monkeypatch.setenv("MODULEPATH", str(modules))
     monkeypatch.setenv("BASH_ENV", str(lmod_init))  # how a site gives non-interactive batch shells `module`
-    make_sif(sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif")
+    stage_record(make_sif(sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif"))
     calls = sandbox_project / "apptainer-calls.jsonl"
     monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
     (sandbox_project / "data").mkdir()
@@ -201,7 +203,7 @@ def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbo
 def test_apptainer_double_refuses_a_missing_image(sandbox, sandbox_project, monkeypatch):
     monkeypatch.setenv("PATH", f"{DOUBLES / 'apptainer'}{os.pathsep}{os.environ['PATH']}")
     job, log = submit(sandbox_project, [str(sandbox_project / "probe.py")], nodes=1, runtime="apptainer",
-                      name="appt-bad")
+                      image=str(sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif"), name="appt-bad")
     info = wait_job(sandbox, job)
     assert info["ExitCode"] != "0:0"
     assert "apptainer double: image" in log.read_text()

@@ -202,7 +202,9 @@ def test_render_check_fails_on_a_stale_lock_alone(lock_project):
     reg = lock_project()
     definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
     reg2 = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==1.17.0"))
-    assert definitions.render_command("tiny", registry=reg2, out=io.StringIO()) == 0  # definitions now current
+    with pytest.raises(ShipyardError, match="render tiny refused"):  # check refuses the stale lock ...
+        definitions.render_command("tiny", registry=reg2, out=io.StringIO())
+    assert definitions.render_command("tiny", registry=reg2, out=io.StringIO(), force=True) == 0  # ... --force renders
     out = io.StringIO()
     assert definitions.render_command("tiny", check=True, registry=reg2, out=out) == 1
     stale = [ln for ln in out.getvalue().splitlines() if ln.startswith("  ")]

@@ -163,6 +163,8 @@ def test_parse_result_and_report():
 def test_demo_falls_back_to_rendering_only(tmp_path, monkeypatch, capsys):
     """Where the sandbox cannot run, the demo renders, says why in one line, and exits 0."""
     shutil.copy(ROOT / "registry.yaml", tmp_path / "registry.yaml")
+    (tmp_path / "definitions").mkdir()  # a clone has the lock render checks the environment against
+    shutil.copy(ROOT / "definitions" / "pytorch-2.3.lock", tmp_path / "definitions")
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert demo.demo_command() == 0

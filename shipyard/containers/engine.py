@@ -49,6 +49,7 @@ from shipyard.containers.common import (
 )
 from shipyard.containers.docker import DockerBackend
 from shipyard.containers.log import BuildLog
+from shipyard.definitions import enforce
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, now_iso
 from shipyard.registry import load
@@ -78,8 +79,9 @@ def backend_for(name: str, fakeroot: bool):
 
 def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
           formats: str | tuple[str, ...] | None = None, block: bool = True, out: IO[str] | None = None,
-          quiet: bool = False) -> dict:
-    """Build ``env_name`` (or skip it when the cache says it is current) and return the manifest."""
+          quiet: bool = False, forced: list[str] | None = None) -> dict:
+    """Build ``env_name`` (or skip it when the cache says it is current) and return the manifest. ``forced``: the
+    `invoke check` errors that ``--force`` overrode, recorded in the manifest (``forced_checks``)."""
     env = reg.environment(env_name)
     fmts = formats if isinstance(formats, tuple) else parse_formats(formats, backend)
     if fakeroot and backend != "apptainer":
@@ -115,7 +117,7 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
             backend=backend, tools=tools, tool_ids={t: tool_ids[t] for t in tools if t in tool_ids},
             formats=list(fmts), pins={k: p.value for k, p in env.pins().items()},
             host=socket.gethostname(), pid=os.getpid(), started=now_iso(), finished=None,
-            log=str(log_path.relative_to(root)),
+            log=str(log_path.relative_to(root)), forced_checks=list(forced) if forced else None,
         )
         temps: dict[str, Path] = {}
         with BuildLog(log_path, out=out, quiet=quiet) as log, signals_raise():
@@ -169,11 +171,14 @@ def build_command(env_name: str | None, *, backend: str = "apptainer", fakeroot:
 
     reg = load(registry)
     env = reg.environment(env_name or None)
+    # the checks of `invoke check ENV` (its lock included) first: a refused environment never starts a build
+    forced = enforce.require(reg, env.name, what=f"build {env.name}", force=force, locks=True)
     if slurm:
         return build_slurm.submit(reg, env.name, cluster_name=cluster or None, partition=partition or None,
                                   backend=backend, fakeroot=fakeroot, force=force, formats=formats, wait=wait,
                                   out=out)
     if wait or partition or cluster:
         raise ShipyardError("--wait, --partition and --cluster only apply with --slurm")
-    build(reg, env.name, backend=backend, fakeroot=fakeroot, force=force, formats=formats, block=block, out=out)
+    build(reg, env.name, backend=backend, fakeroot=fakeroot, force=force, formats=formats, block=block, out=out,
+          forced=forced)
     return 0

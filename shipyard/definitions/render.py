@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from shipyard import __version__, project, templating
-from shipyard.definitions import pylock
+from shipyard.definitions import enforce, pylock
 from shipyard.definitions.recipe import SHIPYARD_DIR, build_recipe
 from shipyard.files import atomic_write
 from shipyard.registry import load
@@ -93,10 +93,18 @@ def _read(path: Path) -> str | None:
 
 
 def render_command(env_name: str | None, all_envs: bool = False, check: bool = False, registry=None,
-                   out=sys.stdout) -> int:
-    """`invoke render`: write (or, with check, compare) definitions; returns the exit code."""
+                   out=sys.stdout, force: bool = False, checks: bool = True) -> int:
+    """`invoke render`: write (or, with check, compare) definitions; returns the exit code.
+
+    Before writing, each environment passes the checks of `invoke check ENV` including its lock
+    (:func:`shipyard.definitions.enforce.require`); ``force`` writes anyway with a warning. ``checks=False`` is for
+    :func:`relock`, which re-renders because the lock it just wrote changed the definition's lock label.
+    """
     reg = registry if isinstance(registry, Registry) else load(registry)
     envs = list(reg.environments.values()) if all_envs else [reg.environment(env_name)]
+    if checks and not check:
+        for env in envs:
+            enforce.require(reg, env.name, what=f"render {env.name}", force=force, locks=True)
     stale: list[str] = []
     known: set[Path] = set()
     written = 0
@@ -140,7 +148,7 @@ def relock(reg: Registry, env_name: str | None = None, exclude_newer: str | None
     """Write the environment's lock (:func:`shipyard.definitions.pylock.lock`), then re-render its definitions:
     they install from the lock and carry its sha256 as a label, so a new lock makes them stale."""
     path = pylock.lock(reg, env_name, exclude_newer, index_url)
-    render_command(reg.environment(env_name).name, registry=reg, out=io.StringIO())
+    render_command(reg.environment(env_name).name, registry=reg, out=io.StringIO(), checks=False)
     return path
 
 

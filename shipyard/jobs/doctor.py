@@ -19,6 +19,8 @@ runtime object (:mod:`shipyard.launch.runtimes`), the one the launchers use.
 
 from __future__ import annotations
 
+import getpass
+import os
 import re
 import shlex
 import uuid
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from shipyard import facts as data
 from shipyard import registry, slurm
-from shipyard.launch import runtimes
+from shipyard.launch import runtimes, staged
 from shipyard.registry import compat
 from shipyard.registry.model import Cluster, Environment, Gpu, Registry
 
@@ -233,8 +235,11 @@ def _storage(cluster: Cluster, where: str, p: Probe, path: str) -> list[Finding]
     if _one(p, "storage_writable") == "yes":
         out.append(Finding(PASS, where, "storage", f"{path} is writable"))
     else:
-        out.append(Finding(FAIL, where, "storage", f"{path} is not writable by {_one(p, 'user') or 'this user'}",
-                           f"fix the directory's permissions, or point {key} at a writable project directory"))
+        # a student on read-only course storage only reads the images the instructor staged: not a failure
+        out.append(Finding(WARN, where, "storage", f"{path} is read-only for {_one(p, 'user') or 'this user'}: "
+                           "enough to run images staged there, not to stage them",
+                           f"nothing to do if you only run staged images; to stage (invoke stage), use the account "
+                           f"that owns it or point {key} at a writable directory"))
     shared = _one(p, "storage_shared")
     if shared == "no":
         out.append(Finding(FAIL, where, "storage", f"{path} here is not the login node's {path}: not shared",
@@ -345,6 +350,42 @@ def run_probes(reg: Registry, cluster: Cluster) -> tuple[str, Probe, Probe | Non
     return storage, login, node, None
 
 
+def images(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
+    """Per environment used on the cluster: is its image in the storage, readable, and the one its stage record
+    names (size and mtime; no re-hash)? Missing or not matching is a FAIL for ``env`` (the one launched) and a WARN
+    for the others. Checked on the login node, which sees the same storage as the nodes (the storage check says
+    whether it does)."""
+    rt = runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime")
+    if not rt.containerised or not cluster.storage:
+        return []
+    out = []
+    names = [e.name for e in reg.environments.values() if e.clusters is None or cluster.name in e.clusters]
+    for name in names:
+        bad = FAIL if name == env.name else WARN
+        image = Path(rt.image(reg.root, name, cluster))
+        stage = f"invoke stage {name} --cluster {cluster.name}"
+        if not image.exists():
+            out.append(Finding(bad, LOGIN, "image", f"{name}: {image} is not there", f"run `{stage}`"))
+            continue
+        if not os.access(image, os.R_OK):
+            out.append(Finding(bad, LOGIN, "image", f"{name}: {image} is not readable by {getpass.getuser()}",
+                               f"ask whoever staged it to run `{stage} --mode group` (or world)"))
+            continue
+        rec, why = staged.read_record(image)
+        changed = staged.image_changed(image, rec) if rec else why
+        if changed:
+            out.append(Finding(bad, LOGIN, "image", f"{name}: {changed}", f"run `{stage}` again"))
+            continue
+        built = staged.binding(reg.root, name, None, rt.suffix)  # the build manifest's image
+        detail = f"{name}: {image} present, readable, matches its stage record (sha256 {rec['sha256'][:12]})"
+        if built and built.sha256 != rec["sha256"]:
+            out.append(Finding(WARN, LOGIN, "image", detail + f"; the build in containers/ is sha256 "
+                               f"{built.sha256[:12]}", f"run `{stage}` to publish the newer build"))
+        else:
+            out.append(Finding(PASS, LOGIN, "image", detail))
+    return out
+
+
 def doctor_command(cluster_name: str | None = None, env_name: str | None = None, registry_path=None) -> int:
     """`invoke doctor`: print the report; 1 when anything FAILs."""
 
@@ -352,6 +393,6 @@ def doctor_command(cluster_name: str | None = None, env_name: str | None = None,
     cluster = reg.cluster(cluster_name)
     env = reg.environment(env_name)
     storage, login, node, err = run_probes(reg, cluster)
-    findings = evaluate(cluster, env, storage, login, node, err)
+    findings = evaluate(cluster, env, storage, login, node, err) + images(reg, cluster, env)
     print(render(cluster, env, findings), end="")
     return 1 if any(f.status == FAIL for f in findings) else 0

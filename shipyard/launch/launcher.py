@@ -26,10 +26,11 @@ from typing import Sequence
 
 from shipyard import __version__, project, registry, slurm, templating
 from shipyard.cli import argv_after_dashdash
+from shipyard.definitions import enforce
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join
 from shipyard.files import atomic_write
-from shipyard.launch import options, runtimes
+from shipyard.launch import options, runtimes, staged
 from shipyard.launch.fabric import (
     EnvVar,
     check_forbidden,
@@ -84,6 +85,11 @@ class Launcher:
     nccl_test_binary: str = "all_reduce_perf"
     nccl_test_mpi: str = "pmix"
     nccl_test_args: tuple[str, ...] = ()
+    image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/launch/staged.py)
+    image_input_hash: str | None = None
+    image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
+    image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
+    forced: tuple[str, ...] = ()  # `invoke check` errors that --force overrode (named in the header)
     regenerate: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -143,6 +149,7 @@ def build(
     monitor_interval: int | str | None = None,
     nccl_debug: bool = False,
     kind: str = "torchrun",
+    forced: Sequence[str] = (),
 ) -> Launcher:
     """Resolve registry defaults and flags into a :class:`Launcher`; every bad value is one ShipyardError line."""
     env_obj = reg.environment(environment)
@@ -162,6 +169,8 @@ def build(
     fields |= _checkpointing(chain, requeue, max_restarts, signal_before)
     fields |= _monitoring(kind, monitor, monitor_interval)
     fields |= _site_constants(cl)
+    fields |= _binding(reg, env_obj.name, rt, fields["image"], image)
+    fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
     launcher = Launcher(**fields)
     return replace(launcher, regenerate=regenerate_argv(launcher, user_mounts, user_env, image))
 
@@ -245,6 +254,23 @@ def _image(reg: Registry, env_name: str, cl: Cluster, rt: Runtime, image: str | 
     return {"image": image or rt.image(reg.root, env_name, cl, override_flag="--image"), "modules": rt.modules(cl)}
 
 
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _binding(reg: Registry, env_name: str, rt: Runtime, image: str | None, given: str | None) -> dict:
+    """The hashes of the image the job must find (its stage record, else the local build manifest); ``--image``
+    opts out. Unknown (nothing staged or built here) leaves the launcher unbound, which `launch_command` refuses."""
+    if not rt.containerised:
+        return {}
+    if given:
+        return {"image_opt_out": True}
+    b = staged.binding(reg.root, env_name, image, rt.suffix)
+    if b is None or not (_HEX64.match(b.sha256) and _HEX64.match(b.input_hash)):
+        return {}
+    return {"image_sha256": b.sha256, "image_input_hash": b.input_hash,
+            "image_bound_from": " ".join(b.source.split())}
+
+
 def _checkpointing(chain, requeue: bool, max_restarts, signal_before) -> dict:
     """``--chain``/``--requeue``: either needs the checkpoint signal, so it defaults on with them."""
     defaults = launch_data()["defaults"]
@@ -284,6 +310,7 @@ def regenerate_argv(l: Launcher, user_mounts, user_env, image) -> tuple[str, ...
         env=tuple(f"{k}={v}" for k, v in user_env),
         nccl_debug=l.nccl_debug, monitor=l.monitor, monitor_interval=l.monitor_interval,
         chain=l.chain, requeue=l.requeue, max_restarts=l.max_restarts, signal_before=l.signal_before,
+        force=bool(l.forced),
     )
     return options.invocation(l.kind, given, l.command)
 
@@ -302,6 +329,7 @@ def render(l: Launcher) -> str:
     """The launcher script for ``l`` (a pure function: same model, same text)."""
     return templating.render("shipyard.launch", "sbatch.sh.j2", trim_blocks=True,
         l=l,
+        record=str(staged.record_path(l.image)) if l.image_sha256 else "",
         version=__version__,
         regenerate=shell_join(l.regenerate),
         container=container_argv(l),
@@ -336,22 +364,65 @@ def launch_command(argv: Sequence[str], submit_jobs: bool = False, dry_run: bool
     Returns the text to print. ``argv`` is ``sys.argv`` (the training command is read after ``--``).
     """
     reg = registry.load(registry_path)
-    l = build(reg, command=argv_after_dashdash(argv), **flags)
+    force = flags.pop("force", False)
+    if dry_run and submit_jobs:
+        raise ShipyardError("--dry-run and --submit exclude each other")
+    # the checks of `invoke check ENV --cluster C` first; --force goes on and the header names what it overrode
+    forced = enforce.require(reg, reg.environment(flags.get("environment")).name,
+                             reg.cluster(flags.get("cluster")).name, what="launch", force=force)
+    l = build(reg, command=argv_after_dashdash(argv), forced=forced, **flags)
+    require_bound(reg, l)
     if dry_run:
-        if submit_jobs:
-            raise ShipyardError("--dry-run and --submit exclude each other")
-        return render(l).rstrip("\n")
+        return render(l).rstrip("\n") + ("\n" + chain_plan(l) if l.chain > 1 else "")
     path = write(l)
     rel = os.path.relpath(path)
     lines = [f"wrote {rel}"]
+    how = "invoke sandbox.exec -- " if slurm.is_sandbox(l.cluster) else ""
     if submit_jobs:
         ids = submit(l, path)
         lines += [f"submitted job {ids[0]}"] + [f"submitted job {j} (afterany:{p})" for p, j in zip(ids, ids[1:])]
         lines.append(f"log: {l.log_dir}/{l.name}-{ids[0]}.out")
+    elif l.chain > 1:
+        script = write_chain(l)
+        lines.append(f"wrote {os.path.relpath(script)}: submits the {l.chain} segments, each after the previous one")
+        lines.append(f"submit with: {how}bash {shlex.quote(str(script))}   (or rerun with --submit)")
     else:
-        how = "invoke sandbox.exec -- sbatch" if slurm.is_sandbox(l.cluster) else "sbatch"
-        lines.append(f"submit with: {how} {shlex.quote(str(path))}   (or rerun with --submit)")
+        lines.append(f"submit with: {how}sbatch {shlex.quote(str(path))}   (or rerun with --submit)")
     return "\n".join(lines)
+
+
+def require_bound(reg: Registry, l: Launcher) -> None:
+    """A launcher for a container runtime names the image it runs (its sha256 and input hash), or ``--image``."""
+    if not runtimes.get(l.runtime).containerised or l.image_sha256 or l.image_opt_out:
+        return
+    raise ShipyardError(f"{l.image}: no image to bind the launcher to (no stage record beside it, no "
+                        f"{runtimes.get(l.runtime).suffix} in containers/{l.environment}.json); run `invoke build "
+                        f"{l.environment}` and `invoke stage {l.environment} --cluster {l.cluster}`, or give --image "
+                        "PATH to run an image unchecked")
+
+
+def chain_path(l: Launcher) -> Path:
+    """``launch/<name>.chain.sh``: submits a ``--chain K`` launcher K times (written without ``--submit``)."""
+    return l.path.with_name(f"{l.name}.chain.sh")
+
+
+def chain_plan(l: Launcher) -> str:
+    """What ``--chain K`` submits, as comment lines (``--dry-run`` prints them after the launcher)."""
+    out = [f"# --chain {l.chain}: {chain_path(l).name} (or --submit) submits {l.path.name} {l.chain} times:"]
+    for i in range(1, l.chain + 1):
+        dep = f" --dependency=afterany:<job {i - 1}>" if i > 1 else ""
+        out.append(f"#   job {i}: sbatch --parsable{dep} {l.path.name}")
+    return "\n".join(out)
+
+
+def render_chain(l: Launcher) -> str:
+    return templating.render("shipyard.launch", "chain.sh.j2", trim_blocks=True, l=l, version=__version__,
+                             sandbox=slurm.is_sandbox(l.cluster), script=str(chain_path(l)))
+
+
+def write_chain(l: Launcher) -> Path:
+    """Write ``launch/<name>.chain.sh`` atomically (mode 0755)."""
+    return atomic_write(chain_path(l), render_chain(l), mode=0o755)
 
 
 def main_argv() -> list[str]:

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from shipyard import __version__, templating
+from shipyard.definitions import enforce
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
 from shipyard.launch import runtimes
@@ -136,10 +137,15 @@ def write_modules(reg: Registry, env_name: str | None = None, cluster_name: str 
     return written
 
 
-def modules_command(env_name: str | None, cluster_name: str | None, prefix: str | None, out=sys.stdout) -> None:
-    """The task body: load the registry, write, and say how to use the result."""
+def modules_command(env_name: str | None, cluster_name: str | None, prefix: str | None, out=sys.stdout,
+                    force: bool = False) -> None:
+    """The task body: load the registry, run `invoke check` for each environment on the cluster (refusing on an
+    ERROR unless ``force``), write, and say how to use the result."""
 
     reg = load()
+    cluster = reg.cluster(cluster_name)
+    for env in environments_for(reg, cluster, env_name):
+        enforce.require(reg, env.name, cluster.name, what=f"modules for {env.name}", force=force)
     paths = write_modules(reg, env_name, cluster_name, prefix)
     mods = sorted(p for p in paths if p.suffix == ".lua")
     root = mods[0].parent.parent if mods else None

@@ -108,6 +108,8 @@ class Options:
                                          check=at_least(0), only_with="requeue")
     signal_before: int | str | None = opt(help="send USR2 this many seconds before the time limit (default 90 with "
                                                "--requeue/--chain)", kinds=(TORCHRUN,), check=_POSITIVE)
+    force: bool = opt(False, "write the launcher even when `invoke check` finds an ERROR for ENV on the cluster (warned, "
+                             "and named in the launcher's header)")
     submit: bool = opt(False, "submit with sbatch --parsable and print the job id(s)", regenerate=False)
     dry_run: bool = opt(False, "print the launcher instead of writing it", regenerate=False)
 

@@ -21,6 +21,7 @@ import subprocess
 from dataclasses import dataclass
 
 from shipyard import registry, slurm
+from shipyard.definitions import enforce
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
 from shipyard.launch import runtimes
@@ -123,10 +124,12 @@ def run_argv(plan: ShellPlan) -> tuple[list[str], dict[str, str] | None]:
 
 
 def shell_command(env_name=None, cluster_name=None, *, dry_run=False, command=None, gpus=None, time=None,
-                  runtime=None, registry_path=None) -> int:
-    """`invoke shell`: print (``dry_run``) or run the command; returns srun's exit code."""
+                  runtime=None, registry_path=None, force=False) -> int:
+    """`invoke shell`: print (``dry_run``) or run the command; returns srun's exit code. The environment on the
+    cluster passes `invoke check` first (``force``: go on with a warning)."""
 
     reg = registry.load(registry_path)
+    enforce.require(reg, reg.environment(env_name).name, reg.cluster(cluster_name).name, what="shell", force=force)
     plan = build(reg, env_name, cluster_name, command=command, gpus=gpus, time=time, runtime=runtime)
     if dry_run:
         print(command_line(plan))

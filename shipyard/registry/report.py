@@ -6,6 +6,7 @@ import sys
 
 from shipyard.files import table
 from shipyard.registry import compat, load
+from shipyard.registry.model import Registry
 
 
 def list_tables(registry=None) -> str:
@@ -56,26 +57,38 @@ def show(env_name: str | None, registry=None) -> str:
     return "\n".join(out)
 
 
-def check(env_name: str | None = None, cluster_name: str | None = None, registry=None, out=sys.stdout) -> int:
-    """Print every problem at once as a table; return 1 when any is an ERROR, else 0."""
-    reg = load(registry)
-    if env_name:
-        reg.environment(env_name)  # unknown names fail with a did-you-mean
-    if cluster_name:
-        reg.cluster(cluster_name)
-    problems = [
-        p for p in compat.check_all(reg)
-        if (not env_name or p.environment in (env_name, "")) and (not cluster_name or p.cluster in (cluster_name, ""))
-    ]
-    problems.sort(key=lambda p: (p.severity != compat.ERROR, p.environment, p.cluster, p.key))
+def select(problems, env_name: str | None, cluster_name: str | None) -> list:
+    """The problems about ``env_name`` (and environment-less ones) on ``cluster_name`` (and cluster-less ones),
+    ERRORs first: what `invoke check ENV --cluster C` shows and what the enforcing commands judge."""
+    out = [p for p in problems
+           if (not env_name or p.environment in (env_name, "")) and (not cluster_name or p.cluster in (cluster_name, ""))]
+    out.sort(key=lambda p: (p.severity != compat.ERROR, p.environment, p.cluster, p.key))
+    return out
+
+
+def print_table(reg, problems, n_env: int, n_clusters: int, out=sys.stdout) -> int:
+    """The check table and its summary line; returns the number of ERRORs."""
     errors = sum(p.severity == compat.ERROR for p in problems)
     warns = len(problems) - errors
-    n_env = 1 if env_name else len(reg.environments)
-    n_clusters = 1 if cluster_name else len(reg.clusters)
     if problems:
         print(table(["severity", "environment", "cluster", "key", "problem"],
                     [[p.severity, p.environment or "-", p.cluster or "-", p.key, p.message] for p in problems]),
               file=out)
     print(f"{reg.path}: {n_env} environment(s), {n_clusters} cluster(s): "
           f"{errors} error(s), {warns} warning(s)", file=out)
-    return 1 if errors else 0
+    return errors
+
+
+def check(env_name: str | None = None, cluster_name: str | None = None, registry=None, out=sys.stdout,
+          extra=None) -> int:
+    """Print every problem at once as a table; return 1 when any is an ERROR, else 0. ``extra(reg)`` adds problems
+    found outside the registry package (the locks: :mod:`shipyard.definitions.enforce`)."""
+    reg = registry if isinstance(registry, Registry) else load(registry)
+    if env_name:
+        reg.environment(env_name)  # unknown names fail with a did-you-mean
+    if cluster_name:
+        reg.cluster(cluster_name)
+    problems = select(compat.check_all(reg) + (extra(reg) if extra else []), env_name, cluster_name)
+    n_env = 1 if env_name else len(reg.environments)
+    n_clusters = 1 if cluster_name else len(reg.clusters)
+    return 1 if print_table(reg, problems, n_env, n_clusters, out) else 0

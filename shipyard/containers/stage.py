@@ -1,0 +1,346 @@
+"""`invoke stage ENV --cluster C`: put ENV's image into the cluster's storage, where launchers, modules and shell
+read it (``<storage>/ENV.sif`` for apptainer clusters, ``<storage>/ENV.sqsh`` for pyxis clusters).
+
+Why a stage of its own: `build` and `pull` write ``containers/ENV.sif`` in the project, the launchers run
+``<cluster storage>/ENV.sif``, and nothing connected the two. A course instructor publishes with this command; the
+students' launchers then check, before ``srun``, that what lies there is what they were written for
+(:mod:`shipyard.launch.staged`).
+
+Rules, whatever the source:
+
+* **Checks first.** The environment on this cluster passes `invoke check` (:func:`shipyard.definitions.enforce.require`);
+  ``--force`` overrides and the overridden errors go into the record.
+* **Atomic.** The image is written to ``ENV.sif.tmp-PID`` in the storage directory itself (a rename across
+  filesystems is a copy), verified, given its permissions, then renamed over the old one; the record follows, also
+  by temp-then-rename. A job starting in between sees a record that does not match and stops -- never half an image.
+* **Verified.** From ``containers/``: copied (or hard-linked with ``--link``) and re-hashed against the build
+  manifest's sha256. From a registry: the SIF pulled over ORAS with the manifest digest and the blob's sha256
+  checked (:func:`shipyard.containers.push.pull_sif`). For pyxis from a docker image: ``enroot import`` runs as a
+  batch job on the cluster's build partition (never on the login node), and the squashfs it writes is hashed here.
+* **Readable by the course.** ``--mode group`` (0640, the default), ``world`` (0644) or an octal mode, for the image
+  and its record; data: ``shipyard/data/stage.yaml``.
+* **Idempotent and cheap.** When the record beside the image already names the same sha256 and input hash, the image
+  still has the recorded size and mtime and the mode is the one asked for, nothing is read or written.
+* **One line for what goes wrong on the storage:** missing, not writable, too little space.
+"""
+
+from __future__ import annotations
+
+import errno
+import getpass
+import os
+import shutil
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Callable
+
+from shipyard import __version__, project, slurm, templating
+from shipyard import facts as data
+from shipyard.containers import common as b
+from shipyard.containers import manifest as mf
+from shipyard.containers import on_slurm
+from shipyard.containers import push as registry_io
+from shipyard.definitions import enforce
+from shipyard.errors import ShipyardError
+from shipyard.files import atomic_write, now_iso, sha256_file
+from shipyard.launch import runtimes, staged
+from shipyard.registry import load
+from shipyard.registry.model import Cluster, Environment, Registry
+
+SOURCES = ("auto", "containers", "registry", "docker")
+
+
+def facts() -> dict:
+    return data.load("stage")
+
+
+def parse_mode(mode: str | None) -> int:
+    """``group`` | ``world`` | an octal mode such as ``0640`` -> the mode bits; the owner can always read and write."""
+    modes = facts()["modes"]
+    text = str(mode or facts()["default_mode"])
+    raw = modes.get(text, text)
+    try:
+        bits = int(str(raw), 8)
+    except ValueError:
+        bits = -1
+    if not 0 <= bits <= 0o777 or bits & 0o600 != 0o600 or bits & 0o133:
+        raise ShipyardError(f"--mode {text!r}: expected {' or '.join(modes)} or an octal mode such as 0640 (owner "
+                            "rw, others at most r: an image is never executable or writable by others)")
+    return bits
+
+
+# ------------------------------------------------------------------------------------------------ the storage
+
+
+def check_storage(cluster: Cluster, storage: Path) -> None:
+    """One line when the storage directory is missing or not writable by this user."""
+    key = f"clusters.{cluster.name}.storage"
+    if not storage.is_dir():
+        raise ShipyardError(f"{storage}: the image storage of cluster {cluster.name} does not exist ({key}); create "
+                            f"it on the shared filesystem (mkdir -p {storage}) or fix {key}")
+    if not os.access(storage, os.W_OK | os.X_OK):
+        raise ShipyardError(f"{storage}: no permission to write there as {getpass.getuser()} ({key}); stage from "
+                            f"the account that owns the course storage, or point {key} at a writable directory")
+
+
+def check_space(storage: Path, need: int) -> None:
+    """One line when the storage has less room than the image plus the margin of shipyard/data/stage.yaml."""
+    free = shutil.disk_usage(storage).free
+    margin = int(facts()["free_margin_mib"]) << 20
+    if free < need + margin:
+        raise ShipyardError(f"{storage}: too little space: {_size(free)} free, the image needs {_size(need)} plus "
+                            f"{_size(margin)} to spare; remove old images there or point the storage elsewhere")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _os_error(exc: OSError, storage: Path) -> ShipyardError:
+    """A failed write into the storage as one line (the checks above cannot see quotas or a disk filling up now)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ShipyardError(f"{storage}: too little space (or quota) while writing the image: {exc.strerror}; "
+                             "remove old images there or point the storage elsewhere")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ShipyardError(f"{storage}: no permission to write there as {getpass.getuser()}: {exc.strerror}")
+    return ShipyardError(f"{storage}: {exc.strerror or exc}")
+
+
+# ------------------------------------------------------------------------------------------------ sources
+
+
+@dataclass
+class Source:
+    """Where the image comes from: what it should hash to (when known before writing), what built it, and how to
+    write it into a temp path."""
+
+    kind: str  # containers | registry | docker
+    reference: str  # a path, oras://REF:TAG or dockerd://TAG
+    input_hash: str
+    spec_sha256: str | None
+    size: int  # for the space check (0: unknown before the write)
+    write: Callable[[Path], dict] = field(repr=False)  # writes the temp file; returns extra record fields
+    sha256: str | None = None  # None: known only after the write (enroot import)
+    pushed_digest: str | None = None
+    after: dict = field(default_factory=dict)  # what write() learnt: a pulled digest, an input hash annotation
+
+
+def _manifest(reg: Registry, env: Environment) -> tuple[Path, dict]:
+    mpath = mf.manifest_path(reg, env.name)
+    m = mf.read_manifest(mpath)
+    if m.get("status") != "ok":
+        state = f"the last build {m['status']}" if m.get("status") else "it was never built"
+        raise ShipyardError(f"{mpath}: cannot stage {env.name}: {state}; run `invoke build {env.name}` first "
+                            "(or stage from a registry with --from registry)")
+    return mpath, m
+
+
+def _pushed_digest(m: dict) -> str | None:
+    digests = sorted({p.get("digest") for p in (m.get("pushed") or {}).values() if p.get("digest")})
+    return ", ".join(digests) or None
+
+
+def from_containers(reg: Registry, env: Environment, fmt: str, link: bool) -> Source:
+    mpath, m = _manifest(reg, env)
+    art = (m.get("artifacts") or {}).get(fmt)
+    src = project.artifact_path(reg, env.name, fmt)
+    if not art or not src.is_file():
+        how = "--backend docker builds .sqsh where enroot exists; or stage with --from docker" if fmt == "sqsh" else \
+            f"run `invoke build {env.name}`"
+        raise ShipyardError(f"{src}: no {fmt} image of {env.name} in containers/ ({how})")
+    if not b.intact_or_signed(reg, env.name, m, fmt):
+        raise ShipyardError(f"{src} changed since it was built (size/mtime differ from {mpath.name}); rebuild with "
+                            f"`invoke build {env.name} --force`")
+    art = mf.read_manifest(mpath)["artifacts"][fmt]  # re-recorded if signing changed the file
+
+    def write(tmp: Path) -> dict:
+        if link:
+            try:
+                os.link(src, tmp)
+            except OSError as exc:
+                if exc.errno == errno.EXDEV:
+                    raise ShipyardError(f"--link: {src} and {tmp.parent} are on different filesystems; "
+                                        "stage without --link to copy") from None
+                raise
+        else:
+            shutil.copyfile(src, tmp)
+        return {"linked": bool(link)}
+
+    return Source("containers", str(src.relative_to(reg.root)), m["input_hash"], m.get("spec_hash"), art["size"],
+                  write, sha256=art["sha256"], pushed_digest=_pushed_digest(m))
+
+
+def from_registry(reg: Registry, env: Environment, registry_name: str | None, tag: str | None,
+                  out: IO[str] | None) -> Source:
+    """The SIF over ORAS (tag default: the one the last push recorded), digest and blob sha256 verified."""
+    target = reg.registry_target(registry_name)
+    if target.scheme != "oras":
+        raise ShipyardError(f"registries.{target.name}: {target.uri} is a docker:// registry; apptainer clusters "
+                            "stage a SIF from an oras:// registry (pyxis clusters: --from docker)")
+    m = mf.read_manifest(mf.manifest_path(reg, env.name))
+    known = (m.get("pushed") or {}).get(target.name, {})
+    if tag is None:
+        if not known:
+            raise ShipyardError(f"no push of {env.name} to registry '{target.name}' is recorded here; give --tag")
+        tag = known["reference"].rsplit(":", 1)[1]
+    expect = known.get("digest") if known.get("reference", "").endswith(f":{tag}") else None
+    ref = "oras://" + registry_io.reference(target, env.name, tag)
+    info: dict = {}
+
+    def write(tmp: Path) -> dict:
+        info.update(registry_io.pull_sif(target, env.name, tag, tmp, expect, out))
+        b.check_sif(tmp)
+        return {"pulled": info.get("pulled")}
+
+    return Source("registry", ref, known.get("input_hash") or "", m.get("spec_hash"), 0, write,
+                  pushed_digest=expect, after=info)
+
+
+def from_docker(reg: Registry, env: Environment, cluster: Cluster, out: IO[str] | None) -> Source:
+    """``enroot import dockerd://IMAGE`` of the docker-backend build, as a batch job on the build partition."""
+    _, m = _manifest(reg, env)
+    image = (m.get("image") or {}).get("tag")
+    if not image:
+        raise ShipyardError(f"{env.name} has no docker image (it was built with --backend apptainer); build it with "
+                            f"`invoke build {env.name} --backend docker`")
+    source = f"dockerd://{image}"
+
+    def write(tmp: Path) -> dict:
+        job = import_job(reg, env, cluster, source, tmp, out)
+        if not tmp.is_file():
+            raise ShipyardError(f"enroot import job {job} wrote no {tmp.name}; see its log in containers/logs/")
+        return {"import_job": job}
+
+    return Source("docker", source, m["input_hash"], m.get("spec_hash"), 0, write,
+                  pushed_digest=_pushed_digest(m))
+
+
+def render_import_job(reg: Registry, env: Environment, cluster: Cluster, source: str, tmp: Path) -> str:
+    """The batch script that runs ``enroot import`` on the build partition (golden-tested; values quoted)."""
+    f = facts()
+    d = on_slurm._directive
+    return templating.render("shipyard.containers", "stage_import.sbatch.j2", trim_blocks=True,
+        version=__version__, env=env.name, cluster=cluster.name,
+        job_name=d(f"stage-{env.name}", "job name"),
+        partition=d(cluster.build_partition, f"clusters.{cluster.name}.scheduler.build_partition"),
+        time=d(f["import_time"], "stage import_time"),
+        account=d(cluster.account, f"clusters.{cluster.name}.scheduler.account"),
+        output=d(str(project.build_logs_dir(reg) / f"{env.name}-stage-%j.out"), "log path (project dir)"),
+        modules=cluster.modules, source=source, tmp=str(tmp))
+
+
+def import_job(reg: Registry, env: Environment, cluster: Cluster, source: str, tmp: Path,
+               out: IO[str] | None) -> str:
+    script = project.build_logs_dir(reg) / f"{env.name}-stage.sbatch"
+    atomic_write(script, render_import_job(reg, env, cluster, source, tmp), mode=0o755)
+    job = slurm.submit(cluster, script)
+    log = project.build_logs_dir(reg) / f"{env.name}-stage-{job}.out"
+    print(f"enroot import of {source} runs as job {job} on partition {cluster.build_partition}; log: {log}",
+          file=out, flush=True)
+    state = on_slurm.follow(cluster.name, job, log, out or open(os.devnull, "w"),
+                            poll=float(facts()["import_poll_s"]))
+    if state != "COMPLETED":
+        raise ShipyardError(f"enroot import job {job} ended {state}; see {log}", exit_code=1)
+    return job
+
+
+# ------------------------------------------------------------------------------------------------ staging
+
+
+def up_to_date(dest: Path, src: Source, mode: int) -> dict | None:
+    """The existing record when ``dest`` is already this image with this mode (stat and a small read only)."""
+    rec, _ = staged.read_record(dest)
+    if not rec or staged.image_changed(dest, rec):
+        return None
+    same = rec.get("sha256") == src.sha256 if src.sha256 else \
+        rec.get("source", {}).get("reference") == src.reference and rec.get("input_hash") == src.input_hash
+    if not same or (src.input_hash and rec.get("input_hash") != src.input_hash):
+        return None
+    if dest.stat().st_mode & 0o777 != mode or staged.record_path(dest).stat().st_mode & 0o777 != mode:
+        return None
+    return rec
+
+
+def stage(reg: Registry, env_name: str | None, cluster_name: str | None, *, source: str = "auto",
+          registry_name: str | None = None, tag: str | None = None, mode: str | None = None, link: bool = False,
+          force: bool = False, out: IO[str] | None = None) -> dict:
+    """Stage ``env_name``'s image into ``cluster_name``'s storage; return its record."""
+    env = reg.environment(env_name)
+    cluster = reg.cluster(cluster_name)
+    rt = runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime")
+    if not rt.containerised:
+        raise ShipyardError(f"cluster {cluster.name} uses the {rt.name} runtime, which runs no image: nothing to "
+                            "stage (stage for an apptainer or pyxis cluster)")
+    if source not in SOURCES:
+        raise ShipyardError(f"--from {source!r}: expected one of {', '.join(SOURCES)}")
+    perm = parse_mode(mode)
+    forced = enforce.require(reg, env.name, cluster.name, what=f"stage {env.name}", force=force)
+    fmt = rt.suffix
+    dest = Path(rt.image(reg.root, env.name, cluster))
+    storage = dest.parent
+    check_storage(cluster, storage)
+    if source == "auto":
+        source = "containers" if fmt == "sif" or project.artifact_path(reg, env.name, fmt).is_file() else "docker"
+    if source == "registry" and fmt != "sif":
+        raise ShipyardError(f"--from registry: cluster {cluster.name} runs pyxis (.sqsh); stage --from docker")
+    if source == "docker" and fmt != "sqsh":
+        raise ShipyardError(f"--from docker: cluster {cluster.name} runs apptainer (.sif); stage --from "
+                            "containers or --from registry")
+    if link and source != "containers":
+        raise ShipyardError("--link applies to --from containers only")
+    src = (from_containers(reg, env, fmt, link) if source == "containers" else
+           from_registry(reg, env, registry_name, tag, out) if source == "registry" else
+           from_docker(reg, env, cluster, out))
+    rec = up_to_date(dest, src, perm) if not forced else None
+    if rec:
+        print(f"{env.name}: already staged at {dest} (sha256 {rec['sha256'][:12]}, input hash "
+              f"{rec['input_hash'][:12]}); nothing to do", file=out)
+        return rec
+    check_space(storage, src.size)
+    tmp = project.temp_path(dest)
+    try:
+        extra = src.write(tmp)
+        got = sha256_file(tmp)
+        after = src.after
+        want = src.sha256 or (after.get("layer_digest", "").removeprefix("sha256:") or None)
+        if want and got != want:
+            raise ShipyardError(f"{tmp}: the staged copy hashes to sha256 {got}, the source says {want}; "
+                                "nothing was replaced (check the storage's filesystem and try again)")
+        os.chmod(tmp, perm)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        raise _os_error(exc, storage) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    st = dest.stat()
+    record = {
+        "environment": env.name, "cluster": cluster.name, "image": dest.name, "sha256": got, "size": st.st_size,
+        "mtime": int(st.st_mtime), "input_hash": src.input_hash or after.get("input_hash") or "",
+        "spec_sha256": src.spec_sha256, "pushed_digest": src.pushed_digest or after.get("digest"),
+        "source": {"kind": src.kind, "reference": src.reference, **{k: v for k, v in extra.items() if v}},
+        "mode": f"{perm:04o}", "staged": now_iso(), "staged_by": f"{getpass.getuser()}@{socket.gethostname()}",
+        "shipyard": __version__,
+    }
+    if forced:
+        record["forced_checks"] = forced
+    try:
+        atomic_write(staged.record_path(dest), staged.render_record(record), mode=perm)
+    except OSError as exc:
+        raise _os_error(exc, storage) from None
+    print(f"staged {env.name} at {dest} (sha256 {got[:12]}, input hash {record['input_hash'][:12]}, mode "
+          f"{perm:04o}, from {src.kind} {src.reference})", file=out)
+    return record
+
+
+def stage_command(env_name: str | None, cluster_name: str | None, *, source: str = "auto",
+                  registry_name: str | None = None, tag: str | None = None, mode: str | None = None,
+                  link: bool = False, force: bool = False, registry=None, out: IO[str] | None = None) -> dict:
+    """`invoke stage`."""
+    reg = registry if isinstance(registry, Registry) else load(registry)
+    return stage(reg, env_name or None, cluster_name or None, source=source, registry_name=registry_name or None,
+                 tag=tag or None, mode=mode or None, link=link, force=force, out=out)

@@ -1,0 +1,97 @@
+"""The checks of `invoke check`, enforced where they apply: render, build, stage, launch, modules and shell.
+
+Why: `invoke check` refusing an environment meant nothing while `render` still wrote its definition, `build` started
+a 30-minute build of it and `launch` wrote a launcher whose job would die at start. Every command that acts on an
+environment (and on a cluster, where one is involved) now runs the same checks through :func:`require`, prints the
+same table on an ERROR and refuses. ``--force`` goes on anyway, loudly: a warning on stderr, and the overridden
+errors are returned so the caller records them (the build manifest, the launcher header, the stage record).
+
+The locks. A lock that is missing, or was made for other pins than the registry now asks for
+(:func:`shipyard.definitions.pylock.stale_reason`), is an ERROR: the definition would install something else than
+registry.yaml says, and the build would find out only at its ``%test``, at the end. These checks live here rather
+than in :mod:`shipyard.registry.compat` because the lock is a file of the definitions stage; `invoke check` adds them
+through :func:`check_command`. They apply to what reads the lock (render, build); launch, stage, modules and shell
+judge the environment on the cluster, since the image they run was built already and is bound by its record.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
+
+from shipyard import project
+from shipyard.definitions import pylock
+from shipyard.errors import ShipyardError
+from shipyard.registry import compat, report
+from shipyard.registry.model import Environment, Registry
+
+
+def lock_problems_for(reg: Registry, env: Environment) -> list[compat.Problem]:
+    """An ERROR when ``definitions/<env>.lock`` is missing or stale for the registry's pins; [] otherwise (also when
+    the environment has nothing to lock: ``stack: base`` without extra pins)."""
+    if not pylock.lock_inputs(env):
+        return []
+    path = project.lock_path(reg, env.name)
+    key = f"environments.{env.name}"
+    if not path.exists():
+        return [compat.Problem(compat.ERROR, env.name, "", key, f"{_rel(reg, path)} is missing: the definition would "
+                               f"install unhashed, unpinned wheels; run `invoke lock {env.name}`")]
+    why = pylock.stale_reason(reg, env)
+    return [compat.Problem(compat.ERROR, env.name, "", key, why)] if why else []
+
+
+def lock_problems(reg: Registry) -> list[compat.Problem]:
+    """:func:`lock_problems_for` of every environment (the ``extra`` of `invoke check`)."""
+    return [p for env in reg.environments.values() for p in lock_problems_for(reg, env)]
+
+
+def _rel(reg: Registry, path) -> str:
+    try:
+        return str(path.relative_to(reg.root))
+    except ValueError:
+        return str(path)
+
+
+def check_command(env_name: str | None = None, cluster_name: str | None = None, registry=None,
+                  out: IO[str] = sys.stdout) -> int:
+    """`invoke check`: compatibility and lock problems as one table; 1 on any ERROR."""
+    return report.check(env_name, cluster_name, registry, out=out, extra=lock_problems)
+
+
+def problems(reg: Registry, env_name: str | None, cluster_name: str | None = None,
+             locks: bool = False) -> list[compat.Problem]:
+    """What `invoke check ENV [--cluster C]` shows for one environment (and one cluster); the locks only with
+    ``locks``."""
+    env = reg.environment(env_name)
+    found = compat.check_environment(env)
+    if cluster_name:
+        cl = reg.cluster(cluster_name)
+        found += compat.check_on_cluster(env, cl)
+        found += [p for p in compat.check_all(reg) if p.environment == "" and p.cluster == cl.name]
+    if locks:
+        found += lock_problems_for(reg, env)
+    return report.select(found, env.name, cluster_name)
+
+
+def require(reg: Registry, env_name: str | None, cluster_name: str | None = None, *, what: str,
+            force: bool = False, locks: bool = False, out: IO[str] | None = None) -> list[str]:
+    """Refuse ``what`` (e.g. "render", "launch") when the checks find an ERROR; with ``force`` go on with a warning.
+
+    Returns the overridden errors as ``KEY: MESSAGE`` lines (empty when nothing was overridden) for the caller to
+    record. The table goes to ``out`` (default stderr, so that a command's own output stays clean).
+    """
+    out = out or sys.stderr
+    env = reg.environment(env_name)
+    found = problems(reg, env.name, cluster_name, locks=locks)
+    errors = [p for p in found if p.severity == compat.ERROR]
+    if not errors:
+        return []
+    report.print_table(reg, found, 1, 1 if cluster_name else 0, out=out)
+    where = f"environment {env.name}" + (f" on cluster {cluster_name}" if cluster_name else "")
+    again = f"invoke check {env.name}" + (f" --cluster {cluster_name}" if cluster_name else "")
+    if not force:
+        raise ShipyardError(f"{what} refused: {len(errors)} error(s) for {where} (table above; `{again}`); "
+                            "fix them, or give --force to go on anyway")
+    print(f"WARNING: --force: {what} goes on despite {len(errors)} error(s) for {where}; this is recorded",
+          file=out)
+    return [f"{p.key}: {p.message}" for p in errors]

@@ -1,0 +1,348 @@
+"""The pipeline's joints without a Slurm cluster: the checks enforced by render, build, stage, launch, modules and
+shell (each refusal, and --force recorded), `invoke stage` into a real directory (atomic, record, permissions,
+no-op, one-line storage errors on real read-only and full filesystems), the launcher's binding header, the chain
+script, and doctor's image findings. Builds go through the strict apptainer double (not apptainer)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from fixtures_build import PROJECT_REGISTRY
+from helpers_registry import shellcheck
+
+from shipyard import registry
+from shipyard.containers import engine
+from shipyard.containers import stage as st
+from shipyard.definitions import enforce
+from shipyard.definitions import render as definitions
+from shipyard.errors import ShipyardError
+from shipyard.jobs import doctor
+from shipyard.launch import launcher as launch
+from shipyard.launch import modules, shell, staged
+
+pytestmark = pytest.mark.double
+
+# The build tests' registry plus: an apptainer cluster whose storage is a directory of the test, one whose driver is
+# too old for CUDA 12 (so environment x cluster fails `invoke check`), and an environment whose Python has no torch
+# wheel (so the environment alone fails).
+EXTRA_CLUSTERS = """\
+  lab:
+    runtime: apptainer
+    fabric: ib
+    gpus_per_node: 0
+    scheduler: {partition: gpu, build_partition: gpu}
+    storage: STORAGE
+  lab-old:
+    runtime: apptainer
+    fabric: ib
+    gpus_per_node: 4
+    gpus: [{model: A100, arch: sm_80}]
+    driver: "470.57.02"
+    scheduler: {partition: gpu}
+    storage: STORAGE
+  lab-pyxis:
+    runtime: pyxis
+    fabric: ib
+    gpus_per_node: 0
+    scheduler: {partition: gpu}
+    storage: STORAGE
+"""
+BAD_ENV = """\
+  tiny-py313:
+    extends: tiny
+    python: "3.13"
+"""
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    root = tmp_path / "proj"
+    root.mkdir()
+    storage = tmp_path / "images"
+    storage.mkdir()
+    text = PROJECT_REGISTRY.format(registry="127.0.0.1:9")
+    text = text.replace("clusters:\n", "clusters:\n" + EXTRA_CLUSTERS.replace("STORAGE", str(storage)))
+    text = text.replace("  pytorch-2.3:\n", BAD_ENV + "  pytorch-2.3:\n")
+    (root / "registry.yaml").write_text(text)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    return registry.load(root / "registry.yaml")
+
+
+@pytest.fixture
+def built(proj, apptainer_double):
+    """`tiny` built through the apptainer double (a real SIF file holding the definition)."""
+    definitions.render_command("tiny", registry=proj, out=io.StringIO())
+    engine.build(proj, "tiny", out=io.StringIO())
+    return proj
+
+
+def storage(reg) -> Path:
+    return Path(reg.cluster("lab").storage)
+
+
+# ------------------------------------------------------------------------------------------------ check and locks
+
+
+def test_check_reports_a_missing_and_a_stale_lock_as_errors(proj):
+    out = io.StringIO()
+    assert enforce.check_command("pytorch-2.3", registry=proj, out=out) == 1
+    assert "definitions/pytorch-2.3.lock is missing" in out.getvalue() and "invoke lock pytorch-2.3" in out.getvalue()
+    lock = proj.root / "definitions" / "pytorch-2.3.lock"
+    lock.parent.mkdir()
+    lock.write_text("# shipyard-lock\n# inputs-sha256: " + "0" * 64 + "\ntorch==2.3.1 --hash=sha256:" + "1" * 64 + "\n")
+    out = io.StringIO()
+    assert enforce.check_command("pytorch-2.3", registry=proj, out=out) == 1
+    assert "locked for other inputs" in out.getvalue()
+    # stack: base with no extra pins has nothing to lock: no error
+    assert enforce.check_command("tiny", "lab", registry=proj, out=io.StringIO()) == 0
+
+
+def test_render_refuses_what_check_refuses_and_force_writes_with_a_warning(proj, capsys):
+    with pytest.raises(ShipyardError, match=r"render tiny-py313 refused: 1 error\(s\).*--force"):
+        definitions.render_command("tiny-py313", registry=proj, out=io.StringIO())
+    err = capsys.readouterr().err
+    assert "severity" in err and "no wheel for Python 3.13" in err  # the same table as `invoke check`
+    assert not (proj.root / "definitions" / "tiny-py313.def").exists()
+    assert definitions.render_command("tiny-py313", registry=proj, out=io.StringIO(), force=True) == 0
+    assert "WARNING: --force: render tiny-py313 goes on" in capsys.readouterr().err
+    assert (proj.root / "definitions" / "tiny-py313.def").exists()
+
+
+def test_cli_build_refuses_before_building_and_exits_2(proj, invoke):
+    res = invoke("build", "pytorch-2.3", cwd=proj.root)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1].startswith("shipyard: error: build pytorch-2.3 refused")
+    assert "pytorch-2.3.lock is missing" in res.stderr and "Traceback" not in res.stderr
+    assert not (proj.root / "containers").exists()
+
+
+def test_forced_build_records_the_overridden_errors_in_the_manifest(proj, apptainer_double, capsys):
+    assert engine.build_command("tiny-py313", force=True, registry=proj.path, out=io.StringIO()) == 0
+    m = json.loads((proj.root / "containers" / "tiny-py313.json").read_text())
+    assert m["status"] == "ok"
+    assert any("Python 3.13" in f for f in m["forced_checks"])
+    assert "WARNING: --force: build tiny-py313" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ stage
+
+
+def test_stage_copies_verifies_and_writes_a_readable_record(built, capsys):
+    rec = st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    m = json.loads((built.root / "containers" / "tiny.json").read_text())
+    assert dest.read_bytes() == (built.root / "containers" / "tiny.sif").read_bytes()
+    assert rec["sha256"] == m["artifacts"]["sif"]["sha256"] and rec["input_hash"] == m["input_hash"]
+    assert rec["spec_sha256"] == m["spec_hash"] and rec["source"]["kind"] == "containers"
+    on_disk, why = staged.read_record(dest)
+    assert on_disk == rec, why
+    assert dest.stat().st_mode & 0o777 == 0o640 and staged.record_path(dest).stat().st_mode & 0o777 == 0o640
+    assert staged.image_changed(dest, rec) is None
+    assert not list(storage(built).glob("*.tmp-*"))  # nothing left beside it
+    assert os.stat(dest).st_ino != os.stat(built.root / "containers" / "tiny.sif").st_ino  # a copy, not a link
+
+
+def test_identical_restage_is_a_no_op_and_mode_world_restages(built):
+    st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    before = (dest.stat().st_ino, dest.stat().st_mtime_ns, staged.record_path(dest).stat().st_mtime_ns)
+    out = io.StringIO()
+    st.stage_command("tiny", "lab", registry=built, out=out)
+    assert "nothing to do" in out.getvalue()
+    assert (dest.stat().st_ino, dest.stat().st_mtime_ns, staged.record_path(dest).stat().st_mtime_ns) == before
+    st.stage_command("tiny", "lab", mode="world", registry=built, out=io.StringIO())
+    assert dest.stat().st_mode & 0o777 == 0o644
+
+
+def test_stage_link_hard_links_on_the_same_filesystem(built):
+    st.stage_command("tiny", "lab", link=True, registry=built, out=io.StringIO())
+    assert os.stat(storage(built) / "tiny.sif").st_ino == os.stat(built.root / "containers" / "tiny.sif").st_ino
+
+
+def test_tampered_source_is_refused(built):
+    sif = built.root / "containers" / "tiny.sif"
+    with open(sif, "ab") as fh:
+        fh.write(b"x")
+    with pytest.raises(ShipyardError, match="changed since it was built"):
+        st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+
+
+@pytest.mark.parametrize("mode", ["0666", "0755", "rw", "0600x"])
+def test_bad_modes_are_refused(built, mode):
+    with pytest.raises(ShipyardError, match="--mode"):
+        st.stage_command("tiny", "lab", mode=mode, registry=built, out=io.StringIO())
+
+
+def test_stage_refuses_missing_storage_in_one_line(built):
+    shutil.rmtree(storage(built))
+    with pytest.raises(ShipyardError, match=r"does not exist \(clusters\.lab\.storage\); create it"):
+        st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+
+
+def _mount_tmpfs(path: Path, *opts: str) -> None:
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(opts), "tmpfs", str(path)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.decode().strip()}): needs root")
+
+
+@pytest.fixture
+def mounted(built):
+    path = storage(built)
+    yield path
+    subprocess.run(["umount", str(path)], capture_output=True)
+
+
+def test_stage_refuses_read_only_storage_in_one_line(mounted, built):
+    _mount_tmpfs(mounted, "size=64m", "ro")  # a real read-only filesystem: even root cannot write there
+    with pytest.raises(ShipyardError, match="no permission to write there"):
+        st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+
+
+def test_stage_refuses_too_little_space_in_one_line(mounted, built):
+    _mount_tmpfs(mounted, "size=1m")
+    with pytest.raises(ShipyardError, match=r"too little space: .* free, the image needs"):
+        st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+    assert os.listdir(mounted) == []
+
+
+def test_stage_runs_the_checks_and_force_records_them(built, capsys):
+    with pytest.raises(ShipyardError, match="stage tiny refused: .* on cluster lab-old"):
+        st.stage_command("tiny", "lab-old", registry=built, out=io.StringIO())
+    assert "driver 470.57.02 is too old" in capsys.readouterr().err
+    rec = st.stage_command("tiny", "lab-old", force=True, registry=built, out=io.StringIO())
+    assert any("driver 470.57.02 is too old" in f for f in rec["forced_checks"])
+
+
+def test_stage_refuses_a_cluster_without_images_and_an_unbuilt_env(built):
+    with pytest.raises(ShipyardError, match="runs no image: nothing to stage"):
+        st.stage_command("tiny", "sandbox", registry=built, out=io.StringIO())
+    with pytest.raises(ShipyardError, match="it was never built; run `invoke build tiny-mismatch`"):
+        st.stage_command("tiny-mismatch", "lab", registry=built, out=io.StringIO())
+    with pytest.raises(ShipyardError, match="--from registry: cluster lab-pyxis runs pyxis"):
+        st.stage_command("tiny", "lab-pyxis", source="registry", registry=built, out=io.StringIO())
+
+
+def test_import_job_script_runs_enroot_on_the_build_partition(built, tmp_path):
+    text = st.render_import_job(built, built.environment("tiny"), built.cluster("lab"), "dockerd://shipyard/tiny:abc",
+                                tmp_path / "it's here" / "tiny.sqsh.tmp-1")
+    assert "#SBATCH --partition=gpu" in text
+    assert "exec enroot import -o '" in text and "dockerd://shipyard/tiny:abc" in text
+    res = shellcheck(text, "bash")
+    assert res.returncode == 0, res.stdout
+
+
+def test_cli_stage_errors_are_one_line_exit_2(built, invoke):
+    res = invoke("stage", "tiny", "--cluster", "lab", "--mode", "0777", cwd=built.root)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+# ------------------------------------------------------------------------------------------------ launch binding
+
+
+def _launch(reg, **flags) -> str:
+    return launch.launch_command(["invoke", "launch", "--", "train.py"], registry_path=reg.path, **flags)
+
+
+def test_launcher_names_the_staged_image_and_checks_it_before_srun(built):
+    rec = st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+    text = _launch(built, environment="tiny", cluster="lab", dry_run=True)
+    assert f"# image sha256 {rec['sha256']}, input hash {rec['input_hash']}" in text
+    assert f"stage record {storage(built) / 'tiny.sif.json'}" in text
+    check = text.index("matches its stage record")
+    assert check < text.index("\nsrun ")
+    res = shellcheck(text.split("\n# --chain")[0], "bash")
+    assert res.returncode == 0, res.stdout
+
+
+def test_launcher_binds_to_the_build_manifest_before_staging(built):
+    m = json.loads((built.root / "containers" / "tiny.json").read_text())
+    text = _launch(built, environment="tiny", cluster="lab", dry_run=True)
+    assert f"# image sha256 {m['artifacts']['sif']['sha256']}" in text and "build manifest" in text
+
+
+def test_unbound_launcher_is_refused_and_image_opts_out(proj):
+    with pytest.raises(ShipyardError, match=r"no image to bind the launcher to .* give --image"):
+        _launch(proj, environment="tiny", cluster="lab", dry_run=True)
+    text = _launch(proj, environment="tiny", cluster="lab", image="/elsewhere/x.sif", dry_run=True)
+    assert "# image given with --image: not bound to a build" in text
+    assert "not checked against a stage record" in text and "want_sha=" not in text
+
+
+def test_launch_refuses_what_check_refuses_and_force_is_in_the_header(built, capsys):
+    with pytest.raises(ShipyardError, match="launch refused: .* on cluster lab-old"):
+        _launch(built, environment="tiny", cluster="lab-old", image="/x.sif", dry_run=True)
+    assert "driver 470.57.02 is too old" in capsys.readouterr().err
+    text = _launch(built, environment="tiny", cluster="lab-old", image="/x.sif", force=True, dry_run=True)
+    assert "# WARNING: written with --force despite the `invoke check` ERROR clusters.lab-old.driver" in text
+    assert " --force " in text.splitlines()[2]  # the regenerate line repeats it
+
+
+def test_chain_without_submit_writes_a_submit_script_and_dry_run_shows_the_chain(proj, tmp_path):
+    out = _launch(proj, environment="tiny", cluster="sandbox", chain=3)
+    script = proj.root / "launch" / "train.chain.sh"
+    assert "wrote launch/train.chain.sh" in out and f"invoke sandbox.exec -- bash {script}" in out
+    text = script.read_text()
+    assert "for segment in $(seq 1 3)" in text and '--dependency="afterany:$prev"' in text
+    assert shellcheck(text, "bash").returncode == 0
+    dry = _launch(proj, environment="tiny", cluster="sandbox", chain=3, dry_run=True)
+    assert "#   job 1: sbatch --parsable train.sbatch" in dry
+    assert "#   job 3: sbatch --parsable --dependency=afterany:<job 2> train.sbatch" in dry
+    # the script really submits the chain: run it with a recording sbatch on PATH
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text('#!/bin/sh\necho "$*" >> "$CALLS"\necho $(( $(wc -l < "$CALLS") + 100 ))\n')
+    (fake / "sbatch").chmod(0o755)
+    calls = tmp_path / "calls"
+    res = subprocess.run(["bash", str(script)], env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}",
+                                                     "CALLS": str(calls)}, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    lines = calls.read_text().splitlines()
+    launcher = str(proj.root / "launch" / "train.sbatch")
+    assert lines == [f"--parsable {launcher}", f"--parsable --dependency=afterany:101 {launcher}",
+                     f"--parsable --dependency=afterany:102 {launcher}"]
+
+
+# ------------------------------------------------------------------------------------------------ modules, shell
+
+
+def test_modules_and_shell_refuse_what_check_refuses(built, monkeypatch, tmp_path):
+    monkeypatch.setattr(registry, "load", lambda *a, **k: built)
+    monkeypatch.setattr(modules, "load", lambda *a, **k: built)
+    with pytest.raises(ShipyardError, match="modules for tiny refused"):
+        modules.modules_command("tiny", "lab-old", str(tmp_path / "m"), out=io.StringIO())
+    modules.modules_command("tiny", "lab-old", str(tmp_path / "m"), out=io.StringIO(), force=True)
+    assert (tmp_path / "m" / "modulefiles" / "shipyard" / "tiny.lua").exists()
+    with pytest.raises(ShipyardError, match="shell refused"):
+        shell.shell_command("tiny", "lab-old", dry_run=True)
+    assert shell.shell_command("tiny", "lab-old", dry_run=True, force=True) == 0
+
+
+# ------------------------------------------------------------------------------------------------ doctor
+
+
+def test_doctor_reports_each_environment_image(built):
+    env = built.environment("tiny")
+    finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}
+    assert finds["tiny"].status == doctor.FAIL and "is not there" in finds["tiny"].detail
+    assert finds["tiny-mismatch"].status == doctor.WARN  # not the environment being checked
+    st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+    finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}
+    assert finds["tiny"].status == doctor.PASS and "matches its stage record" in finds["tiny"].detail
+    with open(storage(built) / "tiny.sif", "ab") as fh:
+        fh.write(b"tampered")
+    finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}
+    assert finds["tiny"].status == doctor.FAIL and "changed after it was staged" in finds["tiny"].detail
+
+
+def test_doctor_read_only_storage_is_not_a_failure():
+    cl = registry.load_text(PROJECT_REGISTRY.format(registry="x"), "r.yaml").cluster("sandbox")
+    probe = {"storage": ["present"], "storage_writable": ["no"], "user": ["student"]}
+    finds = doctor._storage(cl, "login", probe, "/course/images")
+    assert [f.status for f in finds] == [doctor.WARN] and "read-only for student" in finds[0].detail

@@ -1,0 +1,113 @@
+"""The whole path on the real 2-node Slurm sandbox: check -> render -> build -> stage -> launch -> the job verifies the
+staged image's record before srun; tampering with the staged image stops the next job before srun.
+
+The build and the job's `apptainer exec` go through the strict apptainer double (apptainer cannot be installed
+here): it writes a real SIF file and runs the command on the host, so the Slurm side, the stage record and the
+launcher's check are real."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+from fixtures_build import APPTAINER_DOUBLE, PROJECT_REGISTRY
+from fixtures_launch import PROBE, wait_job
+
+from shipyard import registry
+from shipyard.containers import engine
+from shipyard.containers import stage as st
+from shipyard.definitions import enforce
+from shipyard.definitions import render as definitions
+from shipyard.launch import launcher as launch
+
+pytestmark = [pytest.mark.slurm, pytest.mark.double]
+
+
+@pytest.fixture
+def flow_project(sandbox, tmp_path, monkeypatch):
+    """The build tests' project with its `sandbox` cluster switched to the apptainer runtime (storage under the
+    project), the apptainer double on PATH (Slurm copies PATH into the job) and the sandbox as the cluster."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    text = PROJECT_REGISTRY.format(registry="127.0.0.1:9").replace(
+        "  sandbox:\n    runtime: host\n", "  sandbox:\n    runtime: apptainer\n")
+    (root / "registry.yaml").write_text(text)
+    (root / "probe.py").write_text(PROBE)
+    (root / ".sandbox" / "images").mkdir(parents=True)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
+    monkeypatch.setenv("PATH", f"{APPTAINER_DOUBLE}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "cache"))
+    calls = tmp_path / "apptainer-calls.jsonl"
+    monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
+    return registry.load(root / "registry.yaml"), calls
+
+
+def _submit(reg, name: str) -> tuple[str, str]:
+    out = launch.launch_command(["invoke", "launch", "--", str(reg.root / "probe.py")], submit_jobs=True,
+                                registry_path=reg.path, environment="tiny", cluster="sandbox", nodes=2, name=name)
+    job = re.search(r"submitted job (\d+)", out).group(1)
+    return job, str(reg.root / "launch" / "logs" / f"{name}-{job}.out")
+
+
+def _execs(calls) -> list[dict]:
+    if not calls.exists():
+        return []
+    return [c for c in map(json.loads, calls.read_text().splitlines()) if c.get("command") == "exec"]
+
+
+def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project):
+    reg, calls = flow_project
+    assert enforce.check_command("tiny", "sandbox", registry=reg, out=io.StringIO()) == 0
+    assert definitions.render_command("tiny", registry=reg, out=io.StringIO()) == 0
+    assert engine.build_command("tiny", registry=reg.path, out=io.StringIO()) == 0
+    rec = st.stage_command("tiny", "sandbox", registry=reg, out=io.StringIO())
+    image = reg.root / ".sandbox" / "images" / "tiny.sif"
+    assert image.is_file() and rec["sha256"] == json.loads((reg.root / "containers" / "tiny.json").read_text())[
+        "artifacts"]["sif"]["sha256"]
+
+    job, log = _submit(reg, "bound")
+    info = wait_job(sandbox, job)
+    text = open(log).read()
+    assert info["ExitCode"] == "0:0", text[-3000:]
+    assert f"image {image} matches its stage record (sha256 {rec['sha256'][:12]}" in text
+    execs = _execs(calls)
+    assert sorted(c["host"] for c in execs) == ["node1", "node2"] and all(c["image"] == str(image) for c in execs)
+
+    # tamper: the bytes change in place (size and mtime with them); the next job must stop before srun
+    with open(image, "ab") as fh:
+        fh.write(b"tampered")
+    job, log = _submit(reg, "tampered")
+    info = wait_job(sandbox, job)
+    text = open(log).read()
+    assert info["ExitCode"] == "3:0", text[-3000:]
+    assert "changed after it was staged" in text and rec["sha256"] in text
+    assert "job step exit code" not in text  # srun never ran
+    assert len(_execs(calls)) == 2  # no new apptainer exec
+
+    # restaged from containers/ (an identical image again): the same launcher's check passes
+    st.stage_command("tiny", "sandbox", registry=reg, out=io.StringIO())
+    job, log = _submit(reg, "restaged")
+    assert wait_job(sandbox, job)["ExitCode"] == "0:0", open(log).read()[-3000:]
+
+
+def test_chain_script_submits_the_whole_chain_on_the_sandbox(sandbox, flow_project):
+    reg, _ = flow_project
+    out = launch.launch_command(["invoke", "launch", "--", "probe.py"], registry_path=reg.path, environment="tiny",
+                                cluster="sandbox", runtime="host", chain=3, name="chained")
+    script = reg.root / "launch" / "chained.chain.sh"
+    assert "wrote launch/chained.chain.sh" in out
+    res = sandbox.run(["bash", str(script)])
+    assert res.returncode == 0, res.stderr
+    ids = re.findall(r"submitted job (\d+)", res.stdout)
+    assert len(ids) == 3
+    for prev, job in zip(ids, ids[1:]):
+        fields = dict(kv.split("=", 1) for kv in sandbox.run(["scontrol", "show", "job", "-o", job]).stdout.split()
+                      if "=" in kv)
+        assert fields["Dependency"].startswith(f"afterany:{prev}"), fields
+    for job in ids:
+        wait_job(sandbox, job)
