@@ -210,7 +210,7 @@ from shipyard.launch import options as launch_options  # noqa: E402
 @task(**launch_options.task_kwargs(launch_options.TORCHRUN))
 @task_guard
 def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-           name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
+           cpus_per_task=None, mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
            submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
@@ -218,8 +218,8 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
 
     print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
                             environment=environment, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
-                            runtime=runtime, partition=partition, account=account, time=time, mounts=mounts,
-                            env=env, name=name, image=image, chain=chain, requeue=requeue,
+                            runtime=runtime, partition=partition, cpus_per_task=cpus_per_task, mem=mem,
+                            exclusive=exclusive, account=account, time=time, mounts=mounts, env=env, name=name, image=image, chain=chain, requeue=requeue,
                             max_restarts=max_restarts, signal_before=signal_before, monitor=monitor,
                             monitor_interval=monitor_interval, nccl_debug=nccl_debug))
 
@@ -227,14 +227,15 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
 @task(name="nccl-test", **launch_options.task_kwargs(launch_options.NCCL_TEST))
 @task_guard
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-              name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
+              mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
               submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     from shipyard.launch import launcher as ln
 
     print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
                             kind="nccl-test", environment=environment, cluster=cluster, nodes=nodes,
-                            gpus_per_node=gpus_per_node, runtime=runtime, partition=partition, account=account,
+                            gpus_per_node=gpus_per_node, runtime=runtime, partition=partition, mem=mem,
+                            exclusive=exclusive, account=account,
                             time=time, mounts=mounts, env=env, name=name, image=image, nccl_debug=nccl_debug))
 
 
