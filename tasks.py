@@ -311,6 +311,30 @@ def demo(c, steps=60, timeout=600, no_install=False):
         raise SystemExit(code)
 
 
+@task(
+    name="import-pcluster",
+    positional=["config"],
+    help={
+        "config": "ParallelCluster 3 cluster config (YAML) to read",
+        "name": "cluster profile name (default: the config file's name without .yaml)",
+        "registry": "registry file to add it to (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
+        "dry_run": "show the diff only; write nothing",
+        "yes": "write without asking (asked only on a terminal)",
+    },
+)
+@task_guard
+def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False):
+    """Turn a ParallelCluster config into a cluster profile in registry.yaml (each queue a partition); shows the diff."""
+    from shipyard.registry import pcluster
+
+    code = pcluster.import_command(config, name, registry, dry_run=dry_run, yes=yes)
+    if code:
+        raise SystemExit(code)
+
+
+cluster_tasks = Collection("cluster", cluster_import_pcluster)
+
+
 # ----------------------------------------------------------------------------------------------- build, push, pull
 
 
@@ -440,4 +464,4 @@ def verify(c, env=None):
 # ----------------------------------------------------------------------------------------------- namespace
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
-                sandbox_tasks, demo, build, push, pull, lock_, modules, sign, verify)
+                sandbox_tasks, cluster_tasks, demo, build, push, pull, lock_, modules, sign, verify)
