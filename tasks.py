@@ -148,29 +148,32 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "gpus": "GPUs to request on the node (default: 1 if the cluster has GPUs, else 0)",
         "time": "time limit (default: the cluster's scheduler.time)",
         "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
+        "partition": "partition to run on (default: the cluster's interactive partition)",
     },
 )
 @task_guard
-def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None):
+def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None,
+          partition=None):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
     from shipyard.launch import shell as sh
 
     raise SystemExit(sh.shell_command(env, cluster, dry_run=dry_run, command=command, gpus=gpus, time=time,
-                                      runtime=runtime))
+                                      runtime=runtime, partition=partition))
 
 
 @task(
     help={
         "cluster": "cluster to check (default: defaults.cluster)",
         "env": "environment whose CUDA/arch needs are checked against the GPUs (default: defaults.environment)",
+        "partition": "partition whose node is probed and whose GPUs are expected (default: scheduler.partition)",
     }
 )
 @task_guard
-def doctor(c, cluster=None, env=None):
+def doctor(c, cluster=None, env=None, partition=None):
     """Preflight: Slurm, pyxis, apptainer/enroot, fakeroot, GPUs and driver, shared storage; PASS/WARN/FAIL + fix."""
     from shipyard.jobs import doctor as dr
 
-    code = dr.doctor_command(cluster, env)
+    code = dr.doctor_command(cluster, env, partition=partition)
     if code:
         raise SystemExit(code)
 
@@ -242,7 +245,7 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
 # ----------------------------------------------------------------------------------------------- sandbox, demo
 # The local Slurm cluster (shipyard/sandbox.py) and the README's main command (shipyard/demo.py).
 
-_SANDBOX_DIR_HELP = "sandbox directory (default: $SHIPYARD_SANDBOX_DIR, else <project>/.sandbox)"
+_SANDBOX_DIR_HELP = "sandbox directory (default: $SHIPYARD_SANDBOX_DIR, else /var/tmp/shipyard-sandbox: one per machine)"
 
 
 @task(
