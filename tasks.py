@@ -150,29 +150,32 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "time": "time limit (default: the cluster's scheduler.time)",
         "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
         "force": "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)",
+        "partition": "partition to run on (default: the cluster's interactive partition)",
     },
 )
 @task_guard
-def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None, force=False):
+def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None, force=False,
+          partition=None):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
     from shipyard.launch import shell as sh
 
     raise SystemExit(sh.shell_command(env, cluster, dry_run=dry_run, command=command, gpus=gpus, time=time,
-                                      runtime=runtime, force=force))
+                                      runtime=runtime, force=force, partition=partition))
 
 
 @task(
     help={
         "cluster": "cluster to check (default: defaults.cluster)",
         "env": "environment whose CUDA/arch needs are checked against the GPUs (default: defaults.environment)",
+        "partition": "partition whose node is probed and whose GPUs are expected (default: scheduler.partition)",
     }
 )
 @task_guard
-def doctor(c, cluster=None, env=None):
+def doctor(c, cluster=None, env=None, partition=None):
     """Preflight: Slurm, pyxis, apptainer/enroot, fakeroot, GPUs and driver, shared storage; PASS/WARN/FAIL + fix."""
     from shipyard.jobs import doctor as dr
 
-    code = dr.doctor_command(cluster, env)
+    code = dr.doctor_command(cluster, env, partition=partition)
     if code:
         raise SystemExit(code)
 
@@ -212,7 +215,8 @@ from shipyard.launch import options as launch_options  # noqa: E402
 @task(**launch_options.task_kwargs(launch_options.TORCHRUN))
 @task_guard
 def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-           name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
+           cpus_per_task=None, mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None,
+           mounts=None, env=None, nccl_debug=False,
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
            force=False, submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
@@ -220,8 +224,9 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
 
     print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
                             environment=environment, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
-                            runtime=runtime, partition=partition, account=account, time=time, mounts=mounts,
-                            env=env, name=name, image=image, chain=chain, requeue=requeue,
+                            runtime=runtime, partition=partition, cpus_per_task=cpus_per_task, mem=mem,
+                            exclusive=exclusive, account=account, time=time, mounts=mounts, env=env, name=name,
+                            image=image, chain=chain, requeue=requeue,
                             max_restarts=max_restarts, signal_before=signal_before, monitor=monitor,
                             monitor_interval=monitor_interval, nccl_debug=nccl_debug, force=force))
 
@@ -229,22 +234,22 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
 @task(name="nccl-test", **launch_options.task_kwargs(launch_options.NCCL_TEST))
 @task_guard
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-              name=None, registry=None, account=None, time=None, image=None, mounts=None, env=None, nccl_debug=False,
-              force=False, submit=False, dry_run=False):
+              mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None, mounts=None,
+              env=None, nccl_debug=False, force=False, submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     from shipyard.launch import launcher as ln
 
     print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
                             kind="nccl-test", environment=environment, cluster=cluster, nodes=nodes,
-                            gpus_per_node=gpus_per_node, runtime=runtime, partition=partition, account=account,
-                            time=time, mounts=mounts, env=env, name=name, image=image, nccl_debug=nccl_debug,
-                            force=force))
+                            gpus_per_node=gpus_per_node, runtime=runtime, partition=partition, mem=mem,
+                            exclusive=exclusive, account=account, time=time, mounts=mounts, env=env, name=name,
+                            image=image, nccl_debug=nccl_debug, force=force))
 
 
 # ----------------------------------------------------------------------------------------------- sandbox, demo
 # The local Slurm cluster (shipyard/sandbox.py) and the README's main command (shipyard/demo.py).
 
-_SANDBOX_DIR_HELP = "sandbox directory (default: $SHIPYARD_SANDBOX_DIR, else <project>/.sandbox)"
+_SANDBOX_DIR_HELP = "sandbox directory (default: $SHIPYARD_SANDBOX_DIR, else /var/tmp/shipyard-sandbox: one per machine)"
 
 
 @task(
@@ -311,6 +316,30 @@ def demo(c, steps=60, timeout=600, no_install=False):
     code = dm.demo_command(steps=int(steps), timeout=float(timeout), install=not no_install)
     if code:
         raise SystemExit(code)
+
+
+@task(
+    name="import-pcluster",
+    positional=["config"],
+    help={
+        "config": "ParallelCluster 3 cluster config (YAML) to read",
+        "name": "cluster profile name (default: the config file's name without .yaml)",
+        "registry": "registry file to add it to (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
+        "dry_run": "show the diff only; write nothing",
+        "yes": "write without asking (asked only on a terminal)",
+    },
+)
+@task_guard
+def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False):
+    """Turn a ParallelCluster config into a cluster profile in registry.yaml (each queue a partition); shows the diff."""
+    from shipyard.registry import pcluster
+
+    code = pcluster.import_command(config, name, registry, dry_run=dry_run, yes=yes)
+    if code:
+        raise SystemExit(code)
+
+
+cluster_tasks = Collection("cluster", cluster_import_pcluster)
 
 
 # ----------------------------------------------------------------------------------------------- build, push, pull
@@ -467,4 +496,4 @@ def verify(c, env=None):
 # ----------------------------------------------------------------------------------------------- namespace
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
-                sandbox_tasks, demo, build, push, pull, stage, lock_, modules, sign, verify)
+                sandbox_tasks, cluster_tasks, demo, build, push, pull, stage, lock_, modules, sign, verify)

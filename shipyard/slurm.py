@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from shipyard import facts, procs, registry
+from shipyard import facts, procs
 from shipyard.errors import ShipyardError
 
 SANDBOX = "sandbox"  # the registry's cluster that `invoke sandbox.up` runs on this machine
@@ -56,12 +56,15 @@ def is_sandbox(cluster) -> bool:
 
 
 def sandbox_directory(directory=None) -> Path:
-    """``directory``, else ``$SHIPYARD_SANDBOX_DIR``, else ``<project>/.sandbox`` (where registry.yaml lives)."""
+    """``directory``, else ``$SHIPYARD_SANDBOX_DIR``, else the machine's one sandbox (``default_directory`` in
+    shipyard/data/sandbox.yaml). Why per machine and not per project: the sandbox *is* this machine's cluster; one
+    directory per registry started a second cluster whenever `sandbox.up` ran beside another registry.yaml (a
+    course folder), and `launch --cluster sandbox` there could not find the first."""
     if directory:
         return Path(directory).absolute()
     if os.environ.get(DIR_ENV):
         return Path(os.environ[DIR_ENV]).absolute()
-    return registry.load().root / ".sandbox"
+    return Path(facts.load("sandbox")["default_directory"])
 
 
 def read_sandbox_state(root: Path) -> dict | None:

@@ -105,17 +105,18 @@ def test_header_names_generator_and_exact_regenerate_command(launch_registry):
 def test_regenerate_command_writes_the_same_file(launch_project, invoke):
     """Run the header's command with real invoke in the project: it must write the identical launcher."""
     fake_build_manifest(launch_project, "pytorch-2.3", "sif")  # the apptainer launcher binds to a built image
+    (launch_project / "train.py").write_text("")
     out = invoke("launch", "--cluster", "lab-ib", "--nodes", "2", "--env", "K=v w", "--requeue",
                  "--", "train.py", *HOSTILE_ARGS, cwd=launch_project)
     assert out.returncode == 0, out.stderr
-    first = (launch_project / "launch" / "train.sbatch").read_text()
+    first = (launch_project / "launch" / "train-lab-ib.sbatch").read_text()
     regen = first.splitlines()[2].removeprefix("#   ")
     argv = bash_words(regen)
     assert argv[:2] == ["invoke", "launch"]
-    (launch_project / "launch" / "train.sbatch").unlink()
+    (launch_project / "launch" / "train-lab-ib.sbatch").unlink()
     out = invoke(*argv[1:], cwd=launch_project)
     assert out.returncode == 0, out.stderr
-    assert (launch_project / "launch" / "train.sbatch").read_text() == first
+    assert (launch_project / "launch" / "train-lab-ib.sbatch").read_text() == first
 
 
 # ------------------------------------------------------------------------------------------------ quoting
@@ -305,7 +306,7 @@ def test_monitor_writes_the_contract_csv_layout(launch_registry):
     assert ("timestamp,node,cpu_percent,mem_used_mb,mem_total_mb,gpu_index,gpu_util_percent,gpu_mem_used_mb,"
             "gpu_mem_total_mb") in t
     assert 'local out="$1.usage.$node.csv" every=$2 watch=$3' in t
-    assert 'export SHIPYARD_USAGE_PREFIX="$log_dir/train-$SLURM_JOB_ID"' in t
+    assert 'export SHIPYARD_USAGE_PREFIX="$log_dir/train-lab-socket-$SLURM_JOB_ID"' in t
     # started on every node inside the job step, detached from torchrun, and stopping when torchrun is gone
     body = t.split("shipyard_node() {\n", 1)[1].split("\n}\n", 1)[0]
     assert '(shipyard_sample "$SHIPYARD_USAGE_PREFIX" 7 "$$" < /dev/null > /dev/null 2>&1 &)' in body
@@ -354,6 +355,8 @@ def test_registry_file_named_otherwise_is_in_the_header_and_regenerate_command(t
     from shipyard import registry
 
     reg = registry.load_text(LAUNCH_REGISTRY, "site.yaml", path=tmp_path / "site.yaml")
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "train.py").write_text("")
     l = _build(reg, nodes=2)
     text = launch.render(l)
     assert f"from {tmp_path / 'site.yaml'}." in text.splitlines()[1]
@@ -385,6 +388,8 @@ def test_sandbox_mount_source_must_exist(tmp_path):
 
     text = (Path(__file__).parents[1] / "registry.yaml").read_text()
     reg = registry.load_text(text, "registry.yaml", path=tmp_path / "registry.yaml")
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "train.py").write_text("")
     with pytest.raises(ShipyardError, match="source /nonexistent/data does not exist on the sandbox"):
         launch.build(reg, cluster="sandbox", mounts="/nonexistent/data:/data", command=CMD)
     (tmp_path / "data").mkdir()
@@ -399,9 +404,10 @@ def test_cli_errors_exit_2_without_traceback(launch_project, invoke):
 
 
 def test_write_is_atomic_and_prints_how_to_submit(launch_project):
+    (launch_project / "t.py").write_text("")
     out = launch.launch_command(["invoke", "launch", "--", "t.py"], cluster="lab-socket", nodes=2)
-    path = launch_project / "launch" / "train.sbatch"
-    assert f"wrote {Path('launch/train.sbatch')}" in out and "sbatch" in out
+    path = launch_project / "launch" / "train-lab-socket.sbatch"
+    assert f"wrote {Path('launch/train-lab-socket.sbatch')}" in out and "sbatch" in out
     assert path.stat().st_mode & 0o111 and (launch_project / "launch" / "logs").is_dir()
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
     dry = launch.launch_command(["invoke", "launch", "--", "t.py"], dry_run=True, cluster="lab-socket", name="d")

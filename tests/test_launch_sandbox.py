@@ -33,7 +33,7 @@ def submit(project: Path, command, **flags) -> tuple[str, Path]:
     """Run the `invoke launch --submit` code path; return (first job id, log path)."""
     out = launch.launch_command(["invoke", "launch", "--", *command], submit_jobs=True, cluster="sandbox", **flags)
     job = re.search(r"submitted job (\d+)", out).group(1)
-    return job, project / "launch" / "logs" / f"{flags.get('name', 'train')}-{job}.out"
+    return job, project / "launch" / "logs" / f"{flags.get('name', 'train-sandbox')}-{job}.out"
 
 
 def result(log: str) -> dict:
@@ -58,7 +58,7 @@ def test_host_runtime_two_nodes_trains_with_world_size_4(sandbox, sandbox_projec
     assert "shipyard: NCCL transport: none logged" in text  # CPU/gloo: no NCCL communicator, and it says so
     # --monitor: one CSV per node in the contract's layout, real CPU/RAM samples, GPU columns empty
     for node in ("node1", "node2"):
-        path = sandbox_project / "launch" / "logs" / f"train-{job}.usage.{node}.csv"
+        path = sandbox_project / "launch" / "logs" / f"train-sandbox-{job}.usage.{node}.csv"
         rows = list(csv.DictReader(path.open()))
         assert list(rows[0]) == ["timestamp", "node", "cpu_percent", "mem_used_mb", "mem_total_mb", "gpu_index",
                                  "gpu_util_percent", "gpu_mem_used_mb", "gpu_mem_total_mb"]

@@ -59,7 +59,7 @@ def test_options_model_drives_both_tasks(kind, task_name):
 
 def test_nccl_test_has_no_torchrun_only_flags():
     assert set(options.names(options.TORCHRUN)) - set(options.names(options.NCCL_TEST)) == {
-        "monitor", "monitor_interval", "chain", "requeue", "max_restarts", "signal_before"}
+        "cpus_per_task", "monitor", "monitor_interval", "chain", "requeue", "max_restarts", "signal_before"}
 
 
 def test_checks_name_the_flag():

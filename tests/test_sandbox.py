@@ -111,8 +111,13 @@ def test_default_directory(monkeypatch, tmp_path):
     monkeypatch.setenv(sandbox.DIR_ENV, str(tmp_path / "sb"))
     assert sandbox.default_directory() == tmp_path / "sb"
     monkeypatch.delenv(sandbox.DIR_ENV)
-    monkeypatch.setenv("SHIPYARD_REGISTRY", str(ROOT / "registry.yaml"))
-    assert sandbox.default_directory() == ROOT / ".sandbox"
+    # one sandbox per machine: the same directory whichever registry or working directory is in use
+    seen = set()
+    for reg, cwd in ((ROOT / "registry.yaml", ROOT), (ROOT / "examples" / "course" / "registry.yaml", tmp_path)):
+        monkeypatch.setenv("SHIPYARD_REGISTRY", str(reg))
+        monkeypatch.chdir(cwd)
+        seen.add(sandbox.default_directory())
+    assert seen == {Path("/var/tmp/shipyard-sandbox")}
 
 
 def test_cannot_run_reason_names_root(monkeypatch):

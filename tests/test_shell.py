@@ -112,7 +112,7 @@ def test_snippet_without_login_says_where_to_set_it(tools_registry):
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"cluster_name": "grete", "gpus": 5}, "--gpus 5: cluster grete has 4 GPUs per node"),
+        ({"cluster_name": "grete", "gpus": 5}, "--gpus 5: partition grete-interactive of cluster grete has 4 GPUs per node"),
         ({"cluster_name": "grete", "gpus": "two"}, "--gpus 'two': expected an integer"),
         ({"cluster_name": "nope"}, "nope"),
         ({"env_name": "nope"}, "nope"),

@@ -67,6 +67,11 @@ def submit(reg, env_name: str, *, cluster_name: str | None = None, partition: st
     if partition and cluster.partitions and partition not in cluster.partitions:
         raise ShipyardError(f"--partition {partition}: not a partition of cluster {cluster.name} "
                             f"(known: {', '.join(cluster.partitions)})")
+    part = cluster.partition_info(partition or cluster.build_partition)
+    if cluster.build_cpus and part.cpus_per_node and cluster.build_cpus > part.cpus_per_node:
+        raise ShipyardError(f"clusters.{cluster.name}.scheduler.build_cpus {cluster.build_cpus}: partition "
+                            f"{part.name} has {part.cpus_per_node} CPUs per node; lower it or pick another "
+                            "--partition")
     parse_formats(formats, backend)  # refuse bad flags before a job is queued
     text = render_job(reg, env_name, cluster, partition, job_argv(env_name, backend, fakeroot, force, formats))
     script = project.build_logs_dir(reg) / f"{env_name}-build.sbatch"

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from shipyard import facts as data
 from shipyard import registry, slurm
+from shipyard.errors import ShipyardError
 from shipyard.launch import runtimes, staged
 from shipyard.registry import compat
 from shipyard.registry.model import Cluster, Environment, Gpu, Registry
@@ -386,11 +387,16 @@ def images(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
     return out
 
 
-def doctor_command(cluster_name: str | None = None, env_name: str | None = None, registry_path=None) -> int:
-    """`invoke doctor`: print the report; 1 when anything FAILs."""
-
+def doctor_command(cluster_name: str | None = None, env_name: str | None = None, registry_path=None,
+                   partition: str | None = None) -> int:
+    """`invoke doctor`: print the report; 1 when anything FAILs. The compute node is probed on ``partition``
+    (default: scheduler.partition) and judged by that partition's GPUs."""
     reg = registry.load(registry_path)
     cluster = reg.cluster(cluster_name)
+    if partition and partition not in cluster.partitions:
+        raise ShipyardError(f"--partition {partition!r}: not a partition of cluster {cluster.name} "
+                            f"(valid: {', '.join(cluster.partitions)})")
+    cluster = cluster.on(partition)
     env = reg.environment(env_name)
     storage, login, node, err = run_probes(reg, cluster)
     findings = evaluate(cluster, env, storage, login, node, err) + images(reg, cluster, env)

@@ -40,6 +40,7 @@ from shipyard.launch.fabric import (
 )
 from shipyard.launch.mounts import Mount, job_mounts, parse_mounts
 from shipyard.launch.runtimes import Placement, Runtime
+from shipyard.registry.loader import mem_mb
 from shipyard.registry.model import Cluster, Registry
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -63,10 +64,14 @@ class Launcher:
     partition: str
     root: str  # project directory (absolute): workdir, and where launch/ lives
     registry: str = "registry.yaml"  # the registry file the launcher was generated from
+    workdir: str = ""  # where the job runs (the host path; default: root): torchrun resolves the script from here
+    container_workdir: str = ""  # the same directory as the container sees it (== workdir without a container)
     command: tuple[str, ...] = ()  # training script and its arguments, exactly as given
     account: str | None = None
     time: str | None = None
     cpus_per_task: int | None = None
+    mem: str | None = None  # #SBATCH --mem (Slurm syntax); None: Slurm's default
+    exclusive: bool = False
     image: str | None = None
     modules: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
@@ -149,20 +154,32 @@ def build(
     monitor_interval: int | str | None = None,
     nccl_debug: bool = False,
     kind: str = "torchrun",
+    cpus_per_task: int | str | None = None,
+    mem: str | None = None,
+    exclusive: bool = False,
+    workdir: str | os.PathLike | None = None,
     forced: Sequence[str] = (),
 ) -> Launcher:
-    """Resolve registry defaults and flags into a :class:`Launcher`; every bad value is one ShipyardError line."""
+    """Resolve registry defaults and flags into a :class:`Launcher`; every bad value is one ShipyardError line.
+
+    ``workdir``: the directory the job runs in and resolves relative paths from, as torchrun would from where
+    ``invoke launch`` ran (the CLI passes its working directory; default: the project root)."""
     env_obj = reg.environment(environment)
     cl = reg.cluster(cluster)
     rt = runtimes.get(runtime or cl.runtime)
-    fields = dict(kind=kind, environment=env_obj.name, cluster=cl.name, runtime=rt.name, fabric=cl.fabric,
+    fields = dict(kind=kind, environment=env_obj.name, runtime=rt.name,
                   root=str(reg.root), registry=str(reg.root / reg.path.name), command=tuple(command))
     fields |= _partition(cl, partition)
+    cl = cl.on(fields["partition"])  # from here on: the chosen partition's GPUs, CPUs, memory and fabric
+    fields |= {"cluster": cl.name, "fabric": cl.fabric}
     fields |= _resources(cl, kind, nodes, gpus_per_node)
+    fields |= _cpus_and_memory(cl, kind, fields["gpus_per_node"], cpus_per_task, mem, exclusive)
     fields |= _job(cl, kind, time, name, account)
     _check_project(reg, kind, command)
     user_mounts = parse_mounts(mounts, reg.root)
     fields |= _mounts(reg, cl, rt, user_mounts)
+    fields |= _workdir(reg, rt, fields["mounts"], workdir)
+    _check_script(cl, rt, kind, command, fields)
     user_env = parse_env(env)
     fields |= _environment(cl, user_env, nccl_debug)
     fields |= _image(reg, env_obj.name, cl, rt, image)
@@ -195,15 +212,53 @@ def _resources(cl: Cluster, kind: str, nodes, gpus_per_node) -> dict:
                             f"(clusters.{cl.name}.gpus_per_node)")
     if kind == options.NCCL_TEST and g < 1:
         raise ShipyardError(f"--gpus-per-node {g}: nccl-test runs one rank per GPU and needs at least 1")
-    # torchrun is one task per node and gets the node's CPUs; nccl-test's ranks share them as Slurm sees fit
-    return {"nodes": n, "gpus_per_node": g,
-            "cpus_per_task": cl.cpus_per_node if kind == options.TORCHRUN else None}
+    return {"nodes": n, "gpus_per_node": g}
+
+
+def _cpus_and_memory(cl: Cluster, kind: str, g: int, cpus, mem, exclusive: bool) -> dict:
+    """``--cpus-per-task``, ``--mem``, ``--exclusive``; by default what fits the partition: the whole node when the
+    job takes all its GPUs (or the partition allocates whole nodes), else CPUs and memory in proportion to the GPUs
+    asked for, so a 1-GPU job on a shared 8-GPU node asks for an eighth of it. torchrun is one task per node and
+    gets those CPUs; nccl-test's ranks (one per GPU) share the node's CPUs as Slurm sees fit."""
+    exclusive = bool(exclusive) or cl.exclusive
+    total_g, total_c = cl.gpus_per_node, cl.cpus_per_node
+    whole = exclusive or total_g == 0 or g >= total_g
+    share = max(g, 1) / total_g if not whole else 1.0  # a 0-GPU job on a GPU node gets one GPU's share
+    if cpus is not None:
+        cpus = options.check("cpus_per_task", cpus)
+        if total_c is not None and cpus > total_c:
+            raise ShipyardError(f"--cpus-per-task {cpus}: partition {cl.partition} of cluster {cl.name} has "
+                                f"{total_c} CPUs per node ({cl.key('cpus_per_node')})")
+    elif kind == options.TORCHRUN and total_c is not None:
+        cpus = max(1, int(total_c * share))
+    if mem is not None:
+        mem = options.check("mem", str(mem))
+        want, have = mem_mb(mem), cl.mem_per_node_mb
+        if have is not None and want > have:
+            raise ShipyardError(f"--mem {mem}: partition {cl.partition} of cluster {cl.name} has {have}M per node "
+                                f"({cl.key('mem_per_node')})")
+    elif not whole and cl.mem_per_node_mb is not None:
+        mem = f"{int(cl.mem_per_node_mb * share)}M"
+    return {"cpus_per_task": cpus if kind == options.TORCHRUN else None, "mem": mem, "exclusive": exclusive}
 
 
 def _job(cl: Cluster, kind: str, time, name, account) -> dict:
-    """The job's time limit, name and account: words that end up in #SBATCH lines, so checked strictly."""
-    time = time or cl.time
-    name = name or (launch_data()["defaults"]["name"] if kind == options.TORCHRUN else "nccl-test")
+    """The job's time limit, name and account: words that end up in #SBATCH lines, so checked strictly.
+
+    The default name carries the cluster (``train-<cluster>``), so launchers for two clusters do not overwrite each
+    other; the default time is capped at the partition's maximum, a ``--time`` above it is refused."""
+    max_time = cl.partition_info().max_time
+    if time is not None:
+        time = options.check("time", time)
+        if max_time and options.seconds(time) > options.seconds(max_time):
+            raise ShipyardError(f"--time {time}: partition {cl.partition} of cluster {cl.name} allows at most "
+                                f"{max_time} ({cl.key('max_time')})")
+    else:
+        time = cl.time
+        if max_time and (time is None or options.seconds(time) > options.seconds(max_time)):
+            time = max_time
+    base = launch_data()["defaults"]["name"] if kind == options.TORCHRUN else "nccl-test"
+    name = name or f"{base}-{cl.name}"
     account = account or cl.account
     return {"time": None if time is None else options.check("time", time),
             "name": options.check("name", name),
@@ -230,6 +285,68 @@ def _mounts(reg: Registry, cl: Cluster, rt: Runtime, user_mounts: tuple[Mount, .
                                     "machine; create it or fix the path)")
     mounts = job_mounts(reg.root, cl, user_mounts)
     return {"mounts": mounts if rt.containerised else ()}
+
+
+def _workdir(reg: Registry, rt: Runtime, mounts: tuple[Mount, ...], workdir) -> dict:
+    """The job's working directory on the node and in the container. A container sees a host directory only
+    through a mount, so the directory must lie under one (the project, a cluster bind or ``--mounts``)."""
+    host = Path(workdir).absolute() if workdir else Path(reg.root)
+    text = str(host)
+    if any(c.isspace() or not c.isprintable() or c in "%#" for c in text):
+        raise ShipyardError(f"{text}: the working directory's path has spaces, control characters, '%' or '#'; "
+                            "#SBATCH --chdir cannot name it (run invoke launch from another directory)")
+    if not rt.containerised:
+        return {"workdir": text, "container_workdir": text}
+    inside = _to_container(host, mounts)
+    if inside is None:
+        raise ShipyardError(f"{text}: the container cannot see this directory (mounted: "
+                            f"{', '.join(m.src for m in mounts)}); run invoke launch from the project directory or "
+                            "a bound one, or add it with --mounts")
+    return {"workdir": text, "container_workdir": str(inside)}
+
+
+def _to_container(host: Path, mounts) -> Path | None:
+    """``host`` as the container sees it through the mount with the longest matching source (None: not mounted)."""
+    best = None
+    for m in mounts:
+        src = Path(m.src)
+        if (host == src or src in host.parents) and (best is None or len(m.src) > len(best.src)):
+            best = m
+    return None if best is None else Path(best.dst) / host.relative_to(best.src)
+
+
+def _to_host(inside: Path, mounts) -> tuple[Path, Path] | None:
+    """(host path, host directory of the mount) of a container path (None: the path is in the image itself)."""
+    best = None
+    for m in mounts:
+        dst = Path(m.dst)
+        if (inside == dst or dst in inside.parents) and (best is None or len(m.dst) > len(best.dst)):
+            best = m
+    return None if best is None else (Path(best.src) / inside.relative_to(best.dst), Path(best.src))
+
+
+def _check_script(cl: Cluster, rt: Runtime, kind: str, command: Sequence[str], fields: dict) -> None:
+    """The training script must exist where the job will look: torchrun opens it relative to the working
+    directory, on the node or in the container. Checked when that place is visible from here (always on the
+    sandbox, which is this machine; elsewhere when its directory exists here, e.g. on the login node)."""
+    if kind not in options.COMMAND_KINDS or not command or command[0].startswith("-"):
+        return  # torchrun -m MODULE / --no-python: not a file
+    script = command[0]
+    if rt.containerised:
+        inside = Path(fields["container_workdir"]) / script
+        found = _to_host(inside, fields["mounts"])
+        if found is None:
+            return  # inside the image: not visible from here
+        host, anchor = found
+    else:
+        host = Path(fields["workdir"]) / script
+        anchor = Path(fields["workdir"]) if not Path(script).is_absolute() else host.parent
+    if not (slurm.is_sandbox(cl) or anchor.is_dir()):
+        return
+    if not host.is_file():
+        where = f"in the container's {fields['container_workdir']}" if rt.containerised else fields["workdir"]
+        raise ShipyardError(f"{script}: no such file at {host}, where the job will look (torchrun runs it from "
+                            f"{where}); run invoke launch from the script's directory or give its path from here")
 
 
 def _environment(cl: Cluster, user_env: tuple[tuple[str, str], ...], nccl_debug: bool) -> dict:
@@ -303,7 +420,8 @@ def regenerate_argv(l: Launcher, user_mounts, user_env, image) -> tuple[str, ...
     the user typed for image, mounts and env is repeated as typed, not as resolved."""
     given = options.Options(
         environment=l.environment, cluster=l.cluster, nodes=l.nodes, gpus_per_node=l.gpus_per_node,
-        runtime=l.runtime, partition=l.partition, name=l.name,
+        runtime=l.runtime, partition=l.partition, cpus_per_task=l.cpus_per_task, mem=l.mem,
+        exclusive=l.exclusive, name=l.name,
         registry=l.registry if Path(l.registry).name != "registry.yaml" else None,
         account=l.account, time=l.time, image=image or None,
         mounts=",".join(m.spec() for m in user_mounts) or None,
@@ -321,7 +439,7 @@ def regenerate_argv(l: Launcher, user_mounts, user_env, image) -> tuple[str, ...
 def container_argv(l: Launcher) -> list[str]:
     """What goes between ``srun <options>`` and the command on each node: the runtime's srun and exec words."""
     rt = runtimes.get(l.runtime)
-    p = Placement(l.image, l.mounts, l.root, tuple(v.name for v in l.env))
+    p = Placement(l.image, l.mounts, l.container_workdir or l.root, tuple(v.name for v in l.env))
     return rt.srun_words(p) + rt.exec_words(p)
 
 
@@ -340,8 +458,20 @@ def render(l: Launcher) -> str:
     )
 
 
+_WRITTEN_FOR = re.compile(r"^# environment \S+, cluster (\S+), runtime ", re.M)
+
+
 def write(l: Launcher) -> Path:
-    """Write ``launch/<name>.sbatch`` atomically (mode 0755) and create ``launch/logs/`` for Slurm's --output."""
+    """Write ``launch/<name>.sbatch`` atomically (mode 0755) and create ``launch/logs/`` for Slurm's --output.
+
+    A launcher written for another cluster under the same name is not replaced: the user would lose it silently."""
+    try:
+        old = _WRITTEN_FOR.search(l.path.read_text(errors="replace")[:4096])
+    except OSError:
+        old = None
+    if old and old.group(1) != l.cluster:
+        raise ShipyardError(f"{l.path}: already a launcher for cluster {old.group(1)}; pick another --name "
+                            f"(e.g. --name {l.name}-{l.cluster}) or delete that file")
     Path(l.log_dir).mkdir(parents=True, exist_ok=True)
     return atomic_write(l.path, render(l), mode=0o755)
 
@@ -370,7 +500,7 @@ def launch_command(argv: Sequence[str], submit_jobs: bool = False, dry_run: bool
     # the checks of `invoke check ENV --cluster C` first; --force goes on and the header names what it overrode
     forced = enforce.require(reg, reg.environment(flags.get("environment")).name,
                              reg.cluster(flags.get("cluster")).name, what="launch", force=force)
-    l = build(reg, command=argv_after_dashdash(argv), forced=forced, **flags)
+    l = build(reg, command=argv_after_dashdash(argv), workdir=Path.cwd(), forced=forced, **flags)
     require_bound(reg, l)
     if dry_run:
         return render(l).rstrip("\n") + ("\n" + chain_plan(l) if l.chain > 1 else "")

@@ -26,6 +26,18 @@ POSITIONAL = "environment"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TIME = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{2}){0,2}$")
+_MEM = re.compile(r"^[0-9]+[KMGT]?$")
+
+
+def seconds(time: str) -> int:
+    """Slurm's time syntax in seconds: ``[D-]HH[:MM[:SS]]`` with a day, else ``MM``, ``MM:SS`` or ``HH:MM:SS``."""
+    days, _, rest = time.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        h, m, s = (parts + [0, 0])[:3]
+    else:
+        h, m, s = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
+    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + s
 
 
 def at_least(minimum: int) -> Callable[[str, Any], int]:
@@ -79,7 +91,15 @@ class Options:
                                           check=at_least(0))
     runtime: str | None = opt(help=f"{' | '.join(runtimes.NAMES)} (default: the cluster's runtime)")
     partition: str | None = opt(help="Slurm partition (default: the cluster's scheduler.partition)")
-    name: str | None = opt(help="launcher name: writes launch/<name>.sbatch",
+    cpus_per_task: int | str | None = opt(help="CPUs for each node's torchrun (default: the partition's CPUs in "
+                                               "proportion to the GPUs asked for; all of them for a whole node)",
+                                          kinds=(TORCHRUN,), check=at_least(1))
+    mem: str | None = opt(help="memory per node, Slurm syntax, e.g. 64G; 0 = all (default: the partition's memory in "
+                               "proportion to the GPUs asked for; Slurm's default for a whole node)",
+                          check=matching(_MEM, "expected a Slurm memory size like 64G or 65536M (0: all)"))
+    exclusive: bool = opt(False, "whole nodes only (default: the partition's exclusive setting)")
+    name: str | None = opt(help="launcher name: writes launch/<name>.sbatch (default: train-<cluster>, "
+                                "nccl-test-<cluster>)",
                            check=matching(_NAME, "use letters, digits, '.', '_' and '-' (it names "
                                                  "launch/<name>.sbatch and the job)"))
     registry: str | None = opt(help="registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)")

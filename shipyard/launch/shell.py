@@ -64,10 +64,16 @@ def ssh_snippet(cluster: Cluster, user: str) -> str:
 
 def build(reg: Registry, env_name: str | None = None, cluster_name: str | None = None, *, command: str | None = None,
           gpus: int | str | None = None, time: str | None = None, user: str | None = None,
-          runtime: str | None = None) -> ShellPlan:
-    """Resolve flags and registry facts into the exact command (no side effects)."""
+          runtime: str | None = None, partition: str | None = None) -> ShellPlan:
+    """Resolve flags and registry facts into the exact command (no side effects). The shell runs on ``partition``
+    (default: the interactive partition), and its GPUs are checked against that partition's."""
 
     cluster = reg.cluster(cluster_name)
+    partition = partition or cluster.interactive_partition
+    if partition not in cluster.partitions:
+        raise ShipyardError(f"--partition {partition!r}: not a partition of cluster {cluster.name} "
+                            f"(valid: {', '.join(cluster.partitions)})")
+    cluster = cluster.on(partition)
     env = reg.environment(env_name)
     rt = runtimes.get(runtime or cluster.runtime)
     if gpus is None:
@@ -77,8 +83,9 @@ def build(reg: Registry, env_name: str | None = None, cluster_name: str | None =
     except (TypeError, ValueError):
         raise ShipyardError(f"--gpus {gpus!r}: expected an integer from 0 to {cluster.gpus_per_node}") from None
     if not 0 <= gpus <= cluster.gpus_per_node:
-        raise ShipyardError(f"--gpus {gpus}: cluster {cluster.name} has {cluster.gpus_per_node} GPUs per node "
-                            f"(clusters.{cluster.name}.gpus_per_node); use 0 to {cluster.gpus_per_node}")
+        raise ShipyardError(f"--gpus {gpus}: partition {partition} of cluster {cluster.name} has "
+                            f"{cluster.gpus_per_node} GPUs per node ({cluster.key('gpus_per_node')}); "
+                            f"use 0 to {cluster.gpus_per_node}")
     try:
         words = shlex.split(command) if command is not None else None
     except ValueError as exc:
@@ -86,7 +93,7 @@ def build(reg: Registry, env_name: str | None = None, cluster_name: str | None =
     if words is not None and not words:
         raise ShipyardError("--command '': give the command to run on the node, e.g. --command 'nvidia-smi -L'")
     time = time or cluster.time
-    srun = ["srun", f"--partition={cluster.interactive_partition}"]
+    srun = ["srun", f"--partition={partition}"]
     if cluster.account:
         srun.append(f"--account={cluster.account}")
     srun += ["--nodes=1", "--ntasks=1", f"--job-name={JOB_NAME}"]
@@ -124,13 +131,13 @@ def run_argv(plan: ShellPlan) -> tuple[list[str], dict[str, str] | None]:
 
 
 def shell_command(env_name=None, cluster_name=None, *, dry_run=False, command=None, gpus=None, time=None,
-                  runtime=None, registry_path=None, force=False) -> int:
+                  runtime=None, registry_path=None, force=False, partition=None) -> int:
     """`invoke shell`: print (``dry_run``) or run the command; returns srun's exit code. The environment on the
     cluster passes `invoke check` first (``force``: go on with a warning)."""
-
     reg = registry.load(registry_path)
     enforce.require(reg, reg.environment(env_name).name, reg.cluster(cluster_name).name, what="shell", force=force)
-    plan = build(reg, env_name, cluster_name, command=command, gpus=gpus, time=time, runtime=runtime)
+    plan = build(reg, env_name, cluster_name, command=command, gpus=gpus, time=time, runtime=runtime,
+                 partition=partition)
     if dry_run:
         print(command_line(plan))
         if plan.interactive:

@@ -255,6 +255,19 @@ def check_on_cluster(env: Environment, cluster: Cluster) -> list[Problem]:
     return out
 
 
+def _check_on_partitions(env: Environment, cluster: Cluster) -> list[Problem]:
+    """:func:`check_on_cluster` with each partition's own GPUs, arch and fabric; a problem of a fact a partition
+    sets itself is keyed to that partition's entry, and one inherited from the cluster is reported once."""
+    out: dict[tuple, Problem] = {}
+    for pname in cluster.partitions:
+        for pr in check_on_cluster(env, cluster.on(pname)):
+            field_name = pr.key.removeprefix(f"clusters.{cluster.name}.").split(".")[0]
+            key = cluster.key(field_name, pname) + pr.key.removeprefix(f"clusters.{cluster.name}.{field_name}")
+            pr = Problem(pr.severity, pr.environment, pr.cluster, key, pr.message)
+            out.setdefault((pr.severity, pr.key, pr.message), pr)
+    return list(out.values())
+
+
 def check_all(reg) -> list[Problem]:
     """Every problem in the registry at once: each environment, then each (environment, cluster) it is used on."""
     problems: list[Problem] = []
@@ -267,7 +280,7 @@ def check_all(reg) -> list[Problem]:
                 problems.append(Problem(ERROR, env.name, cname, f"environments.{env.name}.clusters",
                                         f"unknown cluster {cname!r} (known: {', '.join(reg.clusters)})"))
                 continue
-            problems += check_on_cluster(env, cluster)
+            problems += _check_on_partitions(env, cluster)
     for cname, cluster in reg.clusters.items():
         parts = set(cluster.partitions)
         for attr in ("partition", "interactive_partition", "build_partition"):
@@ -275,7 +288,11 @@ def check_all(reg) -> list[Problem]:
             if p not in parts:
                 problems.append(Problem(ERROR, "", cname, f"clusters.{cname}.scheduler.{attr}",
                                         f"partition {p!r} is not in scheduler.partitions ({', '.join(cluster.partitions)})"))
-        if cluster.gpus_per_node and cluster.runtime != "host" and not cluster.gpus:
-            problems.append(Problem(WARN, "", cname, f"clusters.{cname}.gpus",
-                                    "no GPU models listed: arch compatibility not checked"))
+        for pname in cluster.partitions:
+            part = cluster.partition_info(pname)
+            if part.gpus_per_node and cluster.runtime != "host" and not part.gpus:
+                problems.append(Problem(WARN, "", cname, cluster.key("gpus", pname),
+                                        "no GPU models listed: arch compatibility not checked"))
+                if "gpus" not in part.own:
+                    break  # the cluster-wide list is missing: one warning, not one per partition
     return problems

@@ -31,6 +31,7 @@ from shipyard.registry.model import (
     Environment,
     FileCopy,
     Gpu,
+    Partition,
     Pin,
     Registry,
     RegistryTarget,
@@ -192,6 +193,9 @@ def _subschema(path) -> dict | None:
     cur = s
     for p in path:
         cur = deref(cur)
+        if "oneOf" in cur:  # the form that can hold this step: a list for an index, a mapping for a key
+            want = "items" if isinstance(p, int) else "additionalProperties"
+            cur = next((deref(f) for f in cur["oneOf"] if want in deref(f)), cur)
         if isinstance(p, int):
             cur = cur.get("items", {})
         elif p in cur.get("properties", {}):
@@ -239,9 +243,22 @@ def _describe(err: jsonschema.ValidationError) -> str:
             return f"{inst!r} is not an apt package name (NAME or NAME=VERSION)"
         extra = f" ({desc})" if desc else ""
         return f"{inst!r} does not match the expected form {sub['pattern']}{extra}"
+    if v == "oneOf" and list(err.absolute_path)[-1:] == ["partitions"]:
+        return "expected a list of partition names or a mapping of name -> the partition's resources"
     if v == "oneOf":
         return f"{inst!r} is not valid: expected a version string like \"0.18.1\" or false"
     return err.message
+
+
+def _within_one_of(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """For a ``oneOf`` of differently typed forms (``scheduler.partitions``: a list or a mapping), the error inside
+    the form the value has, so the line names the bad key rather than "not valid"."""
+    if err.validator != "oneOf" or not err.context:
+        return err
+    same_type = [c for c in err.context if c.validator != "type" or c.relative_path]
+    if not same_type:
+        return err
+    return _within_one_of(min(same_type, key=lambda c: len(c.absolute_path) * -1))
 
 
 def validate(data: Any, lines: Mapping, fname: str) -> None:
@@ -265,7 +282,7 @@ def validate(data: Any, lines: Mapping, fname: str) -> None:
                             f"{getattr(fast, 'value', None)!r} does not match the expected form "
                             f"(a line break at its end?)")
     errors.sort(key=lambda e: (_line(lines, e.absolute_path) or 0, _dotted(e.absolute_path)))
-    e = errors[0]
+    e = _within_one_of(errors[0])
     key = _unknown_key(e)
     path = list(e.absolute_path) + ([key] if key is not None else [])
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
@@ -448,16 +465,63 @@ def _scalar(v: Any) -> str:
     return str(v)
 
 
+_MEM_UNITS = {"": 1, "M": 1, "K": 1 / 1024, "G": 1024, "T": 1024 * 1024}
+
+
+def mem_mb(text: str | None) -> int | None:
+    """Slurm memory syntax (``182G``, ``191000M``, ``191000``: MB) -> MB."""
+    if text is None:
+        return None
+    m = re.match(r"^([0-9]+)([KMGT]?)$", str(text))
+    if not m:
+        raise ShipyardError(f"{text!r}: expected a Slurm memory size like 64G or 65536M")
+    return int(int(m.group(1)) * _MEM_UNITS[m.group(2)])
+
+
+def _resolve_partitions(name: str, raw: dict, cluster_wide: Partition) -> dict[str, Partition]:
+    """``scheduler.partitions`` in either form -> name -> resolved facts (cluster-wide values fill the gaps)."""
+    sch = raw["scheduler"]
+    given = sch.get("partitions", [sch["partition"]])
+    entries = {p: {} for p in given} if isinstance(given, list) else {p: (v or {}) for p, v in given.items()}
+    out = {}
+    for pname, e in entries.items():
+        out[pname] = Partition(
+            name=pname,
+            gpus_per_node=e.get("gpus_per_node", cluster_wide.gpus_per_node),
+            gpus=tuple(Gpu(g["model"], g["arch"]) for g in e["gpus"]) if "gpus" in e else cluster_wide.gpus,
+            cpus_per_node=e.get("cpus_per_node", cluster_wide.cpus_per_node),
+            mem_per_node_mb=mem_mb(e["mem_per_node"]) if "mem_per_node" in e else cluster_wide.mem_per_node_mb,
+            fabric=e.get("fabric", cluster_wide.fabric),
+            max_time=e.get("max_time"),
+            instance_type=e.get("instance_type", cluster_wide.instance_type),
+            exclusive=bool(e.get("exclusive", cluster_wide.exclusive)),
+            line_rate_gbps=float(e["line_rate_gbps"]) if "line_rate_gbps" in e else cluster_wide.line_rate_gbps,
+            own=frozenset(k for k in e if k != "description"),
+        )
+    return out
+
+
 def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
     sch = raw["scheduler"]
     partition = sch["partition"]
+    rate = raw.get("fabric_options", {}).get("line_rate_gbps")
+    cluster_wide = Partition(
+        name=partition, gpus_per_node=raw["gpus_per_node"],
+        gpus=tuple(Gpu(g["model"], g["arch"]) for g in raw.get("gpus", ())),
+        cpus_per_node=raw.get("cpus_per_node"), mem_per_node_mb=mem_mb(raw.get("mem_per_node")),
+        fabric=raw["fabric"], instance_type=raw.get("instance_type"), exclusive=bool(sch.get("exclusive", False)),
+        line_rate_gbps=float(rate) if rate is not None else None)
+    parts = _resolve_partitions(name, raw, cluster_wide)
     return Cluster(
         name=name,
         runtime=raw["runtime"],
         fabric=raw["fabric"],
         gpus_per_node=raw["gpus_per_node"],
         partition=partition,
-        partitions=tuple(sch.get("partitions", [partition])),
+        partitions=tuple(parts),
+        partition_facts=parts,
+        mem_per_node_mb=cluster_wide.mem_per_node_mb,
+        exclusive=cluster_wide.exclusive,
         interactive_partition=sch.get("interactive_partition", partition),
         build_partition=sch.get("build_partition", partition),
         account=sch.get("account"),

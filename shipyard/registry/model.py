@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -126,6 +126,27 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class Partition:
+    """One Slurm partition's nodes: what a job on it can ask for. Every field is resolved: a value the partition
+    does not set is the cluster's (so a registry that lists partitions by name only keeps its meaning).
+
+    Why per partition: real clusters mix node types (a ParallelCluster's c5 CPU queue, g5 A10 queue and p5 H100
+    queue); one set of cluster-wide facts made a g5 job ask for the p5 queue's CPUs and EFA settings."""
+
+    name: str
+    gpus_per_node: int
+    gpus: tuple[Gpu, ...] = ()
+    cpus_per_node: int | None = None
+    mem_per_node_mb: int | None = None  # what Slurm can schedule on one node (RealMemory), MB
+    fabric: str = "socket"
+    max_time: str | None = None  # Slurm [D-]HH[:MM[:SS]]
+    instance_type: str | None = None
+    exclusive: bool = False  # jobs get whole nodes (ParallelCluster's JobExclusiveAllocation)
+    line_rate_gbps: float | None = None
+    own: frozenset[str] = frozenset()  # the fields set in the partition's own entry (for keys in messages)
+
+
+@dataclass(frozen=True)
 class Cluster:
     """A cluster profile: scheduler defaults, hardware, fabric, container runtime and site specifics."""
 
@@ -156,11 +177,43 @@ class Cluster:
     host_requirements: tuple[str, ...] = ()
     description: str = ""
     line: int | None = None
+    partition_facts: Mapping[str, Partition] = field(default_factory=dict)  # name -> resolved facts
+    mem_per_node_mb: int | None = None
+    exclusive: bool = False
 
     @property
     def line_rate_gbps(self) -> float | None:
         v = self.fabric_options.get("line_rate_gbps")
         return float(v) if v is not None else None
+
+    def partition_info(self, name: str | None = None) -> Partition:
+        """The resolved facts of partition ``name`` (default: scheduler.partition); cluster-wide values where the
+        partition sets none."""
+        name = name or self.partition
+        got = self.partition_facts.get(name)
+        if got is not None:
+            return got
+        return Partition(name, self.gpus_per_node, self.gpus, self.cpus_per_node, self.mem_per_node_mb,
+                         self.fabric, None, self.instance_type, self.exclusive, self.line_rate_gbps)
+
+    def on(self, name: str | None = None) -> Cluster:
+        """This cluster as seen by a job on partition ``name``: its GPUs, CPUs, memory, fabric, instance type and
+        line rate replace the cluster-wide ones, and it is the default partition. Every consumer (check, launch,
+        shell, doctor, build --slurm) reads a cluster through this, so none needs to know about partitions."""
+        p = self.partition_info(name)
+        opts = dict(self.fabric_options)
+        if p.line_rate_gbps is not None:
+            opts["line_rate_gbps"] = p.line_rate_gbps
+        return replace(self, partition=p.name, gpus_per_node=p.gpus_per_node, gpus=p.gpus,
+                       cpus_per_node=p.cpus_per_node, mem_per_node_mb=p.mem_per_node_mb, fabric=p.fabric,
+                       instance_type=p.instance_type, exclusive=p.exclusive, fabric_options=opts)
+
+    def key(self, field_name: str, partition: str | None = None) -> str:
+        """The registry key a fact was written under: the partition's own entry if it sets it, else the cluster's."""
+        p = self.partition_facts.get(partition or self.partition)
+        if p is not None and field_name in p.own:
+            return f"clusters.{self.name}.scheduler.partitions.{p.name}.{field_name}"
+        return f"clusters.{self.name}.{field_name}"
 
 
 @dataclass(frozen=True)

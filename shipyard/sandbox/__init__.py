@@ -58,7 +58,7 @@ _OWNED = ("etc", "log", "run", "state", "dev", "jobs", "env.sh", "state.json", "
 
 
 def default_directory() -> Path:
-    """``$SHIPYARD_SANDBOX_DIR``, else ``<project>/.sandbox`` (the project is where registry.yaml lives)."""
+    """``$SHIPYARD_SANDBOX_DIR``, else the machine's one sandbox directory (shipyard/data/sandbox.yaml)."""
     return sandbox_directory()
 
 

@@ -1,0 +1,181 @@
+"""`invoke cluster.import-pcluster`: real ParallelCluster configs (tests/data/pcluster/, sources in SOURCES.md) read
+into cluster profiles, inserted into registry.yaml without touching the user's text, and launchers written from
+the imported partitions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shipyard import registry
+from shipyard.errors import ShipyardError
+from shipyard.launch import launcher as launch
+from shipyard.registry import pcluster
+
+DATA = Path(__file__).parent / "data" / "pcluster"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def prof(name: str) -> dict:
+    return pcluster.profile((DATA / name).read_text(), str(DATA / name))
+
+
+def parts(p: dict) -> dict:
+    return p["scheduler"]["partitions"]
+
+
+# ------------------------------------------------------------------------------------------------ reading real configs
+# Expected values are worked out by hand in tests/data/pcluster/SOURCES.md.
+
+
+def test_p4de_and_g5_queues_with_the_older_instancetype_key():
+    p = prof("awsome-p4de-g5.yaml")
+    gpu, inf = parts(p)["compute-gpu"], parts(p)["inference-gpu"]
+    assert (gpu["instance_type"], gpu["gpus_per_node"], gpu["gpus"], gpu["cpus_per_node"], gpu["mem_per_node"],
+            gpu["fabric"], gpu["line_rate_gbps"], gpu["exclusive"]) == \
+        ("p4de.24xlarge", 8, [{"model": "A100", "arch": "sm_80"}], 96, "1120665M", "efa", 400, True)
+    assert (inf["instance_type"], inf["gpus_per_node"], inf["gpus"], inf["cpus_per_node"], inf["mem_per_node"],
+            inf["fabric"], inf["line_rate_gbps"], inf["exclusive"]) == \
+        ("g5.12xlarge", 4, [{"model": "A10G", "arch": "sm_86"}], 48, "186777M", "socket", 40, False)
+    assert p["scheduler"]["partition"] == "compute-gpu" and p["runtime"] == "host"
+    assert p["binds"] == ["/fsx:/fsx", "/apps:/apps"] and p["storage"] == "/fsx/shipyard/images"
+
+
+def test_p5_with_pyxis_post_install_script():
+    p = prof("awsome-p5-base.yaml")
+    assert list(parts(p)) == ["compute-gpu"]
+    q = parts(p)["compute-gpu"]
+    assert (q["gpus_per_node"], q["gpus"], q["cpus_per_node"], q["mem_per_node"], q["fabric"], q["line_rate_gbps"],
+            q["exclusive"]) == (8, [{"model": "H100", "arch": "sm_90"}], 192, "1992294M", "efa", 3200, True)
+    assert p["runtime"] == "pyxis" and p["binds"] == ["/apps:/apps"] and p["storage"] == "/apps/shipyard/images"
+
+
+def test_placeholders_and_home_on_shared_storage_is_not_bound():
+    p = prof("awsome-cluster-vanilla.yaml")
+    assert p["runtime"] == "pyxis" and p["binds"] == ["/fsx:/fsx"] and p["storage"] == "/fsx/shipyard/images"
+    assert parts(p)["compute-gpu"]["fabric"] == "efa"
+
+
+def test_minimal_cpu_only_config():
+    p = prof("aws-parallelcluster-slurm-required.yaml")
+    q = parts(p)["queue1"]
+    assert (q["gpus_per_node"], q["gpus"], q["cpus_per_node"], q["mem_per_node"], q["fabric"]) == \
+        (0, [], 8, "15564M", "socket")
+    assert "binds" not in p and p["storage"] == "/home/shipyard/images" and p["runtime"] == "host"
+
+
+def test_several_compute_resources_take_what_every_node_has(tmp_path):
+    text = (DATA / "three-queues.yaml").read_text().replace(
+        "        - Name: g5-2xl           # 1 x A10G, 8 vCPUs\n          Instances:\n            - InstanceType: g5.2xlarge\n",
+        "        - Name: g5-2xl\n          Instances:\n            - InstanceType: g5.2xlarge\n"
+        "        - Name: g6-4xl\n          DisableSimultaneousMultithreading: true\n          Instances:\n"
+        "            - InstanceType: g6.4xlarge\n")
+    q = parts(pcluster.profile(text, "c.yaml"))["a10"]
+    # g5.2xlarge: 8 vCPUs; g6.4xlarge: 16 vCPUs, 8 without SMT -> 8; models: both; one instance type: none
+    assert q["cpus_per_node"] == 8 and q["gpus"] == [{"model": "A10G", "arch": "sm_86"}, {"model": "L4", "arch": "sm_89"}]
+    assert "instance_type" not in q and q["gpus_per_node"] == 1
+
+
+# ------------------------------------------------------------------------------------------------ bad configs
+
+
+def test_invalid_yaml_is_one_line_with_its_line_number(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("Scheduling:\n  Scheduler: slurm\n  SlurmQueues:\n    - Name: q\n   ComputeResources: [\n")
+    with pytest.raises(ShipyardError) as e:
+        pcluster.import_command(str(bad), registry_path=str(tmp_path / "registry.yaml"))
+    assert str(e.value).startswith(f"{bad}:5: malformed YAML") and "\n" not in str(e.value)
+
+
+def test_unknown_instance_type_names_it_and_writes_nothing(tmp_path):
+    reg = tmp_path / "registry.yaml"
+    reg.write_text((REPO / "registry.yaml").read_text())
+    before = reg.read_bytes()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((DATA / "three-queues.yaml").read_text().replace("g5.2xlarge", "x9.mega"))
+    with pytest.raises(ShipyardError, match=r"c\.yaml:\d+: instance type 'x9\.mega' is not in shipyard/data/ec2\.yaml"):
+        pcluster.import_command(str(cfg), registry_path=str(reg), yes=True)
+    assert reg.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "registry.yaml"]
+
+
+def test_existing_profile_name_is_refused(tmp_path):
+    reg = tmp_path / "registry.yaml"
+    reg.write_text((REPO / "registry.yaml").read_text())
+    with pytest.raises(ShipyardError, match="clusters.grete already exists"):
+        pcluster.import_command(str(DATA / "three-queues.yaml"), "grete", str(reg), yes=True)
+
+
+# ------------------------------------------------------------------------------------------------ done when
+
+
+@pytest.fixture
+def imported(tmp_path):
+    """The project's registry.yaml with three-queues.yaml imported as cluster `pc` (through the real CLI)."""
+    from fixtures_invoke import invoke_cli
+
+    reg = tmp_path / "registry.yaml"
+    reg.write_text((REPO / "registry.yaml").read_text())
+    res = invoke_cli("cluster.import-pcluster", str(DATA / "three-queues.yaml"), "--name", "pc", "--registry",
+                     str(reg), "--yes", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert f"+++ {reg} (with clusters.pc)" in res.stdout and "wrote clusters.pc" in res.stdout
+    return reg
+
+
+def test_import_keeps_the_users_text_and_validates(imported):
+    before = (REPO / "registry.yaml").read_text().splitlines()
+    after = imported.read_text().splitlines()
+    added = len(after) - len(before)
+    i = next(n for n, (a, b) in enumerate(zip(before, after)) if a != b)
+    assert after[:i] == before[:i] and after[i + added:] == before[i:]  # one block inserted, every other line kept
+    assert "# yaml-language-server" in after[0] and any("registries:" == ln for ln in after[i + added:])
+    cl = registry.load(imported).cluster("pc")
+    assert cl.partitions == ("cpu", "a10", "h100") and cl.runtime == "pyxis"
+    assert (cl.partition, cl.interactive_partition, cl.build_partition) == ("h100", "a10", "cpu")
+
+
+def test_three_queues_launch_with_their_own_gpus_cpus_and_fabric(imported, tmp_path):
+    reg = registry.load(imported)
+    (tmp_path / "train.py").write_text("")
+    got = {}
+    for part in ("cpu", "a10", "h100"):
+        l = launch.build(reg, cluster="pc", partition=part, command=("train.py",), workdir=tmp_path)
+        text = launch.render(l)
+        got[part] = (l.gpus_per_node, l.cpus_per_task, l.fabric, l.exclusive, "FI_PROVIDER" in text,
+                     "#SBATCH --exclusive" in text, f"#SBATCH --partition={part}" in text)
+    assert got == {
+        "cpu": (0, 36, "socket", False, False, False, True),
+        "a10": (1, 8, "socket", False, False, False, True),
+        "h100": (8, 192, "efa", True, True, True, True),
+    }
+    # a 4-GPU job on the p5 queue still gets whole nodes (JobExclusiveAllocation); nccl-test follows the fabric
+    half = launch.build(reg, cluster="pc", partition="h100", gpus_per_node=4, command=("train.py",), workdir=tmp_path)
+    assert (half.cpus_per_task, half.exclusive, half.mem) == (192, True, None)
+    nccl = launch.build(reg, cluster="pc", partition="a10", kind="nccl-test")
+    assert nccl.fabric == "socket" and not any(v.name.startswith("FI_") for v in nccl.env)
+
+
+def test_check_uses_each_partitions_gpus_and_keys_the_partition():
+    text = """
+environments:
+  old: {torch: "2.3.1", cuda: "12.1", python: "3.11", os: ubuntu22.04}
+clusters:
+  mixed:
+    runtime: pyxis
+    fabric: socket
+    gpus_per_node: 4
+    gpus: [{model: A100, arch: sm_80}]
+    driver: "580.95.05"
+    scheduler:
+      partition: a100
+      partitions:
+        a100:
+        b200: {gpus: [{model: B200, arch: sm_100}], fabric: efa}
+"""
+    from shipyard.registry import compat
+
+    problems = compat.check_all(registry.load_text(text))
+    errors = {(p.key, p.severity) for p in problems if p.severity == compat.ERROR}
+    assert ("clusters.mixed.scheduler.partitions.b200.gpus", compat.ERROR) in errors
+    assert not any(k.startswith("clusters.mixed.gpus") for k, _ in errors)  # A100 runs torch 2.3.1
