@@ -12,13 +12,24 @@ from invoke import Program
 import tasks
 
 # the required positionals, given, so that what is tested is the bad registry, not invoke's own parser
-ARGS = {"logs": ["1"], "usage": ["1"], "nccl-report": ["nccl.log"]}
-# `invoke test` runs pytest on this checkout and does not read a project's registry
-TASKS = [t for t in sorted(tasks.ns.task_names) if t != "test"]
+ARGS = {"logs": ["1"], "usage": ["1"], "nccl-report": ["nccl.log"], "cluster.import-pcluster": ["pcluster.yaml"]}
+# `invoke test` runs pytest on this checkout, and the sandbox's down/status act on the machine's one sandbox: they
+# read no project registry (see test_sandbox_tasks_need_no_registry)
+NO_REGISTRY = {"test", "sandbox.down", "sandbox.status"}
+TASKS = [t for t in sorted(tasks.ns.task_names) if t not in NO_REGISTRY]
 
 
 def test_every_task_is_listed():
-    assert set(TASKS) | {"test"} == set(tasks.ns.task_names) and len(TASKS) >= 20
+    assert set(TASKS) | NO_REGISTRY == set(tasks.ns.task_names) and len(TASKS) >= 20
+
+
+@pytest.mark.parametrize("name", ["sandbox.down", "sandbox.status"])
+def test_sandbox_tasks_need_no_registry(name, tmp_path, monkeypatch, capsys):
+    """One sandbox per machine: stopping or asking about it works from any folder, registry or not (exit 0)."""
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "missing" / "registry.yaml"))
+    monkeypatch.chdir(tmp_path)
+    Program(namespace=tasks.ns).run(["invoke", name, "--directory", str(tmp_path / "no-sandbox")], exit=False)
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("name", TASKS)
