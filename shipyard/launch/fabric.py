@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shipyard import facts as data
+from shipyard import nccl_transport
 from shipyard.errors import ShipyardError
 from shipyard.registry import compat
 from shipyard.registry.model import Cluster
@@ -80,5 +81,7 @@ def check_forbidden(cluster: Cluster, names, where: str) -> None:
 
 
 def expected_transport(fabric: str) -> str:
-    """The NCCL_DEBUG=INFO network line a working fabric shows (NET/AWS Libfabric, NET/IB, NET/Socket)."""
-    return launch_data()["fabrics"][fabric]["transport"]
+    """The end-of-job check of the transport NCCL selected, as the awk program the launcher runs over its log.
+
+    The rules are shipyard/nccl_transport.py's (the same as `invoke nccl-report`), not a second copy here."""
+    return nccl_transport.awk_program(fabric)
