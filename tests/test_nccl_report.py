@@ -8,7 +8,6 @@ import pytest
 from helpers_registry import GOLDEN, ROOT, golden
 
 from shipyard import registry
-from shipyard.errors import ShipyardError
 from shipyard.jobs import nccl_report as nr
 
 LOGS = ROOT / "tests" / "data" / "nccl"
