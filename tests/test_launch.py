@@ -460,3 +460,23 @@ def test_env_values_reach_the_job_exactly(env):
     got = dict(item.split("=", 1) for item in out.split("\0")[:-1])
     assert {k: got[k] for k in env} == env
     assert shellcheck(t).returncode == 0
+
+
+def test_plugin_path_only_when_the_image_has_it_and_host_injection_is_added(launch_registry):
+    """The EFA preset's NCCL_TUNER_PLUGIN names a file the EFA installer puts in the image: an image without EFA
+    userspace (environments.NAME.fabrics: []) gets no such export; a cluster that injects the host's fabric
+    libraries gets its binds (read-only, same path) and variables instead."""
+    from dataclasses import replace
+
+    env = replace(launch_registry.environment(), fabrics=(), fabrics_source="explicit", efa_installer=None)
+    reg = replace(launch_registry, environments={**launch_registry.environments, env.name: env})
+    bare = _two(reg, "lab-efa")
+    assert "NCCL_TUNER_PLUGIN" not in bare and "export FI_PROVIDER=efa" in bare
+    assert 'NCCL_TUNER_PLUGIN="/opt/amazon/ofi-nccl/lib/' in _two(launch_registry, "lab-efa")
+    efa = launch_registry.clusters["lab-efa"]
+    opts = {**efa.fabric_options, "host_injection": {"binds": ["/opt/amazon/efa"],
+                                                     "env": {"LD_LIBRARY_PATH": "/opt/amazon/efa/lib"}}}
+    injected = replace(reg, clusters={**reg.clusters, "lab-efa": replace(efa, fabric_options=opts)})
+    t = _two(injected, "lab-efa")
+    assert "/opt/amazon/efa:/opt/amazon/efa:ro" in t and "export LD_LIBRARY_PATH=/opt/amazon/efa/lib" in t
+    assert 'NCCL_TUNER_PLUGIN="/opt/amazon/ofi-nccl/lib/' in t
