@@ -86,7 +86,11 @@ def nccl_report(c, log, out=None, cluster=None):
     """Parse nccl-tests output into a bus-bandwidth table and a PNG plot against message size."""
     from shipyard.jobs import nccl_report as nr
 
-    text, png = nr.report_command(log, out, cluster)
+    try:
+        text, png = nr.report_command(log, out, cluster)
+    except nr.NoRows as exc:
+        print(exc.text, end="")  # transport and verdict; the error line follows on stderr (exit 2)
+        raise
     print(text, end="")
     print(f"plot: {png}")
 

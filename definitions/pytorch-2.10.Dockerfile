@@ -18,10 +18,11 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="f99dc8004dbc9765c12b4b0e1dc0c0ff51440ae5107ca9ba0a7d34a8bb6bbcc0"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="8f716924f1825fadac39ad9f910485a8b5cba82e4d3f1ddc4f9a8b2ccf9f0b50"
+LABEL org.shipyard.spec-sha256="428a6f4409540195d7379c96a0b78c55ad28466eba036868b076396c7078dd41"
 
 ENV SHIPYARD_ENV="pytorch-2.10"
 ENV PATH="/opt/venv/bin:$PATH"
+ENV LD_LIBRARY_PATH="/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 
 COPY definitions/pytorch-2.10.lock /opt/shipyard/pytorch-2.10.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
@@ -31,6 +32,21 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv python3.12-dev; \
     python3.12 -m venv /opt/venv; \
+    # InfiniBand userspace (rdma-core: verbs, providers, rdmacm); environments.pytorch-2.10.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
+    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.10.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates curl; \
+    cd /tmp; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    cd aws-efa-installer; \
+    ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
+    cd /; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
     # Every Python package from the hash-locked closure (pytorch-2.10.lock); pip refuses any other bytes
     /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.10.lock; \
     # pip check: the installed set must be consistent

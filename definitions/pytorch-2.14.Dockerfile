@@ -17,10 +17,11 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="00800ff529f34fb068e7f76c98f46d2081dec7ca98f8888ee62bb7be9d558589"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="3f47ffbaace301d127134b54d6b567869d3e4d008c8e08cb462074bf43023891"
+LABEL org.shipyard.spec-sha256="e730aae0c6c8fed36e489e3bf2383be1548806f8217bb4c70429af164fec68c1"
 
 ENV SHIPYARD_ENV="pytorch-2.14"
 ENV PATH="/opt/venv/bin:$PATH"
+ENV LD_LIBRARY_PATH="/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 
 COPY definitions/pytorch-2.14.lock /opt/shipyard/pytorch-2.14.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
@@ -30,6 +31,21 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv python3.12-dev; \
     python3.12 -m venv /opt/venv; \
+    # InfiniBand userspace (rdma-core: verbs, providers, rdmacm); environments.pytorch-2.14.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
+    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.14.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates curl; \
+    cd /tmp; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    cd aws-efa-installer; \
+    ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
+    cd /; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
     # Every Python package from the hash-locked closure (pytorch-2.14.lock); pip refuses any other bytes
     /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.14.lock; \
     # pip check: the installed set must be consistent

@@ -18,11 +18,12 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="4da049fadba0e93aac10bf3297ebe9b5a86ef595a55985ace800f0a966485acc"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="5b58af093ca2fb2d49cc87ef1f0ac8f53ee6ea987ab6351d095a89a14a340f9d"
+LABEL org.shipyard.spec-sha256="97f1131d7a0af14ecaadb0cd104df5bce1d9b6dfbdc88c313588a17259c3ca0b"
 LABEL org.example.course="dl-101"
 
 ENV SHIPYARD_ENV="pytorch-2.3-dev"
 ENV PATH="/opt/venv/bin:$PATH"
+ENV LD_LIBRARY_PATH="/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 ENV OMP_NUM_THREADS="1"
 
 COPY definitions/pytorch-2.3-dev.lock /opt/shipyard/pytorch-2.3-dev.lock
@@ -40,6 +41,21 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends git build-essential; \
+    # InfiniBand userspace (rdma-core: verbs, providers, rdmacm); environments.pytorch-2.3-dev.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
+    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.3-dev.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates curl; \
+    cd /tmp; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    cd aws-efa-installer; \
+    ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
+    cd /; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
     # Every Python package from the hash-locked closure (pytorch-2.3-dev.lock); pip refuses any other bytes
     /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.3-dev.lock; \
     # pip check: the installed set must be consistent

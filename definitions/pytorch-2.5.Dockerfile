@@ -18,10 +18,11 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="f5444c7fb0812024358b3fad88c50d2f08f3557ac92784b2e39136319a15fc64"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="286386c3cd2b798944766d495ba90dc06965de0915f0e5687c71f9243b4dfd64"
+LABEL org.shipyard.spec-sha256="6ce5e055cf9b19a343261b2eed3150159f3a079c8d7f9d2c15c04e3a9f7382e1"
 
 ENV SHIPYARD_ENV="pytorch-2.5"
 ENV PATH="/opt/venv/bin:$PATH"
+ENV LD_LIBRARY_PATH="/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 
 COPY definitions/pytorch-2.5.lock /opt/shipyard/pytorch-2.5.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
@@ -34,6 +35,21 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev; \
     python3.11 -m venv /opt/venv; \
+    # InfiniBand userspace (rdma-core: verbs, providers, rdmacm); environments.pytorch-2.5.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
+    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.5.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates curl; \
+    cd /tmp; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    cd aws-efa-installer; \
+    ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
+    cd /; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
     # Every Python package from the hash-locked closure (pytorch-2.5.lock); pip refuses any other bytes
     /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.5.lock; \
     # pip check: the installed set must be consistent

@@ -18,10 +18,11 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="f2876737b3c387e90b0dc623bc5a48a54c124af4c9fcaf89246ddb5bdf6a73c5"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="86ab2ee61c42f5d8c02d008650208c3c3c4130fa1cae84e895c489d191ed501f"
+LABEL org.shipyard.spec-sha256="ac5e379f99e0b136d273c83328e478402c14df572ec707baad83e944bd02f730"
 
 ENV SHIPYARD_ENV="pytorch-2.7"
 ENV PATH="/opt/venv/bin:$PATH"
+ENV LD_LIBRARY_PATH="/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 
 COPY definitions/pytorch-2.7.lock /opt/shipyard/pytorch-2.7.lock
 # One RUN, so that cleaning caches at the end really shrinks the image.
@@ -31,6 +32,21 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv python3.12-dev; \
     python3.12 -m venv /opt/venv; \
+    # InfiniBand userspace (rdma-core: verbs, providers, rdmacm); environments.pytorch-2.7.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
+    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.7.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates curl; \
+    cd /tmp; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    cd aws-efa-installer; \
+    ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
+    cd /; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
     # Every Python package from the hash-locked closure (pytorch-2.7.lock); pip refuses any other bytes
     /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.7.lock; \
     # pip check: the installed set must be consistent

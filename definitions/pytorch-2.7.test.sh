@@ -8,4 +8,9 @@ set -eu
 /opt/venv/bin/python -c "import torch; v = '.'.join(map(str, torch.cuda.nccl.version())); assert v == '2.26.2', 'NCCL is ' + str(v) + ', expected 2.26.2'"
 /opt/venv/bin/python -c "import torchvision; v = torchvision.__version__.split('+')[0]; assert v == '0.22.1', 'torchvision is ' + str(v) + ', expected 0.22.1'"
 /opt/venv/bin/python -c "import torchaudio; v = torchaudio.__version__.split('+')[0]; assert v == '2.7.1', 'torchaudio is ' + str(v) + ', expected 2.7.1'"
+/opt/venv/bin/python -c "import ctypes; ctypes.CDLL('libibverbs.so.1'); ctypes.CDLL('librdmacm.so.1')"
+ls /usr/lib/"$(uname -m)"-linux-gnu/libibverbs/libmlx5-rdmav*.so > /dev/null || { echo "shipyard: no mlx5 verbs provider (ibverbs-providers)" >&2; exit 1; }
+/opt/venv/bin/python -c "import ctypes; ctypes.CDLL('/opt/amazon/efa/lib/libfabric.so.1')"
+found=; for f in /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net.so /opt/amazon/ofi-nccl/lib/aarch64-linux-gnu/libnccl-net-ofi.so /opt/amazon/ofi-nccl/lib/aarch64-linux-gnu/libnccl-net.so /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so /opt/amazon/ofi-nccl/lib/libnccl-net.so; do if [ -e "$f" ]; then found=$f; fi; done; [ -n "$found" ] || { echo "shipyard: no aws-ofi-nccl net plugin under /opt/amazon/ofi-nccl" >&2; exit 1; }
+found=; for f in /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-ofi-tuner.so /opt/amazon/ofi-nccl/lib/aarch64-linux-gnu/libnccl-ofi-tuner.so /opt/amazon/ofi-nccl/lib/libnccl-ofi-tuner.so; do if [ -e "$f" ]; then found=$f; fi; done; [ -n "$found" ] || { echo "shipyard: no aws-ofi-nccl tuner plugin under /opt/amazon/ofi-nccl" >&2; exit 1; }
 echo 'shipyard: %test passed for pytorch-2.7'

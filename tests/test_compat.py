@@ -145,19 +145,51 @@ def test_torch_20_on_h100_fails_and_23_passes():
     assert errors(problems(cluster=cluster())) == []
 
 
-def test_efa_needs_cuda12_and_nccl_2185():
-    efa = cluster(fabric="efa")
-    over = {"torch": '"2.1.2"', "cuda": '"11.8"', "python": '"3.10"'}  # NCCL 2.18.1, CUDA 11.8
-    msgs = [p.message for p in errors(problems(env_over=over, cluster=efa))]
-    assert any("EFA needs CUDA >= 12.0" in m for m in msgs) and any("EFA needs NCCL >= 2.18.5" in m for m in msgs)
-    assert errors(problems(cluster=efa)) == []
+def efa_cluster(opts: str = 'efa_installer: "1.43.0"', itype: str = "") -> str:
+    extra = f"    fabric_options: {{{opts}}}\n" + (f"    instance_type: {itype}\n" if itype else "")
+    return cluster(fabric="efa", extra=extra)
 
 
-def test_efa_installer_with_broadcast_hang_fails():
-    bad = cluster(fabric="efa", extra="    fabric_options: {efa_installer: \"1.47.0\"}\n")
-    assert any("broadcast hang" in p.message for p in errors(problems(cluster=bad)))
-    good = cluster(fabric="efa", extra="    fabric_options: {efa_installer: \"1.43.0\"}\n")
-    assert errors(problems(cluster=good)) == []
+def test_efa_nccl_floor_follows_the_plugin_not_a_cuda_floor():
+    """aws-ofi-nccl >= 1.10 supports NCCL >= 2.17.1; 1.5-1.9 NCCL >= 2.4.8; no general CUDA floor exists."""
+    old = {"torch": '"2.0.1"', "cuda": '"11.8"', "python": '"3.10"'}  # NCCL 2.14.3, CUDA 11.8
+    msgs = [p.message for p in errors(problems(env_over=old, cluster=efa_cluster()))]
+    assert any("aws-ofi-nccl 1.16.1 supports NCCL >= 2.17.1; e has NCCL 2.14.3" in m for m in msgs)
+    assert errors(problems(env_over=old, cluster=efa_cluster('efa_installer: "1.43.0", aws_ofi_nccl: "1.9.1"'))) == []
+    cu118 = {"torch": '"2.1.2"', "cuda": '"11.8"', "python": '"3.10"'}  # NCCL 2.18.1 on CUDA 11.8: fine on EFA
+    assert errors(problems(env_over=cu118, cluster=efa_cluster())) == []
+
+
+def test_broadcast_hang_is_keyed_on_the_plugin_version():
+    direct = errors(problems(cluster=efa_cluster('efa_installer: "1.43.0", aws_ofi_nccl: "1.18.0"')))
+    assert any("aws-ofi-nccl 1.18.0 hangs on NCCL broadcast; fixed in 1.20.0" in p.message for p in direct)
+    bundled = errors(problems(cluster=efa_cluster('efa_installer: "1.47.0"')))
+    assert any("(bundled in EFA installer 1.47.0) hangs on NCCL broadcast" in p.message for p in bundled)
+    assert errors(problems(cluster=efa_cluster('efa_installer: "1.49.0"'))) == []  # aws-ofi-nccl 1.20.0
+
+
+def test_p5_floors_apply_only_to_p5():
+    over = {"torch": '"2.0.1"', "cuda": '"11.8"', "python": '"3.10"'}  # NCCL 2.14.3
+    opts = 'efa_installer: "1.43.0", aws_ofi_nccl: "1.9.1"'
+    p5 = [p.message for p in errors(problems(env_over=over, cluster=efa_cluster(opts, "p5.48xlarge")))]
+    assert any("p5.48xlarge [P: aws-ofi-nccl doc/efa-env-var.md (p5.48xlarge)] needs NCCL >= 2.18.0" in m for m in p5)
+    assert errors(problems(env_over=over, cluster=efa_cluster(opts, "p4d.24xlarge"))) == []
+    # p5 with NCCL >= 2.19 needs installer >= 1.29.0 (NCCL 2.20.5 here)
+    old_inst = errors(problems(cluster=efa_cluster('efa_installer: "1.28.0", aws_ofi_nccl: "1.7.3"', "p5.48xlarge")))
+    assert any("needs EFA installer >= 1.29.0; the cluster has 1.28.0" in p.message for p in old_inst)
+    assert errors(problems(cluster=efa_cluster(itype="p5.48xlarge"))) == []
+
+
+def test_fast_fabric_without_userspace_or_injection_is_an_error():
+    none = errors(problems(cluster=cluster(), env_extra="    fabrics: []\n"))
+    assert any("has no rdma-core's libibverbs" in p.message and "fall back to TCP sockets" in p.message for p in none)
+    injected = cluster(extra="    fabric_options: {host_injection: {binds: [/usr/lib/x86_64-linux-gnu/libibverbs]}}\n")
+    assert errors(problems(cluster=injected, env_extra="    fabrics: []\n")) == []
+    assert errors(problems(cluster=cluster())) == []  # derived: the image carries rdma-core
+    # EFA without an installer version: nothing to install, and the preset's tuner path would not exist
+    msgs = [p.message for p in errors(problems(cluster=cluster(fabric="efa")))]
+    assert any("no libfabric and aws-ofi-nccl" in m and "efa_installer" in m for m in msgs)
+    assert any("exports NCCL_TUNER_PLUGIN, a file the e image does not have" in m for m in msgs)
 
 
 def test_environment_limited_to_its_clusters():

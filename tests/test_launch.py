@@ -273,11 +273,12 @@ def test_rule9_efa_preset_and_what_not_to_set(launch_registry):
     assert "export FI_EFA_USE_DEVICE_RDMA=1" in old and "export NCCL_PROTO=simple" in old
     with pytest.raises(ShipyardError, match="RDMAV_FORK_SAFE must not be set"):
         _build(launch_registry, cluster="lab-efa", env=["RDMAV_FORK_SAFE=1"])
-    assert "'NET/AWS Libfabric'" not in t and "= 'AWS Libfabric' ]" in t
+    assert 'fams != "ofi"' in t and "expected Libfabric (aws-ofi-nccl) on fabric efa" in t
+    assert 'expected provider efa on fabric efa' in t
     ib = _two(launch_registry, "lab-ib")
-    assert "export NCCL_IB_HCA=mlx5" in ib and "export NCCL_SOCKET_IFNAME=ib0" in ib and "= IB ]" in ib
+    assert "export NCCL_IB_HCA=mlx5" in ib and "export NCCL_SOCKET_IFNAME=ib0" in ib and 'fams != "ib"' in ib
     sock = _two(launch_registry, "lab-socket")
-    assert "export NCCL_IB_DISABLE=1" in sock and "= Socket ]" in sock
+    assert "export NCCL_IB_DISABLE=1" in sock and 'fams != "socket"' in sock
 
 
 def test_rule10_nccl_tests_one_rank_per_gpu(launch_registry):
@@ -295,7 +296,7 @@ def test_rule11_no_template_syntax_leaks_and_braces_pass_through(launch_registry
 
 
 def test_nccl_debug_flag_and_default_transport_logging(launch_registry):
-    assert "export NCCL_DEBUG_SUBSYS=NET" in _two(launch_registry)
+    assert "export NCCL_DEBUG_SUBSYS=INIT,NET" in _two(launch_registry)  # "Using network" is an INIT line
     assert "export NCCL_DEBUG_SUBSYS=ALL" in _two(launch_registry, nccl_debug=True)
     user = _two(launch_registry, env=["NCCL_DEBUG=WARN"])
     assert "export NCCL_DEBUG=WARN" in user and "export NCCL_DEBUG=INFO" not in user
@@ -424,16 +425,23 @@ def test_write_is_atomic_and_prints_how_to_submit(launch_project):
         ("lab-efa", "node1:1:1 [0] NCCL INFO Using network AWS Libfabric",
          "shipyard: NCCL transport selected: AWS Libfabric (as expected on fabric efa)"),
         ("lab-socket", "rank 0 step 1 loss 0.5", "shipyard: NCCL transport: none logged"),
+        # "No device found" is not a selection: the socket fallback after it is what NCCL uses (nccl#352)
+        ("lab-ib", "n:1:1 [0] NCCL INFO NET/IB : No device found.\nn:1:1 [0] NCCL INFO NET/Socket : Using [0]lo<0>",
+         "shipyard: WARNING: NCCL transport selected: Socket, expected IB on fabric ib"),
+        # aws-ofi-nccl >= 1.13 calls itself Libfabric
+        ("lab-efa", "n:1:1 [0] NCCL INFO Using network Libfabric",
+         "shipyard: NCCL transport selected: Libfabric (as expected on fabric efa)"),
     ],
 )
 def test_transport_line_reads_only_this_runs_part_of_the_log(launch_registry, tmp_path, cluster, log_line, expect):
     """Run the launcher's own transport block in bash over a log whose earlier part (a previous, requeued run) says
     something else: only what this run appended counts."""
     t = launch.render(_build(launch_registry, cluster=cluster, nodes=2))
-    block = t[t.index("transport=$(tail"): t.index("fi\n", t.index("transport=$(tail")) + 3]
+    start = t.index('tail -c "+$((log_start + 1))"')
+    block = t[start: t.index("could not read $log\"\n", start) + len("could not read $log\"\n")]
     log = tmp_path / "job.out"
     log.write_text("old run: NCCL INFO NET/Socket : Using [0]lo\n")
-    script = f'log={log}\nlog_start=$(stat -c %s "$log")\necho {escaping.shell_quote(log_line)} >> "$log"\n{block}'
+    script = f'log={log}\nlog_start=$(stat -c %s "$log")\nprintf "%s\\n" {escaping.shell_quote(log_line)} >> "$log"\n{block}'
     res = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().startswith(expect), res.stdout
@@ -459,3 +467,23 @@ def test_env_values_reach_the_job_exactly(env):
     got = dict(item.split("=", 1) for item in out.split("\0")[:-1])
     assert {k: got[k] for k in env} == env
     assert shellcheck(t).returncode == 0
+
+
+def test_plugin_path_only_when_the_image_has_it_and_host_injection_is_added(launch_registry):
+    """The EFA preset's NCCL_TUNER_PLUGIN names a file the EFA installer puts in the image: an image without EFA
+    userspace (environments.NAME.fabrics: []) gets no such export; a cluster that injects the host's fabric
+    libraries gets its binds (read-only, same path) and variables instead."""
+    from dataclasses import replace
+
+    env = replace(launch_registry.environment(), fabrics=(), fabrics_source="explicit", efa_installer=None)
+    reg = replace(launch_registry, environments={**launch_registry.environments, env.name: env})
+    bare = _two(reg, "lab-efa")
+    assert "NCCL_TUNER_PLUGIN" not in bare and "export FI_PROVIDER=efa" in bare
+    assert 'NCCL_TUNER_PLUGIN="/opt/amazon/ofi-nccl/lib/' in _two(launch_registry, "lab-efa")
+    efa = launch_registry.clusters["lab-efa"]
+    opts = {**efa.fabric_options, "host_injection": {"binds": ["/opt/amazon/efa"],
+                                                     "env": {"LD_LIBRARY_PATH": "/opt/amazon/efa/lib"}}}
+    injected = replace(reg, clusters={**reg.clusters, "lab-efa": replace(efa, fabric_options=opts)})
+    t = _two(injected, "lab-efa")
+    assert "/opt/amazon/efa:/opt/amazon/efa:ro" in t and "export LD_LIBRARY_PATH=/opt/amazon/efa/lib" in t
+    assert 'NCCL_TUNER_PLUGIN="/opt/amazon/ofi-nccl/lib/' in t

@@ -8,7 +8,6 @@ import pytest
 from helpers_registry import GOLDEN, ROOT, golden
 
 from shipyard import registry
-from shipyard.errors import ShipyardError
 from shipyard.jobs import nccl_report as nr
 
 LOGS = ROOT / "tests" / "data" / "nccl"
@@ -60,7 +59,7 @@ def test_wrong_results_and_socket_fallback_are_failures():
     report = nr.parse_file(LOGS / "all_reduce_socket_wrong.log")
     notes = nr.findings(report, REG.cluster("grete"))
     assert any(n.startswith("FAIL wrong results at 64 KiB") for n in notes)
-    assert any("used sockets on cluster 'grete'" in n for n in notes)
+    assert any("NCCL transport selected: Socket, expected IB on fabric ib (cluster 'grete')" in n for n in notes)
     # On the socket-fabric sandbox sockets are expected; the wrong results are still a failure.
     notes = nr.findings(report, REG.cluster("sandbox"))
     assert not any("sockets" in n for n in notes)
@@ -90,8 +89,8 @@ def test_comment_and_log_lines_never_parse_as_rows():
         "n1:12:12 [0] NCCL INFO Channel 00/02 :    0   1",
         "n1:12:12 [0] NCCL INFO 2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, 2 p2p channels per peer",
     ])
-    with pytest.raises(ShipyardError, match="no nccl-tests result rows"):
-        nr.parse_text(text, "x.log")
+    report = nr.parse_text(text, "x.log")
+    assert report.runs == [] and "no nccl-tests result rows" in nr.no_rows_message(report)
 
 
 def test_plot_draws_busbw_on_log2_axis_and_line_rate():
@@ -143,8 +142,10 @@ def test_bad_input_is_one_line_exit_2(args, message, tmp_path, invoke):
 
 
 def test_failed_log_error_quotes_the_failure():
-    with pytest.raises(ShipyardError, match="Test NCCL failure common.cu:1005"):
-        nr.parse_file(LOGS / "all_reduce_failed.log")
+    report = nr.parse_file(LOGS / "all_reduce_failed.log")
+    assert "Test NCCL failure common.cu:1005" in nr.no_rows_message(report)
+    with pytest.raises(nr.NoRows, match="Test NCCL failure common.cu:1005"):
+        nr.report_command(str(LOGS / "all_reduce_failed.log"), cluster_name="sandbox")
 
 
 @pytest.mark.parametrize("n,text", [(8, "8 B"), (1024, "1 KiB"), (1536, "1536 B"), (2**34, "16 GiB"), (2**41, "2 TiB")])

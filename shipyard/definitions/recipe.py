@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from shipyard import __version__, project
+from shipyard import __version__, facts, project
 from shipyard.registry.model import Environment
 
 VENV = "/opt/venv"
@@ -110,6 +110,74 @@ def torch_install(env: Environment, locked: bool) -> tuple[Step, ...]:
     return tuple(steps)
 
 
+def fabric_data() -> dict:
+    """shipyard/data/fabrics.yaml: packages, installer and library paths of the fast-fabric userspace."""
+    return facts.load("fabrics")
+
+
+def fabric_install(env: Environment) -> tuple[Step, ...]:
+    """The fast-fabric userspace the environment carries (env.fabrics): rdma-core's verbs userspace for InfiniBand,
+    the EFA installer at the cluster's version in container mode (libfabric + aws-ofi-nccl) for EFA.
+
+    Without it NCCL finds no libibverbs / no net plugin and silently falls back to TCP sockets."""
+    data = fabric_data()
+    steps = []
+    why = f"environments.{env.name}.fabrics: {', '.join(env.fabrics)} ({env.fabrics_source})"
+    if "ib" in env.fabrics:
+        steps.append(Step(f"InfiniBand userspace (rdma-core: verbs, providers, rdmacm); {why}", (
+            "export DEBIAN_FRONTEND=noninteractive",
+            "apt-get update",
+            "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in data["ib"]["apt"]),
+        )))
+    if "efa" in env.fabrics and env.efa_installer:
+        efa = data["efa"]
+        tarball = f"aws-efa-installer-{env.efa_installer}.tar.gz"
+        steps.append(Step(f"EFA userspace: EFA installer {env.efa_installer} in container mode (no kernel module), "
+                          f"bringing libfabric and aws-ofi-nccl; {why}", (
+            "export DEBIAN_FRONTEND=noninteractive",
+            "apt-get update",
+            "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in efa["apt"]),
+            "cd /tmp",
+            f"curl --fail --silent --show-error --location --retry 3 --max-time 600 -o {_q(tarball)} "
+            f"{_q(efa['url'].format(version=env.efa_installer))}",
+            f"tar -xzf {_q(tarball)}",
+            "cd aws-efa-installer",
+            "./efa_installer.sh " + " ".join(_q(f) for f in efa["flags"]),
+            "cd /",
+            f"rm -rf /tmp/aws-efa-installer /tmp/{_q(tarball)}",
+        )))
+    return tuple(steps)
+
+
+def fabric_environment(env: Environment) -> list[EnvVar]:
+    """EFA: the installer's libfabric and aws-ofi-nccl on the loader's path (NCCL looks for its net plugin there)."""
+    if "efa" not in env.fabrics or not env.efa_installer:
+        return []
+    dirs = ":".join(fabric_data()["efa"]["ld_library_path"])
+    return [EnvVar("LD_LIBRARY_PATH", dirs + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}", expand=True)]
+
+
+def fabric_tests(env: Environment, python: str) -> list[str]:
+    """%test of the fabric userspace: the libraries are there and load (no device needed to dlopen them)."""
+    data = fabric_data()
+    out = []
+    if "ib" in env.fabrics:
+        libs = data["ib"]["libraries"]
+        code = "import ctypes; " + "; ".join(f"ctypes.CDLL({lib!r})" for lib in libs)
+        out.append(f'{python} -c "{code}"')
+        out.append(f'ls {data["ib"]["provider_glob"]} > /dev/null || '
+                   '{ echo "shipyard: no mlx5 verbs provider (ibverbs-providers)" >&2; exit 1; }')
+    if "efa" in env.fabrics and env.efa_installer:
+        efa = data["efa"]
+        out.append(f'{python} -c "import ctypes; ctypes.CDLL({efa["libfabric"]!r})"')
+        names = " ".join(f"{d}/{p}" for d in efa["plugin_dirs"] for p in efa["plugins"])
+        tuners = " ".join(f"{d}/{efa['tuner']}" for d in efa["plugin_dirs"])
+        for what, paths in (("aws-ofi-nccl net plugin", names), ("aws-ofi-nccl tuner plugin", tuners)):
+            out.append(f"found=; for f in {paths}; do if [ -e \"$f\" ]; then found=$f; fi; done; "
+                       f'[ -n "$found" ] || {{ echo "shipyard: no {what} under /opt/amazon/ofi-nccl" >&2; exit 1; }}')
+    return out
+
+
 def pip_check(env: Environment, python: str) -> Step:
     if env.nccl_override and env.nccl_package:
         # The only mismatch we accept is the NCCL override that registry.yaml asked for; anything else fails.
@@ -140,6 +208,7 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
             "apt-get update",
             "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in apt),
         )))
+    post.extend(fabric_install(env))
     if ours:
         post.extend(torch_install(env, locked))
     elif locked:
@@ -171,6 +240,7 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
     environment = [EnvVar("SHIPYARD_ENV", env.name)]
     if ours:
         environment.append(EnvVar("PATH", f"{VENV}/bin:$PATH", expand=True))
+    environment += fabric_environment(env)
     environment += [EnvVar(k, v) for k, v in env.env]
 
     return Recipe(
@@ -214,6 +284,7 @@ def test_commands(env: Environment, python: str) -> tuple[str, ...]:
         name, ver = req.split("==", 1)
         name = name.split("[")[0]
         cmds.append(check("importlib.metadata", f"importlib.metadata.version({name!r})", ver, name))
+    cmds += fabric_tests(env, python)
     cmds.append(f"echo {_q(f'shipyard: %test passed for {env.name}')}")
     return tuple(cmds)
 

@@ -1,13 +1,24 @@
-"""`invoke nccl-report LOG`: nccl-tests output -> a table and a bus-bandwidth plot.
+"""`invoke nccl-report LOG`: nccl-tests output -> a table, the transport verdict and a bus-bandwidth plot.
 
-Why a parser of its own: nccl-tests prints a fixed-column text table and nothing machine-readable, and the logs users
-have are srun outputs in which other ranks' ``NCCL INFO`` lines, ``srun --label`` prefixes and ``#`` comments are
-interleaved with the table. A row is therefore recognised by its shape *at the end of a line* (its last 13 words:
-size, count, type, redop, root, then time/algbw/busbw/#wrong twice), so that a row glued to another rank's output is
-still read, while comment and log lines never match.
+Why a parser of its own: nccl-tests prints a fixed-column text table and, in the logs users have, nothing
+machine-readable. Those logs are srun/mpirun/pdsh outputs in which rank or host prefixes (``0:``,
+``[1,0]<stdout>:``, ``node1:``) and other ranks' ``NCCL INFO`` lines are interleaved with the table, and the table
+itself changed over the years (tests/data/nccl/real/ holds public samples of each, with their sources):
 
-Bus bandwidth (busbw), not algbw, is what compares with the fabric: nccl-tests scales it by the collective's traffic
-factor, so it can be held against the cluster's nominal line rate (``fabric_options.line_rate_gbps``).
+- new layout: size count type redop root, then time algbw busbw #wrong for out-of-place and in-place; ``#wrong``
+  is printed with ``%6g`` (so 1048576 wrong elements read ``1.04858e+06``) or ``N/A`` when validation is off;
+- old layouts (nccl-tests before 2.x): no root column, or no redop column (broadcast), or neither, and an ``error``
+  column (the largest numeric error, ``5e-07``: not a count) instead of ``#wrong``;
+- extra trailing columns (timestamps) and sizes of 0 bytes, which may repeat (reduce_scatter with few elements).
+
+A row is found wherever in a line its columns start (after any prefix), so a row glued behind another rank's output
+is still read; comment, log and truncated lines never match. Rows of several processes that each ran the whole test
+(nccl-tests built without MPI, or launched once per rank) repeat sizes or list a rank twice: that is reported as a
+broken launch, never as several clean tests.
+
+Bus bandwidth (busbw), not algbw, is what compares with the fabric: for a ring all_reduce over several nodes it
+equals the traffic each node's NICs carry per direction, so it is held against the node's line rate
+(``fabric_options.line_rate_gbps``, converted to GB/s like busbw), and never reported as more than 100% of it.
 """
 
 from __future__ import annotations
@@ -17,31 +28,27 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shipyard import registry
+from shipyard import nccl_transport, registry
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, table
 from shipyard.registry.model import Cluster
 
-_NUM = r"(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|nan|inf|N/A)"
-_WRONG = r"(\d+|N/A)"
-# The last 13 whitespace-separated words of a line, joined by single spaces (see _row()).
-_ROW = re.compile(
-    r"(\d+) (\d+) ([A-Za-z][A-Za-z0-9_]*) ([A-Za-z][A-Za-z0-9_]*) (-?\d+)"
-    + (" " + _NUM + " " + _NUM + " " + _NUM + " " + _WRONG) * 2
-)
-_ROW_WORDS = 13
-_RANK = re.compile(
-    r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.*?)\s*$"
-)
-_HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
-_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S+)")
-_OOB = re.compile(r"#\s*Out of bounds values\s*:\s*(.*?)\s*$")
-_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
-_NET_FALLBACK = re.compile(r"NCCL INFO NET/(IB|Socket|OFI|AWS Libfabric)\b")
-_FAILURE = re.compile(r"(Test NCCL failure.*?|Test CUDA failure.*?)\s*$")
-
-# Transports that mean the job did not use the cluster's fabric (launcher-rules.md rule 9).
-_SOCKET = "socket"
+_INT = re.compile(r"-?\d+$")
+_UINT = re.compile(r"\d+$")
+_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*$")
+_NUM = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$|-?nan$|-?inf$", re.IGNORECASE)
+_GLUED = re.compile(r"^(.*[:>\]])(\d+)$")  # "[1,0]<stdout>:137438953472": a prefix glued to a wide size
+# The column names between "type" and "time" in a table header, and whether the last column is #wrong or error.
+_COLUMNS = re.compile(r"\bsize\s+count\s+type\s+((?:[a-z]+\s+)*?)time\s+algbw\s+busbw\s+(#wrong|error)\b")
+_LAYOUTS = (("redop", "root"), ("redop",), ("root",), ())  # new, then the older ones
+_RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+                   r"\[[^\]]*\]\s+(.*?)\s*$")
+_HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
+_AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
+_OOB = re.compile(r"Out of bounds values\s*:\s*(.*?)\s*$")
+_FAILURE = re.compile(r"(Test (?:NCCL |CUDA )?failure.*?)\s*$")
+_STAMP = re.compile(r"\d[\d:.-]*$")  # a timestamp column (-R: "%Y-%m-%d %H:%M:%S", two words)
+_MAX_EXTRA = 3  # trailing columns after the in-place #wrong (timestamps, cpu time) a row may carry
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class Measure:
     time_us: float
     algbw: float  # GB/s
     busbw: float  # GB/s
-    wrong: str  # count of wrong elements, or "N/A" when validation was off (-c 0)
+    wrong: str  # as printed: a count ("0", "1.04858e+06"), an old-layout error ("5e-07"), or "N/A" (validation off)
 
 
 @dataclass(frozen=True)
@@ -59,19 +66,24 @@ class Row:
     size: int  # bytes
     count: int  # elements
     dtype: str
-    redop: str
-    root: int
+    redop: str  # "" in layouts without the column
+    root: int  # -1 in layouts without the column
     out_of_place: Measure
     in_place: Measure
+    wrong_is_count: bool = True  # False for the old "error" column (the largest error, not a count)
 
     @property
     def wrong(self) -> int:
-        return sum(int(m.wrong) for m in (self.out_of_place, self.in_place) if m.wrong.isdigit())
+        """Wrong elements in both halves (0 for N/A and for old-layout error values)."""
+        if not self.wrong_is_count:
+            return 0
+        return sum(int(float(m.wrong)) for m in (self.out_of_place, self.in_place) if _NUM.match(m.wrong))
 
     @property
     def busbw(self) -> float:
-        """The better of the two halves: what the fabric reached at this size."""
-        return max(self.out_of_place.busbw, self.in_place.busbw)
+        """The better of the two halves: what the fabric reached at this size (a half that is NaN counts as 0)."""
+        vals = [m.busbw for m in (self.out_of_place, self.in_place) if m.busbw == m.busbw]
+        return max(vals) if vals else 0.0
 
 
 @dataclass
@@ -82,6 +94,9 @@ class Run:
     avg_busbw: float | None = None  # the "# Avg bus bandwidth" line, as printed
     out_of_bounds: str | None = None  # e.g. "0 OK" or "3 FAILED"
     header: dict[str, int] = field(default_factory=dict)  # nThread, nGpus, minBytes, maxBytes
+    layout: tuple[str, ...] | None = None  # the header's columns between type and time, when a header was seen
+    wrong_is_count: bool | None = None  # from the header: #wrong (True) or error (False)
+    ranks: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # rank -> (host, pid, GPU model)
 
     @property
     def peak(self) -> Row:
@@ -93,69 +108,183 @@ class Report:
     path: str
     runs: list[Run]
     ranks: dict[int, tuple[str, str]]  # rank -> (host, GPU model)
-    networks: list[str]  # what NCCL said it uses ("Using network IB"), in order of first appearance
+    transport: nccl_transport.Transport
     failures: list[str]
+    broken: list[str] = field(default_factory=list)  # why the output is not one clean test per table
+
+    @property
+    def networks(self) -> list[str]:
+        """The network names NCCL selected (see shipyard/nccl_transport.py), in order of first appearance."""
+        return list(self.transport.names)
 
 
 def _f(text: str) -> float:
     return float("nan") if text == "N/A" else float(text)
 
 
-def _row(line: str) -> re.Match | None:
-    """A result row is the last 13 words of a line, whatever precedes them (a label, another rank's output).
+def _words(line: str) -> list[str]:
+    out = []
+    for w in line.split():
+        m = _GLUED.match(w)
+        out += [m[1], m[2]] if m and not _UINT.match(w) else [w]
+    return out
 
-    Matching only those words (instead of searching the whole line) keeps the cost per line flat."""
-    words = line.split()
-    if len(words) < _ROW_WORDS or not (words[-1].isdigit() or words[-1] == "N/A"):
+
+def _value(w: str) -> bool:
+    return bool(_NUM.match(w)) or w == "N/A"
+
+
+def _parse_at(words: list[str], i: int, layout: tuple[str, ...], wrong_is_count: bool | None) -> Row | None:
+    """The row whose size is words[i], read with ``layout``; None if the words do not fit it."""
+    size, count, dtype = words[i:i + 3]
+    j, redop, root = i + 3, "", -1
+    for col in layout:
+        if j >= len(words):
+            return None
+        if col == "redop":
+            if not _IDENT.match(words[j]):
+                return None
+            redop = words[j]
+        elif not _INT.match(words[j]):
+            return None
+        else:
+            root = int(words[j])
+        j += 1
+    vals = words[j:j + 8]
+    if len(vals) < 8 or not all(_value(v) for v in vals) or len(words) - (j + 8) > _MAX_EXTRA:
         return None
-    return _ROW.fullmatch(" ".join(words[-_ROW_WORDS:]))
+    if any(not _value(v) and not _IDENT.match(v) and not _STAMP.match(v) for v in words[j + 8:]):
+        return None
+    if wrong_is_count is None:
+        # no header seen: the old error column prints %e with a negative exponent or 0e+00; a count never does
+        wrong_is_count = not any(re.search(r"e-|^0e\+00$", v) for v in (vals[3], vals[7]))
+    halves = [Measure(_f(vals[k]), _f(vals[k + 1]), _f(vals[k + 2]), vals[k + 3]) for k in (0, 4)]
+    return Row(int(size), int(count), dtype, redop, root, halves[0], halves[1], wrong_is_count)
 
 
-def parse_text(text: str, path: str = "<log>") -> Report:
-    """Parse nccl-tests output (any *_perf binary). Raises ShipyardError when no result row is found."""
-    runs: list[Run] = [Run()]
-    ranks: dict[int, tuple[str, str]] = {}
-    networks: list[str] = []
-    fallback: list[str] = []  # NET/<plugin> lines: used only when no "Using network" line says it directly
-    failures: list[str] = []
-    for line in text.splitlines():
-        m = _row(line)
-        if m:
-            g = m.groups()
-            row = Row(int(g[0]), int(g[1]), g[2], g[3], int(g[4]),
-                      Measure(_f(g[5]), _f(g[6]), _f(g[7]), g[8]), Measure(_f(g[9]), _f(g[10]), _f(g[11]), g[12]))
-            cur = runs[-1]
-            if cur.rows and row.size <= cur.rows[-1].size:
-                runs.append(Run())  # sizes only grow within one scan: a smaller one starts the next test
-            runs[-1].rows.append(row)
+def parse_row(line: str, layout: tuple[str, ...] | None = None, wrong_is_count: bool | None = None) -> Row | None:
+    """A result row anywhere in ``line`` (after any prefix), in the header's layout or, without one, the first
+    layout that reads the words exactly (newest first)."""
+    words = _words(line)
+    if len(words) < 11:
+        return None
+    for i in range(len(words) - 10):
+        if not (_UINT.match(words[i]) and _UINT.match(words[i + 1]) and _IDENT.match(words[i + 2])):
             continue
+        for lay in ((layout,) if layout is not None else _LAYOUTS):
+            row = _parse_at(words, i, lay, wrong_is_count)
+            # without a header, the layout must use up the line (extra columns need the header to be told apart)
+            if row is not None and (layout is not None or _exact(words, i, lay)):
+                return row
+    return None
+
+
+def _exact(words: list[str], i: int, layout: tuple[str, ...]) -> bool:
+    return len(words) == i + 3 + len(layout) + 8
+
+
+class _Parser:
+    """One pass over the log: rows, headers, ranks, summaries, failures and the transport lines together."""
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = [Run()]
+        self.failures: list[str] = []
+        self.broken: list[str] = []
+        self.transport = nccl_transport.Reader()
+        self.layout: tuple[str, ...] | None = None
+        self.wrong_is_count: bool | None = None
+        self.section: tuple | None = None  # (dtype, redop, root) of the rows being read
+        self.sections: set[tuple] = set()
+        self.last_size = -1
+
+    def _broken(self, why: str) -> None:
+        if why not in self.broken:
+            self.broken.append(why)
+
+    def _new_run(self) -> Run:
+        self.runs.append(Run())
+        self.section, self.sections, self.last_size = None, set(), -1
+        return self.runs[-1]
+
+    def feed(self, line: str) -> None:
+        self.transport.feed(line)
+        cur = self.runs[-1]
+        row = parse_row(line, self.layout, self.wrong_is_count)
+        if row is not None:
+            self._row(cur, row)
+            return
         if m := _HEADER.search(line):
-            if runs[-1].rows:
-                runs.append(Run())
-            runs[-1].header = dict(zip(("nThread", "nGpus", "minBytes", "maxBytes"), map(int, m.groups())))
+            if cur.rows or cur.avg_busbw is not None or cur.out_of_bounds is not None:
+                cur = self._new_run()
+            elif cur.header:
+                self._broken("the test header appears twice before any result: several independent nccl-tests "
+                             "processes (built without MPI=1, or started once per rank instead of as one MPI job)")
+            cur.header = dict(zip(("nThread", "nGpus", "minBytes", "maxBytes"), map(int, m.groups())))
+        elif m := _COLUMNS.search(line):
+            self.layout = tuple(m[1].split())
+            self.wrong_is_count = m[2] == "#wrong"
+            cur.layout, cur.wrong_is_count = self.layout, self.wrong_is_count
         elif m := _RANK.search(line):
-            ranks[int(m[1])] = (m[2], m[4])
+            rank, who = int(m[1]), (m[3], m[2], m[5])
+            if rank in cur.ranks and cur.ranks[rank] != who:
+                self._broken(f"rank {rank} is listed twice ({cur.ranks[rank][0]} and {who[0]}): each process ran "
+                             "its own test instead of joining one job")
+            cur.ranks.setdefault(rank, who)
         elif m := _AVG.search(line):
+            if cur.avg_busbw is not None:
+                self._broken("two result summaries for one test: several processes printed the same test")
             try:
-                runs[-1].avg_busbw = float(m[1])
+                cur.avg_busbw = float(m[1])
             except ValueError:
                 pass
         elif m := _OOB.search(line):
-            runs[-1].out_of_bounds = m[1]
-        elif m := _NETWORK.search(line):
-            if m[1] not in networks:
-                networks.append(m[1])
-        elif m := _NET_FALLBACK.search(line):
-            if m[1] not in fallback:
-                fallback.append(m[1])
+            cur.out_of_bounds = m[1]
         elif m := _FAILURE.search(line):
-            failures.append(m[1])
-    runs = [r for r in runs if r.rows]
-    if not runs:
-        why = f"; the log says: {failures[0]}" if failures else ""
-        raise ShipyardError(f"{path}: no nccl-tests result rows found (expected rows of size, count, type, redop, "
-                            f"root, then time, algbw, busbw, #wrong for out-of-place and in-place){why}")
-    return Report(path, runs, ranks, networks or fallback, failures)
+            self.failures.append(m[1])
+
+    def _row(self, cur: Run, row: Row) -> None:
+        if cur.avg_busbw is not None or cur.out_of_bounds is not None:
+            cur = self._new_run()  # a second table after a summary, without its own header: another test
+        key = (row.dtype, row.redop, row.root)
+        if key != self.section:
+            if key in self.sections:
+                self._broken(f"the {'/'.join(str(k) for k in key)} rows restart after other rows: tables of "
+                             "several processes are interleaved")
+                return
+            self.section, self.last_size = key, -1
+            self.sections.add(key)
+        elif row.size < self.last_size or (row.size == self.last_size and row.size > 0):
+            # sizes only grow within one section (0-byte rows may repeat: sizes rounded down to no elements)
+            self._broken(f"size {row.size} comes again after {self.last_size}: the same table is printed by "
+                         "several processes (or twice)")
+            return
+        self.last_size = row.size
+        cur.rows.append(row)
+
+
+def parse_text(text: str, path: str = "<log>") -> Report:
+    """Parse nccl-tests output (any *_perf binary, any layout). A log without result rows gives a report with no
+    runs: its transport and failures are still read (see :func:`report_command`)."""
+    p = _Parser()
+    for line in text.splitlines():
+        p.feed(line)
+    runs = [r for r in p.runs if r.rows]
+    ranks = {k: (h, model) for r in p.runs for k, (h, _pid, model) in r.ranks.items()}
+    return Report(path, runs, ranks, p.transport.result(), p.failures, p.broken)
+
+
+def no_rows_message(report: Report) -> str:
+    why = f"; the log says: {report.failures[0]}" if report.failures else ""
+    return (f"{report.path}: no nccl-tests result rows found (expected rows of size, count, type[, redop, root], then "
+            f"time, algbw, busbw, #wrong for out-of-place and in-place){why}")
+
+
+class NoRows(ShipyardError):
+    """A log with no result rows. ``text`` is what can still be said about it (transport and verdict)."""
+
+    def __init__(self, message: str, text: str) -> None:
+        super().__init__(message)
+        self.text = text
 
 
 def parse_file(path: str | Path) -> Report:
@@ -181,15 +310,40 @@ def human_bytes(n: int) -> str:
 
 
 def line_rate_gbs(cluster: Cluster | None) -> float | None:
-    """The cluster's nominal line rate in GB/s (the profile gives Gbit/s), or None when the profile has none."""
+    """The node's nominal line rate in GB/s, the unit of busbw (the profile gives Gbit/s), or None without one."""
     if cluster is None or cluster.line_rate_gbps is None:
         return None
     return cluster.line_rate_gbps / 8.0
 
 
+def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | None:
+    """What the peak busbw says about the network, held against the node's line rate; never more than 100%.
+
+    For a ring all_reduce over several nodes busbw equals what each node's NICs carry per direction, so it is at most
+    the line rate. When it is higher the run was not limited by the network (one node: NVLink/PCIe only; tree or NVLS
+    algorithms on few nodes send less than busbw over the wire), and a percentage would be meaningless."""
+    rate = line_rate_gbs(cluster)
+    if not rate or not run.rows:
+        return None
+    peak = run.peak.busbw
+    head = (f"node line rate: {cluster.line_rate_gbps:g} Gbit/s = {rate:.2f} GB/s per direction "
+            f"(clusters.{cluster.name}.fabric_options.line_rate_gbps)")
+    hosts = {h for h, _ in report.ranks.values()}
+    if len(hosts) == 1:
+        return f"{head}; all ranks ran on one node ({next(iter(hosts))}): busbw measures NVLink/PCIe, not the network"
+    if peak > rate:
+        return (f"{head}; peak busbw {peak:.2f} GB/s is above it, so this run was not limited by the network "
+                "(on one node, or a tree/NVLS algorithm on few nodes sends less than busbw over the wire): "
+                "no percentage of line rate applies")
+    return (f"{head}; peak busbw is {100 * peak / rate:.0f}% of it (busbw of a ring all_reduce across nodes "
+            "is the traffic each node's NICs carry per direction)")
+
+
 def findings(report: Report, cluster: Cluster | None) -> list[str]:
-    """What a user must look at: wrong results, a socket fallback on a fast fabric, a missing transport line."""
+    """What a user must look at: a broken launch, wrong results, failures, the transport against the fabric."""
     out = []
+    for why in report.broken:
+        out.append(f"FAIL broken launch: {why}; the table below keeps the first copy only")
     for i, run in enumerate(report.runs, 1):
         tag = f"test {i}: " if len(report.runs) > 1 else ""
         bad = [r for r in run.rows if r.wrong]
@@ -200,12 +354,29 @@ def findings(report: Report, cluster: Cluster | None) -> list[str]:
             out.append(f"FAIL {tag}out of bounds values: {run.out_of_bounds}")
     for f in report.failures:
         out.append(f"FAIL the log reports: {f}")
-    nets = [n.lower() for n in report.networks]
-    if cluster is not None and cluster.fabric in ("ib", "efa") and any(_SOCKET in n for n in nets):
-        out.append(f"FAIL NCCL used sockets on cluster '{cluster.name}' (fabric {cluster.fabric}): the "
-                   "InfiniBand/EFA plugin did not load (missing libibverbs or aws-ofi-nccl in the image?)")
-    if not report.networks:
-        out.append("WARN no 'NCCL INFO Using network' line: rerun with NCCL_DEBUG=INFO to see which transport was used")
+    t = report.transport
+    if cluster is not None:
+        status, line = nccl_transport.verdict(t, cluster.fabric)
+        line = line.removeprefix(nccl_transport.PREFIX).removeprefix("WARNING: ")
+        if status == "none":
+            out.append("WARN no NCCL transport in the log: rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "
+                       "to see which transport was used")
+        elif status != "ok":
+            out.append(f"FAIL {line} (cluster '{cluster.name}'): the fast fabric's userspace did not load "
+                       "(libibverbs/rdma-core or aws-ofi-nccl missing from the image, or not injected by the site?)")
+    elif not t.logged:
+        out.append("WARN no NCCL transport in the log: rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "
+                   "to see which transport was used")
+    return out
+
+
+def transport_lines(report: Report, cluster: Cluster | None) -> list[str]:
+    t = report.transport
+    out = [f"network: {', '.join(t.names) if t.logged else 'not in the log'}"
+           + (f" (libfabric provider {', '.join(t.providers)})" if t.providers else "")]
+    if cluster is not None:
+        out.append("transport verdict: " + nccl_transport.verdict(t, cluster.fabric)[1]
+                   .removeprefix(nccl_transport.PREFIX))
     return out
 
 
@@ -216,15 +387,14 @@ def render_table(report: Report, cluster: Cluster | None = None) -> str:
         hosts = sorted({h for h, _ in report.ranks.values()})
         models = sorted({m for _, m in report.ranks.values()})
         out.append(f"ranks: {len(report.ranks)} on {len(hosts)} node(s) ({', '.join(hosts)}); GPU: {', '.join(models)}")
-    out.append(f"network: {', '.join(report.networks) if report.networks else 'not in the log'}")
-    rate = line_rate_gbs(cluster)
+    out += transport_lines(report, cluster)
     for i, run in enumerate(report.runs, 1):
         out.append("")
         if len(report.runs) > 1:
             out.append(f"test {i}")
         headers = ["size", "count", "type", "redop", "root", "oop time(us)", "oop algbw", "oop busbw",
-                   "ip time(us)", "ip algbw", "ip busbw", "#wrong"]
-        rows = [[human_bytes(r.size), r.count, r.dtype, r.redop, r.root,
+                   "ip time(us)", "ip algbw", "ip busbw", "#wrong" if run.rows[0].wrong_is_count else "error"]
+        rows = [[human_bytes(r.size), r.count, r.dtype, r.redop or "-", r.root,
                  f"{r.out_of_place.time_us:.2f}", f"{r.out_of_place.algbw:.2f}", f"{r.out_of_place.busbw:.2f}",
                  f"{r.in_place.time_us:.2f}", f"{r.in_place.algbw:.2f}", f"{r.in_place.busbw:.2f}",
                  f"{r.out_of_place.wrong}/{r.in_place.wrong}"] for r in run.rows]
@@ -233,12 +403,13 @@ def render_table(report: Report, cluster: Cluster | None = None) -> str:
         out.append(f"peak bus bandwidth: {peak.busbw:.2f} GB/s at {human_bytes(peak.size)}")
         avg = f"{run.avg_busbw:.2f} GB/s" if run.avg_busbw is not None else "not in the log"
         out.append(f"avg bus bandwidth (as printed by nccl-tests): {avg}")
-        if rate:
-            out.append(f"nominal line rate: {cluster.line_rate_gbps:g} Gbit/s = {rate:.2f} GB/s "
-                       f"(clusters.{cluster.name}.fabric_options.line_rate_gbps); peak is {100 * peak.busbw / rate:.0f}%")
+        note = line_rate_note(report, run, cluster)
+        if note:
+            out.append(note)
     notes = findings(report, cluster)
     out.append("")
-    out += notes if notes else ["PASS no wrong results; transport reported"]
+    out += notes if notes else ["PASS no wrong results; transport as expected" if cluster is not None
+                                else "PASS no wrong results; transport reported"]
     return "\n".join(out) + "\n"
 
 
@@ -279,10 +450,12 @@ def save_png(fig, path: str | Path) -> Path:
 
 
 def report_command(log: str, out: str | None = None, cluster_name: str | None = None) -> tuple[str, Path]:
-    """What `invoke nccl-report` does: returns the text table and where the PNG went."""
+    """What `invoke nccl-report` does: returns the text table and where the PNG went.
 
+    A log without result rows raises :class:`NoRows` (exit 2) carrying what can still be said: the transport NCCL
+    selected and its verdict for the cluster (a job that failed before its first row often failed on the fabric)."""
     report = parse_file(log)
-    # A log can be read anywhere; only the line rate needs the registry (and a named cluster needs it to exist).
+    # A log can be read anywhere; only the line rate and the verdict need the registry.
     if cluster_name is None and not registry.registry_path().exists():
         cluster = None
     else:
@@ -290,5 +463,9 @@ def report_command(log: str, out: str | None = None, cluster_name: str | None = 
     png = Path(out) if out else Path(log).with_suffix(".png")
     if png.suffix.lower() != ".png":
         raise ShipyardError(f"--out {out}: the plot is written as PNG; give a path ending in .png")
+    if not report.runs:
+        lines = [f"nccl-tests report: {report.path}"] + transport_lines(report, cluster)
+        lines += [n for n in findings(report, cluster)]
+        raise NoRows(no_rows_message(report), "\n".join(lines) + "\n")
     save_png(plot(report, cluster), png)
     return render_table(report, cluster), png

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shipyard import facts as data
+from shipyard import nccl_transport
 from shipyard.errors import ShipyardError
-from shipyard.registry import compat
-from shipyard.registry.model import Cluster
+from shipyard.registry import compat, fabric_checks
+from shipyard.registry.model import Cluster, Environment
 
 
 def launch_data() -> dict:
@@ -32,19 +33,13 @@ class EnvVar:
 
 def aws_ofi_nccl_version(cluster: Cluster) -> str | None:
     """The cluster's aws-ofi-nccl: given directly, or implied by its EFA installer in the compatibility data."""
-    ofi = cluster.fabric_options.get("aws_ofi_nccl")
-    if ofi:
-        return str(ofi)
-    inst = cluster.fabric_options.get("efa_installer")
-    if inst:
-        known = compat.facts()["efa"]["installers"].get(str(inst))
-        if known:
-            return str(known["aws_ofi_nccl"])
-    return None
+    return fabric_checks.aws_ofi_nccl(cluster)
 
 
-def fabric_env(cluster: Cluster) -> list[EnvVar]:
-    """The NCCL variables for the cluster's fabric, then the cluster profile's own ``env`` (which wins)."""
+def fabric_env(cluster: Cluster, env: Environment | None = None) -> list[EnvVar]:
+    """The NCCL variables for the cluster's fabric, the host injection's, then the cluster profile's own ``env``
+    (which wins). A plugin path (NCCL_*_PLUGIN) is exported only when the image carries the fabric userspace or the
+    host injects it: a path the image lacks makes NCCL fail or warn on every rank (`invoke check` says so too)."""
     data = launch_data()["fabrics"]
     if cluster.fabric not in data:
         raise ShipyardError(f"clusters.{cluster.name}.fabric: no NCCL preset for {cluster.fabric!r} "
@@ -61,6 +56,11 @@ def fabric_env(cluster: Cluster) -> list[EnvVar]:
         if ofi is not None and compat.vtuple(ofi) < compat.vtuple(cond["version"]):
             for k, v in cond["env"].items():
                 out[k] = EnvVar(k, str(v), False, f"{origin}, aws-ofi-nccl {ofi} < {cond['version']}")
+    if env is not None and not fabric_checks.image_has_fabric(env, cluster):
+        for name in fabric_checks.plugin_paths(cluster):
+            out.pop(name, None)
+    for k, v in ((cluster.host_injection or {}).get("env") or {}).items():
+        out[k] = EnvVar(k, str(v), False, f"clusters.{cluster.name}.fabric_options.host_injection")
     hca = cluster.fabric_options.get("ib_hca")
     if hca:
         out["NCCL_IB_HCA"] = EnvVar("NCCL_IB_HCA", str(hca), False, f"clusters.{cluster.name}.fabric_options.ib_hca")
@@ -80,5 +80,7 @@ def check_forbidden(cluster: Cluster, names, where: str) -> None:
 
 
 def expected_transport(fabric: str) -> str:
-    """The NCCL_DEBUG=INFO network line a working fabric shows (NET/AWS Libfabric, NET/IB, NET/Socket)."""
-    return launch_data()["fabrics"][fabric]["transport"]
+    """The end-of-job check of the transport NCCL selected, as the awk program the launcher runs over its log.
+
+    The rules are shipyard/nccl_transport.py's (the same as `invoke nccl-report`), not a second copy here."""
+    return nccl_transport.awk_program(fabric)

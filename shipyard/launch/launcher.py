@@ -181,7 +181,7 @@ def build(
     fields |= _workdir(reg, rt, fields["mounts"], workdir)
     _check_script(cl, rt, kind, command, fields)
     user_env = parse_env(env)
-    fields |= _environment(cl, user_env, nccl_debug)
+    fields |= _environment(cl, user_env, nccl_debug, env_obj)
     fields |= _image(reg, env_obj.name, cl, rt, image)
     fields |= _checkpointing(chain, requeue, max_restarts, signal_before)
     fields |= _monitoring(kind, monitor, monitor_interval)
@@ -349,11 +349,11 @@ def _check_script(cl: Cluster, rt: Runtime, kind: str, command: Sequence[str], f
                             f"{where}); run invoke launch from the script's directory or give its path from here")
 
 
-def _environment(cl: Cluster, user_env: tuple[tuple[str, str], ...], nccl_debug: bool) -> dict:
+def _environment(cl: Cluster, user_env: tuple[tuple[str, str], ...], nccl_debug: bool, env_obj=None) -> dict:
     """Variables in the order they are exported: fabric preset and site, NCCL_DEBUG, then ``--env`` (a later one
     of the same name wins)."""
     check_forbidden(cl, [k for k, _ in user_env], "--env")
-    variables: dict[str, EnvVar] = {v.name: v for v in fabric_env(cl)}
+    variables: dict[str, EnvVar] = {v.name: v for v in fabric_env(cl, env_obj)}
     debug = launch_data()["nccl_debug"]["full" if nccl_debug else "default"]
     for k, v in debug.items():
         variables[k] = EnvVar(k, str(v), False, "--nccl-debug" if nccl_debug else "NCCL transport line")

@@ -57,7 +57,9 @@ def job_mounts(root: Path, cluster, user: Sequence[Mount] = ()) -> tuple[Mount, 
     """The project directory, then the cluster's binds, then the user's mounts; a later mount of the same
     destination wins (so a user can replace a site bind). Launchers and ``invoke shell`` mount exactly this."""
     site = parse_mounts(list(cluster.binds), root, f"clusters.{cluster.name}.binds")
+    # fabric_options.host_injection: the host's fabric userspace, read-only at the same path (images need not carry it)
+    injected = [Mount(b, b, ro=True) for b in ((cluster.host_injection or {}).get("binds") or ())]
     out: dict[str, Mount] = {}
-    for m in (Mount(str(root), str(root)), *site, *user):
+    for m in (Mount(str(root), str(root)), *site, *injected, *user):
         out[m.dst] = m
     return tuple(out.values())

@@ -114,7 +114,7 @@ class Options:
                                   "directory)")
     env: tuple[str, ...] | None = opt(help="NAME=VALUE exported to the job and overriding the image's value "
                                            "(repeatable)", repeat=True)
-    nccl_debug: bool = opt(False, "NCCL_DEBUG=INFO for every subsystem (by default only NET, for the transport "
+    nccl_debug: bool = opt(False, "NCCL_DEBUG=INFO for every subsystem (by default only INIT and NET, for the transport "
                                   "line)")
     monitor: bool = opt(False, "sample CPU/RAM/GPU usage on every node into "
                                "launch/logs/<name>-<jobid>.usage.<node>.csv", kinds=(TORCHRUN,))

@@ -2,7 +2,8 @@
 
 The checks refuse combinations that cannot work *before* a build: a torch/CUDA variant that has no wheel, a base
 image tag that nvidia/cuda never published, a driver too old for the CUDA major, a GPU arch missing from the wheel,
-EFA with too old a CUDA/NCCL. Facts marked unknown in the data give a WARN ("not verified"), never a guess.
+an image without the fast fabric's userspace or EFA below its floors (registry/fabric_checks.py). Facts marked
+unknown in the data give a WARN ("not verified"), never a guess.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from shipyard import facts as data
+from shipyard.registry import fabric_checks
 from shipyard.registry.model import Cluster, Environment
 
 ERROR = "ERROR"
@@ -235,23 +237,7 @@ def check_on_cluster(env: Environment, cluster: Cluster) -> list[Problem]:
             elif env.cuda.value != ts["default_cuda"] and gpu.sm not in ts["arches"]:
                 add(WARN, f"{ckey}.gpus", f"{gpu.model} ({gpu.arch}): the arch list of the {env.cuda_variant} "
                     "wheel is not verified")
-    if cluster.fabric == "efa":
-        efa = facts()["efa"]
-        if vtuple(env.cuda.value or "0") < vtuple(efa["min_cuda"]):
-            add(ERROR, f"{ckey}.fabric", f"EFA needs CUDA >= {efa['min_cuda']}, {env.name} has {env.cuda.value}")
-        if env.nccl.value and vtuple(env.nccl.value) < vtuple(efa["min_nccl"]):
-            add(ERROR, f"{ckey}.fabric", f"EFA needs NCCL >= {efa['min_nccl']}, {env.name} has {env.nccl.value}")
-        inst = cluster.fabric_options.get("efa_installer")
-        ofi = cluster.fabric_options.get("aws_ofi_nccl")
-        if inst:
-            known = efa["installers"].get(str(inst))
-            if known and known.get("bad"):
-                add(ERROR, f"{ckey}.fabric_options.efa_installer", f"EFA installer {inst}: {known['bad']}")
-            if known and not ofi:
-                ofi = known["aws_ofi_nccl"]
-        if ofi and vtuple(str(ofi)) < vtuple(efa["min_aws_ofi_nccl"]):
-            add(ERROR, f"{ckey}.fabric_options.aws_ofi_nccl",
-                f"aws-ofi-nccl {ofi} is too old for p5/EFA (needs >= {efa['min_aws_ofi_nccl']})")
+    fabric_checks.check(env, cluster, add)  # IB/EFA userspace in the image, EFA floors
     return out
 
 

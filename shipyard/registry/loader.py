@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -41,6 +42,7 @@ REGISTRY_ENV = "SHIPYARD_REGISTRY"
 # libyaml's parser when PyYAML was built with it (it keeps marks, so file:line errors still work)
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CUDA_IMAGE = re.compile(r"^(?:docker\.io/)?nvidia/cuda:")
+FAST_FABRICS = ("ib", "efa")  # fabrics whose userspace an image must carry (socket needs none)
 
 if TYPE_CHECKING:
     import jsonschema  # lazy: annotations only; imported in validate() when a registry is invalid
@@ -418,6 +420,8 @@ def _resolve_environment(name: str, envs: Mapping[str, dict], lines, fname: str)
         labels=tuple((k, _scalar(v)) for k, v in raw.get("labels", {}).items()),
         build_args=tuple(raw.get("build_args", {}).items()),
         clusters=tuple(raw["clusters"]) if "clusters" in raw else None,
+        fabrics=tuple(raw["fabrics"]) if "fabrics" in raw else (),
+        fabrics_source=src.get("fabrics", EXPLICIT) if "fabrics" in raw else "",
         description=raw.get("description", ""),
         extends_chain=chain[1:],
         line=eline,
@@ -546,6 +550,25 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
     )
 
 
+def _with_fabrics(env: Environment, clusters: Mapping[str, Cluster]) -> Environment:
+    """The fast-fabric userspace the image carries: as written, or the fabrics (ib, efa) of the clusters it targets
+    that do not inject the host's libraries; and the EFA installer version of its EFA clusters (the newest when they
+    differ; `invoke check` warns then)."""
+    targets = [clusters[c] for c in (env.clusters if env.clusters is not None else clusters) if c in clusters]
+    efa = sorted({str(c.fabric_options["efa_installer"]) for c in targets
+                  if c.fabric == "efa" and c.fabric_options.get("efa_installer")}, key=compat.vtuple)
+    installer = efa[-1] if efa else None
+    if env.fabrics_source:
+        return replace(env, efa_installer=installer if "efa" in env.fabrics else None)
+    need = [c for c in targets if c.fabric in FAST_FABRICS and c.host_injection is None]
+    fabrics = tuple(f for f in FAST_FABRICS if any(c.fabric == f for c in need))
+    if not fabrics:
+        return env
+    names = ", ".join(c.name for c in need)
+    return replace(env, fabrics=fabrics, fabrics_source=f"derived from clusters {names}",
+                   efa_installer=installer if "efa" in fabrics else None)
+
+
 def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None) -> Registry:
     """Parse, validate and resolve registry text. Every user error is a one-line ShipyardError."""
     data, lines = parse_yaml(text, fname)
@@ -560,6 +583,7 @@ def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None)
         n: RegistryTarget(n, r["uri"], bool(r.get("insecure", False)), bool(r.get("require_signed", False)))
         for n, r in data.get("registries", {}).items()
     }
+    envs = {n: _with_fabrics(e, clusters) for n, e in envs.items()}
     defaults = data.get("defaults", {})
     for key, table in (("environment", envs), ("cluster", clusters), ("registry", regs)):
         val = defaults.get(key)

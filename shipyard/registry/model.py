@@ -63,6 +63,9 @@ class Environment:
     labels: tuple[tuple[str, str], ...] = ()
     build_args: tuple[tuple[str, str], ...] = ()
     clusters: tuple[str, ...] | None = None  # None: checked against every cluster
+    fabrics: tuple[str, ...] = ()  # fast-fabric userspace the image carries: "ib", "efa" (see fabrics_source)
+    fabrics_source: str = ""  # explicit, or which clusters it was derived from
+    efa_installer: str | None = None  # the EFA installer version the image installs (from its EFA clusters)
     description: str = ""
     extends_chain: tuple[str, ...] = ()
     line: int | None = None  # line in registry.yaml where the environment starts
@@ -106,7 +109,7 @@ class Environment:
             "files": [asdict(f) for f in self.files],
             "labels": [list(kv) for kv in self.labels],
             "build_args": [list(kv) for kv in self.build_args],
-        }
+        } | ({"fabrics": list(self.fabrics), "efa_installer": self.efa_installer} if self.fabrics else {})
 
     @property
     def spec_hash(self) -> str:
@@ -180,6 +183,12 @@ class Cluster:
     partition_facts: Mapping[str, Partition] = field(default_factory=dict)  # name -> resolved facts
     mem_per_node_mb: int | None = None
     exclusive: bool = False
+
+    @property
+    def host_injection(self) -> Mapping[str, object] | None:
+        """fabric_options.host_injection: the runtime brings the host's fabric libraries (None: it does not)."""
+        v = self.fabric_options.get("host_injection")
+        return v if isinstance(v, Mapping) else None
 
     @property
     def line_rate_gbps(self) -> float | None:
