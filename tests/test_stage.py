@@ -247,7 +247,14 @@ def test_cli_stage_errors_are_one_line_exit_2(built, invoke):
 
 
 def _launch(reg, **flags) -> str:
-    return launch.launch_command(["invoke", "launch", "--", "train.py"], registry_path=reg.path, **flags)
+    """`invoke launch ... -- train.py` run from the project directory, where the script is (launch checks it)."""
+    (reg.root / "train.py").touch()
+    cwd = os.getcwd()
+    os.chdir(reg.root)
+    try:
+        return launch.launch_command(["invoke", "launch", "--", "train.py"], registry_path=reg.path, **flags)
+    finally:
+        os.chdir(cwd)
 
 
 def test_launcher_names_the_staged_image_and_checks_it_before_srun(built):
@@ -285,15 +292,16 @@ def test_launch_refuses_what_check_refuses_and_force_is_in_the_header(built, cap
 
 
 def test_chain_without_submit_writes_a_submit_script_and_dry_run_shows_the_chain(proj, tmp_path):
+    # the default launcher name is train-<cluster> (launchers for two clusters do not overwrite each other)
     out = _launch(proj, environment="tiny", cluster="sandbox", chain=3)
-    script = proj.root / "launch" / "train.chain.sh"
-    assert "wrote launch/train.chain.sh" in out and f"invoke sandbox.exec -- bash {script}" in out
+    script = proj.root / "launch" / "train-sandbox.chain.sh"
+    assert "wrote launch/train-sandbox.chain.sh" in out and f"invoke sandbox.exec -- bash {script}" in out
     text = script.read_text()
     assert "for segment in $(seq 1 3)" in text and '--dependency="afterany:$prev"' in text
     assert shellcheck(text, "bash").returncode == 0
     dry = _launch(proj, environment="tiny", cluster="sandbox", chain=3, dry_run=True)
-    assert "#   job 1: sbatch --parsable train.sbatch" in dry
-    assert "#   job 3: sbatch --parsable --dependency=afterany:<job 2> train.sbatch" in dry
+    assert "#   job 1: sbatch --parsable train-sandbox.sbatch" in dry
+    assert "#   job 3: sbatch --parsable --dependency=afterany:<job 2> train-sandbox.sbatch" in dry
     # the script really submits the chain: run it with a recording sbatch on PATH
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -304,7 +312,7 @@ def test_chain_without_submit_writes_a_submit_script_and_dry_run_shows_the_chain
                                                      "CALLS": str(calls)}, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     lines = calls.read_text().splitlines()
-    launcher = str(proj.root / "launch" / "train.sbatch")
+    launcher = str(proj.root / "launch" / "train-sandbox.sbatch")
     assert lines == [f"--parsable {launcher}", f"--parsable --dependency=afterany:101 {launcher}",
                      f"--parsable --dependency=afterany:102 {launcher}"]
 
