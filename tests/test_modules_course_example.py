@@ -108,6 +108,6 @@ def test_readme_rehearsal_runs_two_node_training_on_the_sandbox(sandbox, tmp_pat
                                 cluster="sandbox", nodes=2)
     job = re.search(r"submitted job (\d+)", out).group(1)
     info = wait_job(sandbox, job)
-    text = (tmp_path / "launch" / "logs" / f"train-{job}.out").read_text()
+    text = (tmp_path / "launch" / "logs" / f"train-sandbox-{job}.out").read_text()  # default name: train-<cluster>
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", text[-3000:]
     assert re.search(r"result: .*world_size=4", text), text[-3000:]

@@ -183,8 +183,8 @@ def test_credentials_from_env_are_used_and_never_written_or_logged(docker_servic
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
     b.build(reg, "pytorch-2.3")
     # and a launcher written with the credential in the environment (the launch area's CLI, as a user runs it)
-    res = invoke_cli("launch", "--environment", "tiny", "--name", "t", "--", "python", "t.py", cwd=reg.root,
-                     timeout=None)
+    (reg.root / "t.py").write_text("")  # launch checks that the script exists where the job will look
+    res = invoke_cli("launch", "--environment", "tiny", "--name", "t", "--", "t.py", cwd=reg.root, timeout=None)
     assert res.returncode == 0 and (reg.root / "launch" / "t.sbatch").is_file(), res.stderr
     assert SECRET not in res.stdout + res.stderr
     captured = capfd.readouterr()

@@ -72,6 +72,8 @@ def test_two_node_torchrun_job_world_size_four(sandbox, tmp_path):
     """The demo's job (shipyard.launch's host-runtime launcher): sbatch, c10d rendezvous on the first node, gloo
     all-reduce, world size 4, exit 0. The project is a copy in tmp_path, so launch/ is written there."""
     shutil.copy(ROOT / "registry.yaml", tmp_path / "registry.yaml")
+    (tmp_path / "definitions").mkdir()  # the environment's hash lock: render refuses an environment without one
+    shutil.copy(ROOT / "definitions" / "pytorch-2.3.lock", tmp_path / "definitions" / "pytorch-2.3.lock")
     (tmp_path / "examples").mkdir()
     shutil.copy(ROOT / "examples" / "train.py", tmp_path / "examples" / "train.py")
     reg = registry.load(tmp_path / "registry.yaml")
@@ -91,6 +93,8 @@ def test_two_node_torchrun_job_world_size_four(sandbox, tmp_path):
 def test_invoke_demo_end_to_end(sandbox, tmp_path, invoke):
     """The README's main command, as a user runs it: renders, reuses the running sandbox, trains, prints."""
     shutil.copy(ROOT / "registry.yaml", tmp_path / "registry.yaml")
+    (tmp_path / "definitions").mkdir()  # the environment's hash lock: render refuses an environment without one
+    shutil.copy(ROOT / "definitions" / "pytorch-2.3.lock", tmp_path / "definitions" / "pytorch-2.3.lock")
     (tmp_path / "examples").mkdir()
     shutil.copy(ROOT / "examples" / "train.py", tmp_path / "examples" / "train.py")
     env = dict(os.environ, SHIPYARD_REGISTRY=str(tmp_path / "registry.yaml"),
