@@ -132,24 +132,38 @@ def wheel_pins(resolution: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def companion_for(uv: Uv, name: str, torch: str, next_torch: str | None, python: str) -> str | None:
-    """The companion release of ``torch``: the newest that accepts torch==X but not the next torch release."""
+def companion_for(uv: Uv, name: str, torch: str, next_torch: str | None, python: str,
+                  next_python: str | None, committed: str | None = None) -> str | None:
+    """The companion release of ``torch``.
+
+    A committed companion whose metadata accepts torch==X stays (metadata cannot tell it from a later release that
+    also accepts X: torchaudio >= 2.11 bounds torch from below instead of pinning it). Otherwise: the newest
+    release that accepts torch==X but not the next torch release (``next_python``: a Python the next release has).
+    """
+    if committed and uv.compile([f"torch=={torch}", f"{name}=={committed}"], python) is not None:
+        return committed
     excluded: list[str] = []
     for _ in range(4):  # releases that also accept the next torch; companions pin exactly, so this ends fast
         res = uv.compile([f"torch=={torch}", name] + [f"{name}!={v}" for v in excluded], python)
         if res is None or name not in res:
             return None
         ver = res[name].split("+")[0]
-        if next_torch is None or uv.compile([f"torch=={next_torch}", f"{name}=={ver}"], python) is None:
+        if next_torch is None or next_python is None or \
+                uv.compile([f"torch=={next_torch}", f"{name}=={ver}"], next_python) is None:
             return ver
         excluded.append(ver)
     return None
 
 
-def derive(patches: list[str], uv: Uv | None = None, companions: bool = True) -> Derived:
-    """Read the metadata of the default-variant wheels of ``patches`` (and their companions) from PyPI."""
+def derive(patches: list[str], uv: Uv | None = None, companions: bool = True,
+           pythons: list[str] | None = None) -> Derived:
+    """Read the metadata of the default-variant wheels of ``patches`` (and their companions) from PyPI.
+
+    ``pythons``: the candidate Pythons to probe (default: compat.yaml refresh.pythons); tests pass fewer.
+    """
     uv = uv or Uv.default()
     s = settings()
+    candidates = list(pythons or s["pythons"])
     out = Derived()
     known = compat.known_torch_versions()
     with concurrent.futures.ThreadPoolExecutor(max_workers=int(s["jobs"])) as pool:
@@ -158,7 +172,7 @@ def derive(patches: list[str], uv: Uv | None = None, companions: bool = True) ->
             if ts is None or torch not in ts["patches"]:
                 raise ShipyardError(f"--torch {torch}: not a torch release in compat.yaml "
                                     f"(known: {', '.join(known[-6:])}); add its series first")
-            pys = published_pythons(uv, f"torch=={torch}", list(s["pythons"]), pool)
+            pys = published_pythons(uv, f"torch=={torch}", candidates, pool)
             if not pys:
                 out.notes.append(f"torch {torch}: no wheel for any candidate Python on {uv.platform}; skipped")
                 continue
@@ -177,16 +191,19 @@ def derive(patches: list[str], uv: Uv | None = None, companions: bool = True) ->
             if companions:
                 later = [v for v in known if compat.vtuple(v) > compat.vtuple(torch)]
                 nxt = min(later, key=compat.vtuple) if later else None
+                nxt_pys = compat.wheel_fact(nxt, compat.torch_series(nxt)["default_cuda"], "python") if nxt else None
                 for name in COMPANIONS:
                     ver = None
+                    committed = compat.wheel_fact(torch, ts["default_cuda"], name)
                     for py in pys[:2]:  # companions drop the newest Pythons first: ask with the oldest
-                        ver = companion_for(uv, name, torch, nxt, py)
+                        nxt_py = next((p for p in (nxt_pys or []) if compat.vtuple(p) >= compat.vtuple(py)), None)
+                        ver = companion_for(uv, name, torch, nxt, py, nxt_py, committed)
                         if ver:
                             break
                     entry[name] = ver
                     if ver and ver not in out.companions[name]:
                         out.companions[name][ver] = {"python": published_pythons(
-                            uv, f"{name}=={ver}", list(s["pythons"]), pool)}
+                            uv, f"{name}=={ver}", candidates, pool)}
             out.wheels[torch] = entry
     return out
 
