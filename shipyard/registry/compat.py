@@ -225,6 +225,7 @@ def check_environment(env: Environment) -> list[Problem]:
             f"variants that exist: {_fmt_variants(variants)}")
     py = env.python.value or ""
     known, pythons, _ = wheel_lookup(torch, cuda, "python")
+    torch_has_py = bool(known and pythons and py in pythons)  # else the companions' Pythons are beside the point
     if not known or pythons is None:
         err("python", f"the Pythons of the torch {torch} wheels are not in the compatibility data; "
             f"Python {py} not verified", WARN)
@@ -242,6 +243,8 @@ def check_environment(env: Environment) -> list[Problem]:
             err(name, f"{name} {pin.value} does not match torch {torch} (the companion release is {want})")
             continue
         pys = companion_pythons(name, pin.value)
+        if not torch_has_py:
+            continue
         if pys is None:
             err(name, f"the Pythons of {name} {pin.value} are not in the compatibility data; "
                 f"Python {py} not verified", WARN)
