@@ -68,6 +68,27 @@ def render(c, env=None, all=False, check=False, force=False):
         raise SystemExit(code)
 
 
+@task(
+    name="refresh",
+    help={
+        "torch": "comma-separated torch releases to refresh (default: every release in compat.yaml)",
+        "write": "write compat.yaml after showing the diff (default: show the diff only, exit 1 if it differs)",
+        "no_companions": "skip the torchvision/torchaudio look-ups (faster)",
+    },
+)
+@task_guard
+def compat_refresh(c, torch="", write=False, no_companions=False):
+    """Derive compat.yaml's wheel facts from PyPI metadata (uv, metadata only) and show them as a diff."""
+    from shipyard.registry import refresh
+
+    code = refresh.refresh_command(torch or None, write=write, companions=not no_companions)
+    if code:
+        raise SystemExit(code)
+
+
+compat_tasks = Collection("compat", compat_refresh)
+
+
 # ----------------------------------------------------------------------------------------------- cluster-facing tools
 # nccl-report, usage, status, logs, shell, doctor: see shipyard/nccl_report.py, usage.py, jobs.py, shell.py, doctor.py
 
@@ -500,4 +521,5 @@ def verify(c, env=None):
 # ----------------------------------------------------------------------------------------------- namespace
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
-                sandbox_tasks, cluster_tasks, demo, build, push, pull, stage, lock_, modules, sign, verify)
+                sandbox_tasks, cluster_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules, sign,
+                verify)

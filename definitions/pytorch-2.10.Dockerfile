@@ -2,7 +2,7 @@
 # definitions/pytorch-2.10.def. Do not edit by hand: change registry.yaml, then run `invoke render pytorch-2.10`.
 # Build: `invoke build pytorch-2.10 --backend docker` (context: the project root). The %test equivalent is
 # /opt/shipyard/test.sh (from definitions/pytorch-2.10.test.sh), run by the build in the finished image.
-FROM nvidia/cuda:12.8.1-runtime-ubuntu24.04
+FROM nvidia/cuda:12.8.2-runtime-ubuntu24.04
 
 LABEL org.shipyard.environment="pytorch-2.10"
 LABEL org.shipyard.torch="2.10.0"
@@ -13,12 +13,12 @@ LABEL org.shipyard.nccl="2.27.5"
 LABEL org.shipyard.torchvision="0.25.0"
 LABEL org.shipyard.torchaudio="2.10.0"
 LABEL org.shipyard.cudnn="9.10.2.21"
-LABEL org.shipyard.base="nvidia/cuda:12.8.1-runtime-ubuntu24.04"
+LABEL org.shipyard.base="nvidia/cuda:12.8.2-runtime-ubuntu24.04"
 LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="f99dc8004dbc9765c12b4b0e1dc0c0ff51440ae5107ca9ba0a7d34a8bb6bbcc0"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="428a6f4409540195d7379c96a0b78c55ad28466eba036868b076396c7078dd41"
+LABEL org.shipyard.spec-sha256="37332320611a43eaf5959b8f746451d2b184e6bf8ab0bf7f8e181507696f794f"
 
 ENV SHIPYARD_ENV="pytorch-2.10"
 ENV PATH="/opt/venv/bin:$PATH"

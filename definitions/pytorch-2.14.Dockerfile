@@ -2,7 +2,7 @@
 # definitions/pytorch-2.14.def. Do not edit by hand: change registry.yaml, then run `invoke render pytorch-2.14`.
 # Build: `invoke build pytorch-2.14 --backend docker` (context: the project root). The %test equivalent is
 # /opt/shipyard/test.sh (from definitions/pytorch-2.14.test.sh), run by the build in the finished image.
-FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04
+FROM nvidia/cuda:13.0.3-runtime-ubuntu24.04
 
 LABEL org.shipyard.environment="pytorch-2.14"
 LABEL org.shipyard.torch="2.14.1"
@@ -12,12 +12,12 @@ LABEL org.shipyard.os="ubuntu24.04"
 LABEL org.shipyard.nccl="2.30.7"
 LABEL org.shipyard.torchvision="0.29.1"
 LABEL org.shipyard.cudnn="9.24.0.43"
-LABEL org.shipyard.base="nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+LABEL org.shipyard.base="nvidia/cuda:13.0.3-runtime-ubuntu24.04"
 LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="00800ff529f34fb068e7f76c98f46d2081dec7ca98f8888ee62bb7be9d558589"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="e730aae0c6c8fed36e489e3bf2383be1548806f8217bb4c70429af164fec68c1"
+LABEL org.shipyard.spec-sha256="78c3c1259d0f403d95eb11a732de608b549e447be61d9689aabe18d6ff7e8fcf"
 
 ENV SHIPYARD_ENV="pytorch-2.14"
 ENV PATH="/opt/venv/bin:$PATH"

@@ -78,7 +78,9 @@ def test_nccl_override_warns_and_static_nccl_fails():
 
 def test_unknown_variant_list_warns_not_guesses():
     ps = problems(env_over={"torch": '"2.13.0"', "cuda": '"12.8"', "os": "ubuntu24.04"})
-    assert [p.severity for p in ps] == ["WARN"] and "not verified" in ps[0].message
+    # the variant itself and the NCCL its wheel pins: both unknown, neither guessed from the cu130 wheel
+    assert [(p.severity, p.key.rsplit(".", 1)[1]) for p in ps] == [("WARN", "cuda"), ("WARN", "nccl")]
+    assert all("not verified" in p.message for p in ps)
 
 
 @pytest.mark.parametrize("tag,ok,why", [
@@ -203,3 +205,133 @@ def test_shipped_registry_is_clean():
     from helpers_registry import ROOT
 
     assert errors(compat.check_all(registry.load(ROOT / "registry.yaml"))) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Facts keyed by what they depend on (the 2026-11-30 audit against wheel metadata): each rule passes and fails.
+
+
+def env_of(**over):
+    fields = {"torch": '"2.3.1"', "cuda": '"12.1"', "python": '"3.11"', "os": "ubuntu22.04", **over}
+    body = "\n".join(f"    {k}: {v}" for k, v in fields.items())
+    text = f"environments:\n  e:\n{body}\nclusters:\n  c: {{runtime: host, fabric: socket, gpus_per_node: 0, " \
+           "scheduler: {partition: p}}\n"
+    return registry.load_text(text, "t.yaml").environments["e"]
+
+
+def test_nccl_is_the_variants_own_pin_default_and_test_assertion():
+    """torch 2.10.0 + CUDA 13.0 pins nvidia-nccl-cu13 2.28.9, not the cu128 wheel's 2.27.5."""
+    from shipyard.definitions import recipe
+
+    over = {"torch": '"2.10.0"', "cuda": '"13.0"', "python": '"3.12"', "os": "ubuntu24.04"}
+    env = env_of(**over)
+    assert (env.nccl.value, env.nccl_package, env.nccl_override) == ("2.28.9", "nvidia-nccl-cu13", False)
+    assert any("expected 2.28.9" in c for c in recipe.build_recipe(env).test)
+    assert env_of(**{**over, "cuda": '"12.8"'}).nccl.value == "2.27.5"
+
+
+def test_writing_the_variants_nccl_is_not_an_override_but_another_one_is():
+    over = {"torch": '"2.10.0"', "cuda": '"13.0"', "python": '"3.12"', "os": "ubuntu24.04"}
+    assert [p for p in problems(env_over={**over, "nccl": '"2.28.9"'}) if p.key.endswith(".nccl")] == []
+    ps = [p for p in problems(env_over={**over, "nccl": '"2.27.5"'}) if p.key.endswith(".nccl")]
+    assert [p.severity for p in ps] == ["WARN"] and "overrides the 2.28.9 that the cu130 wheel" in ps[0].message
+
+
+def test_variant_without_recorded_nccl_warns_not_verified_and_asserts_nothing():
+    """torch 2.3.1 cu118 pins an nvidia-nccl-cu11 the data does not know: no default from the cu121 wheel."""
+    env = env_of(cuda='"11.8"')
+    assert env.nccl.value is None and env.nccl_default is None
+    ps = [p for p in problems(env_over={"cuda": '"11.8"'}) if p.key.endswith(".nccl")]
+    assert [p.severity for p in ps] == ["WARN"] and "not verified" in ps[0].message
+
+
+def test_cudnn_is_per_variant_too():
+    assert env_of(torch='"2.10.0"', cuda='"12.8"', python='"3.12"').cudnn.value == "9.10.2.21"
+    assert env_of(torch='"2.10.0"', cuda='"13.0"', python='"3.12"').cudnn.value is None  # not verified
+
+
+@pytest.mark.parametrize("code,sm,runs", [
+    ([86], 89, True), ([100], 103, True), ([120], 121, True), ([50], 52, True),
+    ([90], 89, False), ([86], 90, False), ([120], 100, False), ([89], 86, False),
+])
+def test_arch_family_rule(code, sm, runs):
+    """Same major, code minor <= device minor."""
+    assert (compat.arch_family_match(code, sm) is not None) is runs
+
+
+@pytest.mark.parametrize("torch,cuda,gpu,ok", [
+    ("2.3.1", "12.1", "{model: L4, arch: sm_89}", True),         # sm_86 SASS
+    ("2.10.0", "12.8", "{model: B300, arch: sm_103}", True),     # sm_100 SASS
+    ("2.10.0", "12.8", "{model: GB10, arch: sm_121}", True),     # sm_120 SASS
+    ("2.0.1", "11.7", "{model: M60, arch: sm_52}", True),        # sm_50 SASS
+    ("2.3.1", "12.1", "{model: RTX 5090, arch: sm_120}", False),  # no 12.x code
+    ("2.11.0", "13.0", "{model: M60, arch: sm_52}", False),       # CUDA 13 dropped Maxwell
+])
+def test_gpu_judged_by_arch_family(torch, cuda, gpu, ok):
+    over = {"torch": f'"{torch}"', "cuda": f'"{cuda}"', "python": '"3.10"',
+            "os": "ubuntu24.04" if cuda.startswith("13") else "ubuntu22.04"}
+    errs = [p for p in errors(problems(env_over=over, cluster=cluster(gpus=f"[{gpu}]"))) if p.key.endswith(".gpus")]
+    assert (errs == []) is ok, errs
+
+
+def test_tesla_m60_is_sm52_in_the_data():
+    assert "M60" in compat.facts()["arches"][52]["gpus"] and "M60" not in compat.facts()["arches"][50]["gpus"]
+
+
+@pytest.mark.parametrize("torch,cuda,py,bad", [
+    ("2.5.1", "12.4", "3.13", "torchvision 0.20.1 has no wheel for Python 3.13"),
+    ("1.13.1", "11.7", "3.11", "torchvision 0.14.1 has no wheel for Python 3.11"),
+])
+def test_companions_carry_their_own_pythons(torch, cuda, py, bad):
+    """torch has the wheel; its default companions do not: refused before `invoke lock`."""
+    over = {"torch": f'"{torch}"', "cuda": f'"{cuda}"', "python": f'"{py}"'}
+    assert any(bad in p.message for p in errors(problems(env_over=over)))
+    left_out = {**over, "torchvision": "false", "torchaudio": "false"}
+    assert errors(problems(env_over=left_out)) == []
+    assert errors(problems(env_over={**over, "python": '"3.10"'})) == []
+
+
+def test_unknown_companion_pythons_warn_not_verified(monkeypatch):
+    import copy
+
+    data = copy.deepcopy(compat.facts())
+    del data["companions"]["torchvision"]["0.18.1"]
+    monkeypatch.setattr(compat, "facts", lambda: data)
+    ps = [p for p in problems() if p.key.endswith(".torchvision")]
+    assert [p.severity for p in ps] == ["WARN"] and "not verified" in ps[0].message
+
+
+def test_torch_215_gets_cuda_132_image_and_its_companions():
+    over = {"torch": '"2.15.0"', "cuda": '"13.2"', "python": '"3.12"', "os": "ubuntu24.04"}
+    env = env_of(**over)
+    assert env.base.value == "nvidia/cuda:13.2.1-runtime-ubuntu24.04"
+    assert (env.torchvision.value, env.torchaudio.value) == ("0.29.2", "2.11.1")
+    assert errors(problems(env_over=over)) == []
+    assert errors(problems(env_over={**over, "python": '"3.10"'}))  # 2.15 starts at 3.11
+
+
+@pytest.mark.parametrize("tag,ok,why", [
+    ("nvidia/cuda:12.8.2-runtime-ubuntu24.04", True, ""),
+    ("nvidia/cuda:12.9.2-cudnn-devel-ubuntu24.04", True, ""),
+    ("nvidia/cuda:13.0.3-runtime-ubuntu22.04", True, ""),
+    ("nvidia/cuda:13.2.1-cudnn-runtime-ubuntu24.04", True, ""),
+    ("nvidia/cuda:12.5.1-runtime-ubuntu24.04", True, ""),
+    ("nvidia/cuda:12.5.1-cudnn-runtime-ubuntu24.04", False, "cuDNN flavours for Ubuntu 20.04, 22.04, not 24.04"),
+    ("nvidia/cuda:11.6.2-cudnn8-devel-ubuntu20.04", True, ""),
+    ("nvidia/cuda:11.6.2-runtime-ubuntu22.04", False, "published for Ubuntu 20.04, not 22.04"),
+    ("nvidia/cuda:12.8.0-runtime-ubuntu24.04", False, "knows nvidia/cuda 12.8.2"),
+])
+def test_current_nvidia_cuda_images(tag, ok, why):
+    msgs = compat.check_cuda_image(tag)
+    assert (msgs == []) is ok, msgs
+    if not ok:
+        assert why in msgs[0]
+
+
+def test_end_of_life_tag_warns_and_names_the_current_one():
+    over = {"torch": '"2.10.0"', "cuda": '"12.8"', "python": '"3.12"', "os": "ubuntu24.04"}
+    ps = problems(env_over={**over, "base": "nvidia/cuda:12.8.1-runtime-ubuntu24.04"})
+    assert [p.severity for p in ps] == ["WARN"]
+    assert "end-of-life" in ps[0].message and "use nvidia/cuda:12.8.2-runtime-ubuntu24.04" in ps[0].message
+    assert problems(env_over=over) == []  # the derived tag is the current point release
+    assert env_of(**over).base.value == "nvidia/cuda:12.8.2-runtime-ubuntu24.04"

@@ -57,6 +57,65 @@ def cuda_facts(cuda: str) -> dict | None:
     return facts()["cuda"].get(cuda)
 
 
+def variant_tag(cuda: str) -> str:
+    """'12.8' -> 'cu128'."""
+    return "cu" + str(cuda).replace(".", "")
+
+
+def variant_index(cuda: str) -> str:
+    """The PyTorch wheel index of a CUDA variant (compat.yaml refresh.variant_index)."""
+    return facts()["refresh"]["variant_index"].format(variant=variant_tag(cuda))
+
+
+# fields of a wheel that depend on its CUDA variant: a non-default variant never inherits them from the default wheel
+VARIANT_FIELDS = ("nccl", "cudnn", "cuda_runtime")
+_ABSENT = object()
+
+
+def wheel_keys(torch_version: str, cuda: str, field: str) -> list[str]:
+    """The `wheels:` entries that may hold ``field`` for one wheel, most specific first."""
+    ts = torch_series(torch_version)
+    v = variant_tag(cuda)
+    keys = [f"{torch_version}+{v}", f"{series(torch_version)}+{v}"]
+    if ts is not None and (cuda == ts["default_cuda"] or field not in VARIANT_FIELDS):
+        keys.append(str(torch_version))
+    return keys
+
+
+def wheel_lookup(torch_version: str, cuda: str, field: str) -> tuple[bool, object, str | None]:
+    """(known, value, source mark) of one fact of the (torch patch, CUDA variant) wheel.
+
+    known is False when no entry records the field: the caller WARNs "not verified". A recorded null is known
+    (e.g. torchaudio: null = none was published).
+    """
+    wheels = facts().get("wheels") or {}
+    for key in wheel_keys(torch_version, cuda, field):
+        entry = wheels.get(key)
+        if entry is not None and field in entry:
+            return True, entry[field], entry.get(f"{field}_source", entry.get("source"))
+    return False, None, None
+
+
+def wheel_fact(torch_version: str, cuda: str, field: str):
+    """One fact of the (torch patch, CUDA variant) wheel, or None when unknown / recorded as null."""
+    return wheel_lookup(torch_version, cuda, field)[1]
+
+
+def companion_pythons(name: str, version: str) -> list[str] | None:
+    """Pythons with a Linux x86_64 wheel of torchvision/torchaudio ``version``; None when not verified."""
+    entry = (facts().get("companions") or {}).get(name, {}).get(str(version))
+    return None if entry is None else entry.get("python")
+
+
+def arch_family_match(code: list[int], sm: int) -> int | None:
+    """The best arch in ``code`` whose SASS runs on sm_XY: same major, minor <= the device's; None if none.
+
+    CUDA binary compatibility: cubins for X.Y run on X.Z with Z >= Y, never across majors.
+    """
+    fits = [c for c in code if c // 10 == sm // 10 and c % 10 <= sm % 10]
+    return max(fits) if fits else None
+
+
 def cudnn_tag_for(image_version: str) -> str:
     """The cudnn spelling nvidia/cuda used for a full image version (cudnn8, cudnn9 or cudnn)."""
     for rule in facts()["cudnn_tag_rules"]:
@@ -108,7 +167,7 @@ def check_cuda_image(ref: str) -> list[str]:
     if cf is None:
         known = ", ".join(sorted(facts()["cuda"], key=vtuple))
         return [f"base image {ref!r}: CUDA {minor} is not in the compatibility data (known: {known})"]
-    if cf.get("image") and cf["image"] != ver:
+    if cf.get("image") and cf["image"] != ver and ver not in cf.get("eol", []):
         out.append(f"base image {ref!r}: the data knows nvidia/cuda {cf['image']} for CUDA {minor}, not {ver}")
     if cudnn:
         want = cudnn_tag_for(ver)
@@ -119,7 +178,24 @@ def check_cuda_image(ref: str) -> list[str]:
     if ubuntu not in cf.get("ubuntu", []):
         have = ", ".join(cf.get("ubuntu", [])) or "none known"
         out.append(f"base image {ref!r}: nvidia/cuda {minor} is published for Ubuntu {have}, not {ubuntu}")
+    elif cudnn and flavor != "base" and ubuntu not in cf.get("cudnn_ubuntu", cf.get("ubuntu", [])):
+        have = ", ".join(cf.get("cudnn_ubuntu", [])) or "none known"
+        out.append(f"base image {ref!r}: nvidia/cuda {minor} has cuDNN flavours for Ubuntu {have}, not {ubuntu}")
     return out
+
+
+def cuda_image_eol(ref: str) -> str | None:
+    """A warning when ``ref`` is an end-of-life nvidia/cuda tag (NVIDIA deletes those), naming the current tag."""
+    m = _CUDA_TAG.match(ref)
+    if not m:
+        return None
+    ver = m["ver"]
+    cf = cuda_facts(".".join(ver.split(".")[:2])) or {}
+    if ver not in cf.get("eol", []) or not cf.get("image"):
+        return None
+    current = ref.replace(f":{ver}-", f":{cf['image']}-", 1)
+    return (f"base image {ref!r} is end-of-life: NVIDIA supports only the latest point release of each CUDA minor "
+            f"and deletes end-of-life tags about six months later; use {current}")
 
 
 def _fmt_variants(variants: list[str]) -> str:
@@ -150,24 +226,46 @@ def check_environment(env: Environment) -> list[Problem]:
         err("cuda", f"torch {torch} has no CUDA {cuda} wheel (cu{cuda.replace('.', '')}); "
             f"variants that exist: {_fmt_variants(variants)}")
     py = env.python.value or ""
-    if py not in ts["python"]:
-        err("python", f"torch {torch} has no wheel for Python {py} (supported: {', '.join(ts['python'])})")
-    tv = env.torchvision
-    want_tv = ts["torchvision"].get(torch)
-    if tv.value is not None and want_tv is not None and tv.value != want_tv:
-        err("torchvision", f"torchvision {tv.value} does not match torch {torch} (the companion release is {want_tv})")
-    ta = env.torchaudio
-    want_ta = ts["torchaudio"].get(torch)
-    if ta.value is not None and torch in ts["torchaudio"] and want_ta is None:
-        err("torchaudio", f"torchaudio was not published for torch {torch}; remove the key or set it to false")
-    elif ta.value is not None and want_ta is not None and ta.value != want_ta:
-        err("torchaudio", f"torchaudio {ta.value} does not match torch {torch} (the companion release is {want_ta})")
+    known, pythons, _ = wheel_lookup(torch, cuda, "python")
+    torch_has_py = bool(known and pythons and py in pythons)  # else the companions' Pythons are beside the point
+    if not known or pythons is None:
+        err("python", f"the Pythons of the torch {torch} wheels are not in the compatibility data; "
+            f"Python {py} not verified", WARN)
+    elif py not in pythons:
+        err("python", f"torch {torch} has no wheel for Python {py} (supported: {', '.join(pythons)})")
+    for name in ("torchvision", "torchaudio"):
+        pin = getattr(env, name)
+        known, want, _ = wheel_lookup(torch, cuda, name)
+        if pin.value is None:
+            continue
+        if known and want is None:
+            err(name, f"{name} was not published for torch {torch}; remove the key or set it to false")
+            continue
+        if want is not None and pin.value != want:
+            err(name, f"{name} {pin.value} does not match torch {torch} (the companion release is {want})")
+            continue
+        pys = companion_pythons(name, pin.value)
+        if not torch_has_py:
+            continue
+        if pys is None:
+            err(name, f"the Pythons of {name} {pin.value} are not in the compatibility data; "
+                f"Python {py} not verified", WARN)
+        elif py not in pys:
+            err(name, f"{name} {pin.value} has no wheel for Python {py} (it has {', '.join(pys)}); "
+                f"use one of those Pythons or set {name}: false")
     nccl = env.nccl.value
-    if ts.get("nccl_static") and nccl and nccl != ts["nccl"]:
-        err("nccl", f"torch {torch} links NCCL {ts['nccl']} statically; another NCCL cannot be swapped in")
+    static = ts.get("nccl_static")
+    wheel_nccl = wheel_fact(torch, cuda, "nccl")
+    if static and nccl and wheel_nccl and nccl != wheel_nccl:
+        err("nccl", f"torch {torch} links NCCL {wheel_nccl} statically; another NCCL cannot be swapped in")
     elif env.nccl_override:
-        err("nccl", f"NCCL {nccl} overrides the {ts['nccl']} that torch {torch} pins: the definition installs it "
-            f"after torch with --no-deps and pip check will report the mismatch", WARN)
+        err("nccl", f"NCCL {nccl} overrides the {env.nccl_default} that the {env.cuda_variant} wheel of torch "
+            f"{torch} pins: the definition installs it after torch with --no-deps and pip check will report the "
+            "mismatch", WARN)
+    elif wheel_nccl is None and not static:
+        what = f"NCCL {nccl} is" if nccl else "no NCCL version is asserted:"
+        err("nccl", f"the NCCL that the {env.cuda_variant} wheel of torch {torch} pins is not in the compatibility "
+            f"data; {what} not verified", WARN)
     cf = cuda_facts(cuda)
     if cf is None:
         err("cuda", f"CUDA {cuda} is not in the compatibility data (known: {', '.join(sorted(facts()['cuda'], key=vtuple))})")
@@ -175,12 +273,15 @@ def check_environment(env: Environment) -> list[Problem]:
         for msg in check_cuda_image(env.base.value or ""):
             if msg != "not-cuda":
                 err("base" if env.base.source != COMPAT_DERIVED else "os", msg)
+        eol = cuda_image_eol(env.base.value or "")
+        if eol:
+            err("base" if env.base.source != COMPAT_DERIVED else "cuda", eol, WARN)
     elif env.base.value is None:
         err("cuda", f"no nvidia/cuda image is known for CUDA {cuda}; set `base` explicitly")
     else:
         err("base", f"base image {env.base.value!r} is not an nvidia/cuda tag: its CUDA, OS and Python are not "
             "verified against the pins", WARN)
-    glibc_min = ts.get("min_glibc")
+    glibc_min = wheel_fact(torch, cuda, "min_glibc")
     os_facts = facts()["os"].get(env.os.value or "", {})
     if glibc_min and os_facts.get("glibc") and vtuple(os_facts["glibc"]) < vtuple(glibc_min):
         err("os", f"torch {torch} wheels need glibc >= {glibc_min}; {env.os.value} has {os_facts['glibc']}")
@@ -191,20 +292,30 @@ COMPAT_DERIVED = "compat data (derived nvidia/cuda tag)"
 
 
 def _arch_ok(env: Environment, sm: int) -> str | None:
-    """None if the wheel runs on sm_XX, else why not."""
+    """None if the wheel runs on sm_XY, else why not. GPUs are judged by family (see :func:`arch_family_match`)."""
     ts = torch_series(env.torch.value or "")
     if ts is None:
         return None
     cuda = env.cuda.value or ""
-    arch = facts()["arches"].get(sm)
-    if arch:
-        if vtuple(cuda) < vtuple(arch["cuda_min"]):
-            return f"sm_{sm} needs CUDA >= {arch['cuda_min']}, the wheel has {cuda}"
-        if arch.get("cuda_max") and vtuple(cuda) > vtuple(arch["cuda_max"]):
-            return f"CUDA {cuda} no longer compiles for sm_{sm} (last: {arch['cuda_max']})"
-    if cuda == ts["default_cuda"] and sm not in ts["arches"]:
+    table = facts()["arches"]
+    # the arches of sm's family that this CUDA can compile for (only those with a known CUDA range count)
+    family = [a for a in table if a // 10 == sm // 10 and a % 10 <= sm % 10 and table[a].get("cuda_min")]
+    if family:
+        too_new = [a for a in family if vtuple(cuda) < vtuple(table[a]["cuda_min"])]
+        too_old = [a for a in family if table[a].get("cuda_max") and vtuple(cuda) > vtuple(table[a]["cuda_max"])]
+        if len(too_new) == len(family):
+            need = min(table[a]["cuda_min"] for a in family)
+            return f"sm_{sm} needs CUDA >= {need}, the wheel has {cuda}"
+        if len(too_old) == len(family):
+            last = max((table[a]["cuda_max"] for a in family), key=vtuple)
+            return f"CUDA {cuda} no longer compiles for sm_{sm} (last: {last})"
+    if cuda == ts["default_cuda"] and arch_family_match(ts["arches"], sm) is None:
+        ptx = ts.get("ptx")
+        if ptx and any(p <= sm for p in ptx):
+            return None  # PTX is JIT-compiled for newer GPUs; check_on_cluster warns about it
+        note = "" if ptx is not None else "; PTX in the wheel not verified"
         return (f"the torch {env.torch.value} wheel is built for sm_{', sm_'.join(map(str, ts['arches']))}, "
-                f"not sm_{sm}")
+                f"none of which runs on sm_{sm} (needs the same major and a minor <= {sm % 10}){note}")
     return None
 
 
@@ -234,9 +345,12 @@ def check_on_cluster(env: Environment, cluster: Cluster) -> list[Problem]:
             why = _arch_ok(env, gpu.sm)
             if why:
                 add(ERROR, f"{ckey}.gpus", f"{gpu.model} ({gpu.arch}) cannot run {env.name}: {why}")
-            elif env.cuda.value != ts["default_cuda"] and gpu.sm not in ts["arches"]:
+            elif env.cuda.value != ts["default_cuda"] and arch_family_match(ts["arches"], gpu.sm) is None:
                 add(WARN, f"{ckey}.gpus", f"{gpu.model} ({gpu.arch}): the arch list of the {env.cuda_variant} "
                     "wheel is not verified")
+            elif env.cuda.value == ts["default_cuda"] and arch_family_match(ts["arches"], gpu.sm) is None:
+                add(WARN, f"{ckey}.gpus", f"{gpu.model} ({gpu.arch}) runs {env.name} only through PTX JIT "
+                    "(no SASS for its family in the wheel): slow first start, needs a driver with full compatibility")
     fabric_checks.check(env, cluster, add)  # IB/EFA userspace in the image, EFA floors
     return out
 

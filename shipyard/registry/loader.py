@@ -382,10 +382,13 @@ def _resolve_environment(name: str, envs: Mapping[str, dict], lines, fname: str)
             return Pin(None if val is False else str(val), src[key])
         return Pin(None if default is None else str(default), default_source)
 
-    tv_default = ts["torchvision"].get(torch)
-    ta_default = ts["torchaudio"].get(torch)
+    # wheel facts by (torch patch, CUDA variant): a non-default variant pins its own NCCL/cuDNN (compat.yaml wheels:)
+    tv_default = compat.wheel_fact(torch, cuda, "torchvision")
+    ta_default = compat.wheel_fact(torch, cuda, "torchaudio")
     comp_src = f"{DEFAULT} (companion of torch {torch})"
-    nccl_default = None if ts.get("nccl_static") else ts["nccl"]
+    wheel_nccl = compat.wheel_fact(torch, cuda, "nccl")
+    nccl_default = None if ts.get("nccl_static") else wheel_nccl
+    variant = compat.variant_tag(cuda)
     flavor = raw.get("cuda_image", {}).get("flavor", "runtime")
     cudnn = bool(raw.get("cuda_image", {}).get("cudnn", False))
     os_name = raw["os"]
@@ -393,17 +396,18 @@ def _resolve_environment(name: str, envs: Mapping[str, dict], lines, fname: str)
         base = Pin(raw["base"], src["base"])
     else:
         base = Pin(compat.cuda_image_tag(cuda, flavor, cudnn, os_name), compat.COMPAT_DERIVED)
-    index = None if cuda == ts["default_cuda"] else f"https://download.pytorch.org/whl/cu{cuda.replace('.', '')}"
+    index = None if cuda == ts["default_cuda"] else compat.variant_index(cuda)
     return Environment(
         name=name,
         torch=pin("torch", None, EXPLICIT),
         cuda=pin("cuda", None, EXPLICIT),
         python=pin("python", None, EXPLICIT),
         os=pin("os", None, EXPLICIT),
-        nccl=pin("nccl", ts["nccl"], f"{DEFAULT} (pinned by the torch {torch} wheel)"),
+        nccl=pin("nccl", wheel_nccl, f"{DEFAULT} (pinned by the {variant} wheel of torch {torch})" if wheel_nccl
+                 else f"{COMPAT} (not verified for the {variant} wheel of torch {torch})"),
         torchvision=pin("torchvision", tv_default, comp_src),
         torchaudio=pin("torchaudio", ta_default, comp_src),
-        cudnn=Pin(ts.get("cudnn"), f"{COMPAT} (brought by the torch wheel)"),
+        cudnn=Pin(compat.wheel_fact(torch, cuda, "cudnn"), f"{COMPAT} (brought by the {variant} wheel)"),
         base=base,
         torch_index=Pin(index, f"{COMPAT} ({'default variant: PyPI' if index is None else 'non-default variant'})"),
         nccl_default=nccl_default,

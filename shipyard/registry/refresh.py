@@ -1,0 +1,347 @@
+"""`invoke compat.refresh`: derive compat.yaml's wheel facts from package metadata and show them as a diff.
+
+What it derives, per torch patch of the default CUDA variant (the wheels on PyPI):
+- the pins the wheel's metadata makes (nvidia-nccl, nvidia-cudnn, nvidia-cuda-runtime, triton), by resolving
+  ``torch==X`` for the target platform;
+- the Pythons with a wheel (one metadata-only resolution per candidate Python: ``--no-deps``), and min_glibc (does a
+  wheel also install on manylinux_2_17?);
+- the companion torchvision/torchaudio: the newest release whose metadata accepts ``torch==X`` and not the next
+  known torch release (a companion pins its torch; one that also accepts the next release was not made for X);
+- each companion's own Pythons.
+
+Why uv (``uv pip compile --no-build``) rather than PyPI's JSON API: uv resolves exactly as ``invoke lock`` and pip
+will (markers evaluated for the target platform and Python, extras, the ``cuda-toolkit`` meta-package of torch
+>= 2.11), reads only metadata (PEP 658 files or range requests, never a whole wheel; ``--no-build`` forbids sdists),
+and needs no registry host name in this project: its default index is PyPI. It has timeouts (``UV_HTTP_TIMEOUT``
+plus a per-run limit, both in compat.yaml ``refresh:``). The price is one uv run per question, run a few at a time.
+
+Never a silent rewrite: the command prints a unified diff of compat.yaml and writes only with ``--write``. Facts it
+cannot read (NCCL linked statically, arches, nvidia/cuda images, variants on the PyTorch index when that index is
+unreachable) keep their committed values and source marks; a value it confirms keeps its mark, a value it changes
+or adds gets P (read off the metadata).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import difflib
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shipyard import facts as data
+from shipyard.errors import ShipyardError
+from shipyard.files import atomic_write
+from shipyard.registry import compat
+
+COMPAT_PATH = Path(__file__).resolve().parents[1] / "data" / "compat.yaml"
+# wheel metadata name -> compat.yaml field
+PIN_PACKAGES = {
+    "nccl": re.compile(r"^nvidia-nccl(-cu\d+)?$"),
+    "cudnn": re.compile(r"^nvidia-cudnn(-cu\d+)?$"),
+    "cuda_runtime": re.compile(r"^nvidia-cuda-runtime(-cu\d+)?$"),
+    "triton": re.compile(r"^(pytorch-)?triton$"),
+}
+# field order on an entry's line; `<field>_source` follows its field
+FIELD_ORDER = ("nccl", "cudnn", "cuda_runtime", "triton", "python", "min_glibc", "torchvision", "torchaudio")
+_VALUE = re.compile(r"^[0-9A-Za-z.+_-]+$")
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", re.M)
+COMPANIONS = ("torchvision", "torchaudio")
+
+
+def settings() -> dict:
+    return data.load("compat")["refresh"]
+
+
+# ------------------------------------------------------------------------------------------------------------ uv
+
+
+@dataclass
+class Uv:
+    """Runs ``uv pip compile`` for one target; every run has uv's HTTP timeout and an end-to-end limit."""
+
+    binary: str
+    platform: str
+    http_timeout_s: int
+    command_timeout_s: int
+    extra: tuple[str, ...] = ()
+    runs: int = 0
+
+    @classmethod
+    def default(cls) -> "Uv":
+        try:
+            import uv  # lazy: only the refresh (and invoke lock) run uv
+        except ImportError:  # pragma: no cover - uv is a declared dependency
+            raise ShipyardError("the 'uv' Python package is not installed: pip install uv") from None
+        s = settings()
+        return cls(uv.find_uv_bin(), s["platform"], int(s["http_timeout_s"]), int(s["command_timeout_s"]))
+
+    def argv(self, python: str, no_deps: bool = False, platform: str | None = None) -> list[str]:
+        argv = [self.binary, "pip", "compile", "-", "--no-config", "--no-header", "--quiet", "--no-build",
+                "--no-python-downloads", "--python-platform", platform or self.platform, "--python-version", python]
+        return argv + (["--no-deps"] if no_deps else []) + list(self.extra)
+
+    def compile(self, reqs: list[str], python: str, no_deps: bool = False,
+                platform: str | None = None) -> dict[str, str] | None:
+        """name -> version of the resolution, or None when no resolution exists. Other failures raise."""
+        env = {**os.environ, "UV_HTTP_TIMEOUT": str(self.http_timeout_s)}
+        self.runs += 1
+        with tempfile.TemporaryDirectory(prefix="shipyard-refresh-") as tmp:  # uv's cwd: no project files
+            try:
+                proc = subprocess.run(self.argv(python, no_deps, platform), input="\n".join(reqs) + "\n", text=True,
+                                      capture_output=True, timeout=self.command_timeout_s, cwd=tmp, env=env)
+            except subprocess.TimeoutExpired:
+                raise ShipyardError(f"uv pip compile {' '.join(reqs)} took longer than {self.command_timeout_s} s "
+                                    "(compat.yaml refresh.command_timeout_s)") from None
+        if proc.returncode == 0:
+            return {m[1].lower(): m[2] for m in _PIN.finditer(proc.stdout)}
+        if "No solution found" in proc.stderr:
+            return None
+        detail = " ".join(ln.strip() for ln in proc.stderr.splitlines() if ln.strip())[:400]
+        raise ShipyardError(f"uv pip compile {' '.join(reqs)} (Python {python}) failed: {detail or proc.returncode}")
+
+
+# ------------------------------------------------------------------------------------------------------------ derive
+
+
+@dataclass
+class Derived:
+    """What the metadata says: wheels[key][field] and companions[name][version]['python'], plus notes."""
+
+    wheels: dict[str, dict] = field(default_factory=dict)
+    companions: dict[str, dict[str, dict]] = field(default_factory=lambda: {c: {} for c in COMPANIONS})
+    notes: list[str] = field(default_factory=list)
+
+
+def published_pythons(uv: Uv, req: str, candidates: list[str], pool) -> list[str]:
+    """The candidate Pythons for which ``req`` has a wheel on the target platform (one --no-deps run each)."""
+    ok = list(pool.map(lambda py: uv.compile([req], py, no_deps=True) is not None, candidates))
+    return [py for py, good in zip(candidates, ok) if good]
+
+
+def wheel_pins(resolution: dict[str, str]) -> dict[str, str]:
+    """nccl/cudnn/cuda_runtime/triton versions out of a resolution of ``torch==X``."""
+    out = {}
+    for fld, pattern in PIN_PACKAGES.items():
+        hits = [v for name, v in resolution.items() if pattern.match(name)]
+        if hits:
+            out[fld] = hits[0].split("+")[0]
+    return out
+
+
+def companion_for(uv: Uv, name: str, torch: str, next_torch: str | None, python: str,
+                  next_python: str | None, committed: str | None = None) -> str | None:
+    """The companion release of ``torch``.
+
+    A committed companion whose metadata accepts torch==X stays (metadata cannot tell it from a later release that
+    also accepts X: torchaudio >= 2.11 bounds torch from below instead of pinning it). Otherwise: the newest
+    release that accepts torch==X but not the next torch release (``next_python``: a Python the next release has).
+    """
+    if committed and uv.compile([f"torch=={torch}", f"{name}=={committed}"], python) is not None:
+        return committed
+    excluded: list[str] = []
+    for _ in range(4):  # releases that also accept the next torch; companions pin exactly, so this ends fast
+        res = uv.compile([f"torch=={torch}", name] + [f"{name}!={v}" for v in excluded], python)
+        if res is None or name not in res:
+            return None
+        ver = res[name].split("+")[0]
+        if next_torch is None or next_python is None or \
+                uv.compile([f"torch=={next_torch}", f"{name}=={ver}"], next_python) is None:
+            return ver
+        excluded.append(ver)
+    return None
+
+
+def derive(patches: list[str], uv: Uv | None = None, companions: bool = True,
+           pythons: list[str] | None = None) -> Derived:
+    """Read the metadata of the default-variant wheels of ``patches`` (and their companions) from PyPI.
+
+    ``pythons``: the candidate Pythons to probe (default: compat.yaml refresh.pythons); tests pass fewer.
+    """
+    uv = uv or Uv.default()
+    s = settings()
+    candidates = list(pythons or s["pythons"])
+    out = Derived()
+    known = compat.known_torch_versions()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=int(s["jobs"])) as pool:
+        for torch in patches:
+            ts = compat.torch_series(torch)
+            if ts is None or torch not in ts["patches"]:
+                raise ShipyardError(f"--torch {torch}: not a torch release in compat.yaml "
+                                    f"(known: {', '.join(known[-6:])}); add its series first")
+            pys = published_pythons(uv, f"torch=={torch}", candidates, pool)
+            if not pys:
+                out.notes.append(f"torch {torch}: no wheel for any candidate Python on {uv.platform}; skipped")
+                continue
+            entry: dict = {"python": pys}
+            res = uv.compile([f"torch=={torch}"], pys[-1])
+            if res is None:
+                out.notes.append(f"torch {torch}: the wheel's dependencies do not resolve on {uv.platform}")
+            else:
+                entry.update(wheel_pins(res))
+                runtime = entry.get("cuda_runtime")
+                if runtime and ".".join(runtime.split(".")[:2]) != ts["default_cuda"]:
+                    out.notes.append(f"torch {torch}: the PyPI wheel brings CUDA runtime {runtime}, but compat.yaml "
+                                     f"says its default variant is {ts['default_cuda']}: fix default_cuda by hand")
+            old = uv.compile([f"torch=={torch}"], pys[-1], no_deps=True, platform=s["old_platform"])
+            entry["min_glibc"] = "2.17" if old is not None else "2.28"
+            if companions:
+                later = [v for v in known if compat.vtuple(v) > compat.vtuple(torch)]
+                nxt = min(later, key=compat.vtuple) if later else None
+                nxt_pys = compat.wheel_fact(nxt, compat.torch_series(nxt)["default_cuda"], "python") if nxt else None
+                for name in COMPANIONS:
+                    ver = None
+                    committed = compat.wheel_fact(torch, ts["default_cuda"], name)
+                    for py in pys[:2]:  # companions drop the newest Pythons first: ask with the oldest
+                        nxt_py = next((p for p in (nxt_pys or []) if compat.vtuple(p) >= compat.vtuple(py)), None)
+                        ver = companion_for(uv, name, torch, nxt, py, nxt_py, committed)
+                        if ver:
+                            break
+                    entry[name] = ver
+                    if ver and ver not in out.companions[name]:
+                        out.companions[name][ver] = {"python": published_pythons(
+                            uv, f"{name}=={ver}", candidates, pool)}
+            out.wheels[torch] = entry
+    return out
+
+
+def variant_coverage(uv: Uv, patches: list[str]) -> list[str]:
+    """Say which non-default CUDA variants this refresh covers: probes the PyTorch index once."""
+    variants = sorted({(compat.series(p), v) for p in patches
+                       for v in (compat.torch_series(p) or {}).get("cuda_variants") or []
+                       if v != compat.torch_series(p)["default_cuda"]})
+    if not variants:
+        return []
+    series_, cuda = variants[0]
+    probe = Uv(uv.binary, uv.platform, min(uv.http_timeout_s, 10), uv.command_timeout_s,
+               ("--default-index", compat.variant_index(cuda)))
+    named = ", ".join(f"{s}+{compat.variant_tag(v)}" for s, v in variants)
+    patch = next(p for p in patches if compat.series(p) == series_)
+    try:
+        probe.compile([f"torch=={patch}"], "3.10", no_deps=True)
+    except ShipyardError as exc:
+        return [f"the PyTorch index is unreachable from here ({str(exc)[-160:]}): the non-default variants "
+                f"{named} were not refreshed; their committed facts and source marks stay"]
+    return [f"the PyTorch index answers, but this refresh reads only the PyPI wheels: the variants {named} "
+            "keep their committed facts"]
+
+
+# ------------------------------------------------------------------------------------------------------------ merge
+
+
+def merge_entry(old: dict | None, new: dict) -> dict:
+    """Committed entry + derived facts. Confirmed values keep their mark; changed or new ones are marked P."""
+    out = dict(old or {"source": "P"})
+    for fld, value in new.items():
+        if old is not None and fld in old and old[fld] == value:
+            continue
+        out[fld] = value
+        if out.get("source") == "P":
+            out.pop(f"{fld}_source", None)
+        else:
+            out[f"{fld}_source"] = "P"
+    return out
+
+
+def _scalar(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, list):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
+    if isinstance(v, str) and v in ("P", "S", "I"):
+        return v
+    if not _VALUE.match(str(v)):  # versions and marks only: nothing else may reach the data file
+        raise ShipyardError(f"compat refresh: refusing to write the value {v!r} (not a version)")
+    return f'"{v}"'
+
+
+def entry_line(key: str, entry: dict, indent: str) -> str:
+    order = [k for f in FIELD_ORDER for k in (f, f"{f}_source")]
+    keys = [k for k in order if k in entry] + [k for k in entry if k not in order and k != "source"]
+    if "source" in entry:
+        keys.append("source")
+    body = ", ".join(f"{k}: {_scalar(entry[k])}" for k in keys)
+    return f'{indent}"{key}": {{{body}}}'
+
+
+def _sort_key(key: str):
+    head, _, variant = key.partition("+")
+    return compat.vtuple(head), variant
+
+
+def render_sections(wheels: dict, companions: dict) -> dict[str, str]:
+    """The text of the `wheels:` and `companions:` sections (one flow mapping per line, sorted by version)."""
+    w = ["wheels:"] + [entry_line(k, wheels[k], "  ") for k in sorted(wheels, key=_sort_key)]
+    c = ["companions:"]
+    for name in COMPANIONS:
+        entries = companions.get(name) or {}
+        if not entries:
+            c.append(f"  {name}: {{}}")
+            continue
+        c.append(f"  {name}:")
+        c += [entry_line(v, entries[v], "    ") for v in sorted(entries, key=compat.vtuple)]
+    return {"wheels": "\n".join(w) + "\n", "companions": "\n".join(c) + "\n"}
+
+
+def replace_section(text: str, name: str, new: str) -> str:
+    """Swap the top-level ``name:`` block (up to the next line at column 0) for ``new``; comments above stay."""
+    lines = text.splitlines(keepends=True)
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.rstrip("\n") == f"{name}:")
+    except StopIteration:
+        raise ShipyardError(f"{COMPAT_PATH}: no top-level '{name}:' section to refresh") from None
+    end = start + 1
+    while end < len(lines) and lines[end].startswith(" "):
+        end += 1
+    return "".join(lines[:start]) + new + "".join(lines[end:])
+
+
+def refreshed_text(text: str, derived: Derived, committed: dict) -> str:
+    wheels = {k: dict(v) for k, v in (committed.get("wheels") or {}).items()}
+    for key, new in derived.wheels.items():
+        wheels[key] = merge_entry(wheels.get(key), new)
+    comps = {n: {k: dict(v) for k, v in (committed.get("companions") or {}).get(n, {}).items()} for n in COMPANIONS}
+    for name, entries in derived.companions.items():
+        for ver, new in entries.items():
+            comps[name][ver] = merge_entry(comps[name].get(ver), new)
+    sections = render_sections(wheels, comps)
+    for name, body in sections.items():
+        text = replace_section(text, name, body)
+    return text
+
+
+def diff(old: str, new: str, path: str = "shipyard/data/compat.yaml") -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        f"{path} (committed)", f"{path} (from package metadata)"))
+
+
+def refresh_command(torch: str | None = None, write: bool = False, companions: bool = True,
+                    path: Path | None = None) -> int:
+    """Print the diff between compat.yaml and what the metadata says; write it only with ``write``."""
+    import yaml  # lazy: only to read the committed file as it is on disk (facts.load caches the package copy)
+
+    path = path or COMPAT_PATH
+    text = path.read_text(encoding="utf-8")
+    committed = yaml.safe_load(text)
+    patches = [p.strip() for p in torch.split(",")] if torch else compat.known_torch_versions()
+    uv = Uv.default()
+    print(f"compat refresh: reading PyPI metadata of {len(patches)} torch release(s) with uv "
+          f"({uv.platform}; default CUDA variant only)")
+    derived = derive(patches, uv, companions=companions)
+    new = refreshed_text(text, derived, committed)
+    for note in derived.notes + variant_coverage(uv, patches):
+        print(f"note: {note}")
+    d = diff(text, new)
+    if not d:
+        print(f"compat refresh: {path.name} agrees with the metadata ({uv.runs} uv runs)")
+        return 0
+    print(d, end="")
+    if not write:
+        print(f"compat refresh: {path.name} NOT written; review the diff above, then rerun with --write")
+        return 1
+    atomic_write(path, new)
+    print(f"compat refresh: wrote {path}")
+    return 0

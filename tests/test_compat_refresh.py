@@ -1,0 +1,89 @@
+"""`invoke compat.refresh`: the merge keeps source marks and never writes silently; against PyPI for real.
+
+The `pypi` tests resolve real torch releases with uv (metadata only) and compare what PyPI says with the
+committed compat.yaml: a stale or wrong fact there fails them. They need PyPI (CI has it) and take ~30 s.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from shipyard.errors import ShipyardError
+from shipyard.registry import compat, refresh
+
+FEW = ["3.9", "3.10", "3.13", "3.14", "3.15"]  # candidate Pythons the PyPI tests probe (fewer uv runs)
+
+
+def test_merge_keeps_marks_of_confirmed_facts_and_marks_changed_ones_p():
+    old = {"nccl": "2.29.3", "cudnn": "9.1", "source": "S"}
+    new = refresh.merge_entry(old, {"nccl": "2.29.3", "cudnn": "9.2", "triton": "3.7.0"})
+    assert new == {"nccl": "2.29.3", "cudnn": "9.2", "cudnn_source": "P", "triton": "3.7.0", "triton_source": "P",
+                   "source": "S"}
+    assert refresh.merge_entry({"nccl": "1", "nccl_source": "I", "source": "P"}, {"nccl": "2"}) == \
+        {"nccl": "2", "source": "P"}
+    assert refresh.merge_entry(None, {"nccl": "2"}) == {"source": "P", "nccl": "2"}
+
+
+def test_sections_are_replaced_in_place_and_the_rest_of_the_file_is_kept():
+    text = compat.data.text("compat.yaml")
+    committed = yaml.safe_load(text)
+    derived = refresh.Derived(wheels={"2.10.0": {"triton": "9.9.9"}})
+    new = refresh.refreshed_text(text, derived, committed)
+    d = refresh.diff(text, new)
+    assert d.count("\n-  ") == 1 and d.count("\n+  ") == 1 and 'triton: "9.9.9", triton_source: P' not in d
+    assert '"2.10.0": {' in d and 'triton: "9.9.9"' in d
+    assert yaml.safe_load(new) == {**committed, "wheels": {**committed["wheels"], "2.10.0": {
+        **committed["wheels"]["2.10.0"], "triton": "9.9.9"}}}
+    assert refresh.refreshed_text(text, refresh.Derived(), committed) == text  # nothing derived: no change
+
+
+def test_refuses_to_write_a_value_that_is_not_a_version():
+    with pytest.raises(ShipyardError, match="refusing to write"):
+        refresh.entry_line("2.10.0", {"nccl": "2.27.5\nefa: {}"}, "  ")
+
+
+@pytest.fixture(scope="module")
+def pypi():
+    """The metadata of two releases (the newest, whose companions came later, and one with cu12/cu13 variants)."""
+    uv = refresh.Uv.default()
+    return refresh.derive(["2.10.0", "2.15.0"], uv, pythons=FEW), uv
+
+
+@pytest.mark.pypi
+@pytest.mark.parametrize("torch", ["2.10.0", "2.15.0"])
+def test_pypi_metadata_agrees_with_the_committed_wheel_facts(pypi, torch):
+    derived, _ = pypi
+    got = derived.wheels[torch]
+    committed = compat.facts()["wheels"][torch]
+    for fld in ("nccl", "cudnn", "cuda_runtime", "triton", "min_glibc", "torchvision", "torchaudio"):
+        assert got.get(fld) == committed.get(fld), fld
+    assert got["python"] == [p for p in committed["python"] if p in FEW]
+
+
+@pytest.mark.pypi
+def test_pypi_companion_pythons_agree_with_the_committed_ones(pypi):
+    derived, _ = pypi
+    for name, entries in derived.companions.items():
+        for ver, got in entries.items():
+            committed = compat.facts()["companions"][name][ver]["python"]
+            assert got["python"] == [p for p in committed if p in FEW], (name, ver)
+
+
+@pytest.mark.pypi
+def test_pypi_refresh_command_shows_a_diff_and_writes_only_with_write(tmp_path, capsys):
+    """A copy of compat.yaml with one wrong fact: the diff names it; the file changes only with --write."""
+    path = tmp_path / "compat.yaml"
+    shutil.copy(refresh.COMPAT_PATH, path)
+    text = path.read_text().replace('"2.10.0": {nccl: "2.27.5"', '"2.10.0": {nccl: "2.27.1"')
+    assert text != refresh.COMPAT_PATH.read_text()
+    path.write_text(text)
+    assert refresh.refresh_command("2.10.0", companions=False, path=path) == 1
+    out = capsys.readouterr().out
+    assert '-  "2.10.0": {nccl: "2.27.1"' in out and '+  "2.10.0": {nccl: "2.27.5"' in out
+    assert "NOT written" in out and path.read_text() == text
+    assert "PyTorch index" in out  # the non-default variants are named as not refreshed (unreachable here)
+    assert refresh.refresh_command("2.10.0", companions=False, path=path, write=True) == 0
+    assert path.read_text() == refresh.COMPAT_PATH.read_text()
