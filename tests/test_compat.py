@@ -154,11 +154,12 @@ def efa_cluster(opts: str = 'efa_installer: "1.43.0"', itype: str = "") -> str:
 
 def test_efa_nccl_floor_follows_the_plugin_not_a_cuda_floor():
     """aws-ofi-nccl >= 1.10 supports NCCL >= 2.17.1; 1.5-1.9 NCCL >= 2.4.8; no general CUDA floor exists."""
-    old = {"torch": '"2.0.1"', "cuda": '"11.8"', "python": '"3.10"'}  # NCCL 2.14.3, CUDA 11.8
+    # NCCL written out: the data knows no NCCL for the non-default cu118 wheels (issue 13: per-variant facts)
+    old = {"torch": '"2.0.1"', "cuda": '"11.8"', "python": '"3.10"', "nccl": '"2.14.3"'}  # CUDA 11.8
     msgs = [p.message for p in errors(problems(env_over=old, cluster=efa_cluster()))]
     assert any("aws-ofi-nccl 1.16.1 supports NCCL >= 2.17.1; e has NCCL 2.14.3" in m for m in msgs)
     assert errors(problems(env_over=old, cluster=efa_cluster('efa_installer: "1.43.0", aws_ofi_nccl: "1.9.1"'))) == []
-    cu118 = {"torch": '"2.1.2"', "cuda": '"11.8"', "python": '"3.10"'}  # NCCL 2.18.1 on CUDA 11.8: fine on EFA
+    cu118 = {"torch": '"2.1.2"', "cuda": '"11.8"', "python": '"3.10"', "nccl": '"2.18.1"'}  # on CUDA 11.8: fine on EFA
     assert errors(problems(env_over=cu118, cluster=efa_cluster())) == []
 
 
@@ -171,7 +172,7 @@ def test_broadcast_hang_is_keyed_on_the_plugin_version():
 
 
 def test_p5_floors_apply_only_to_p5():
-    over = {"torch": '"2.0.1"', "cuda": '"11.8"', "python": '"3.10"'}  # NCCL 2.14.3
+    over = {"torch": '"2.0.1"', "cuda": '"11.8"', "python": '"3.10"', "nccl": '"2.14.3"'}  # written: cu118 is unknown
     opts = 'efa_installer: "1.43.0", aws_ofi_nccl: "1.9.1"'
     p5 = [p.message for p in errors(problems(env_over=over, cluster=efa_cluster(opts, "p5.48xlarge")))]
     assert any("p5.48xlarge [P: aws-ofi-nccl doc/efa-env-var.md (p5.48xlarge)] needs NCCL >= 2.18.0" in m for m in p5)

@@ -13,14 +13,21 @@ import tasks
 
 # the required positionals, given, so that what is tested is the bad registry, not invoke's own parser
 ARGS = {"logs": ["1"], "usage": ["1"], "nccl-report": ["nccl.log"], "cluster.import-pcluster": ["pcluster.yaml"]}
-# `invoke test` runs pytest on this checkout, and the sandbox's down/status act on the machine's one sandbox: they
-# read no project registry (see test_sandbox_tasks_need_no_registry)
-NO_REGISTRY = {"test", "sandbox.down", "sandbox.status"}
+# `invoke test` runs pytest on this checkout, the sandbox's down/status act on the machine's one sandbox, and
+# compat.refresh reads shipyard's own compat data and PyPI: they read no project registry (tested below instead)
+NO_REGISTRY = {"test", "sandbox.down", "sandbox.status", "compat.refresh"}
 TASKS = [t for t in sorted(tasks.ns.task_names) if t not in NO_REGISTRY]
 
 
 def test_every_task_is_listed():
     assert set(TASKS) | NO_REGISTRY == set(tasks.ns.task_names) and len(TASKS) >= 20
+
+
+def test_compat_refresh_bad_input_is_exit_2_before_any_network(capsys):
+    with pytest.raises(SystemExit) as ei:
+        Program(namespace=tasks.ns).run(["invoke", "compat.refresh", "--torch", "nonsense"])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and err.startswith("shipyard: error: --torch nonsense") and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("name", ["sandbox.down", "sandbox.status"])
