@@ -2,6 +2,26 @@
 # definitions/pytorch-2.3-dev.def. Do not edit by hand: change registry.yaml, then run `invoke render pytorch-2.3-dev`.
 # Build: `invoke build pytorch-2.3-dev --backend docker` (context: the project root). The %test equivalent is
 # /opt/shipyard/test.sh (from definitions/pytorch-2.3-dev.test.sh), run by the build in the finished image.
+# Stage 1 (discarded): the Python environment, downloaded with the host's CA bundle and proxy when the build passes
+# them (.shipyard-build/ in the build context, copied to /mnt here only). The image below copies /opt/venv.
+FROM nvidia/cuda:12.1.1-devel-ubuntu22.04 AS shipyard-download
+COPY definitions/pytorch-2.3-dev.lock /opt/shipyard/pytorch-2.3-dev.lock
+COPY .shipyard-build/ /mnt/
+RUN set -eu; \
+    # The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)
+    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh; fi; \
+    # Python 3.11 (deadsnakes PPA) in /opt/venv
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates gnupg software-properties-common; \
+    add-apt-repository -y ppa:deadsnakes/ppa; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev; \
+    python3.11 -m venv /opt/venv; \
+    # Every Python package from the hash-locked closure (pytorch-2.3-dev.lock); pip refuses any other bytes
+    /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.3-dev.lock
+
+# The image
 FROM nvidia/cuda:12.1.1-devel-ubuntu22.04
 
 LABEL org.shipyard.environment="pytorch-2.3-dev"
@@ -27,7 +47,7 @@ ENV LD_LIBRARY_PATH="/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-g
 ENV OMP_NUM_THREADS="1"
 
 COPY definitions/pytorch-2.3-dev.lock /opt/shipyard/pytorch-2.3-dev.lock
-# One RUN, so that cleaning caches at the end really shrinks the image.
+
 RUN set -eu; \
     # Python 3.11 (deadsnakes PPA) in /opt/venv
     export DEBIAN_FRONTEND=noninteractive; \
@@ -56,8 +76,10 @@ RUN set -eu; \
     ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
     cd /; \
     rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
-    # Every Python package from the hash-locked closure (pytorch-2.3-dev.lock); pip refuses any other bytes
-    /opt/venv/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/shipyard/pytorch-2.3-dev.lock; \
+    # apt lists out of this layer (the final clean-up runs in a later layer)
+    rm -rf /var/lib/apt/lists/*
+COPY --from=shipyard-download /opt/venv /opt/venv
+RUN set -eu; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs

@@ -80,7 +80,18 @@ def project(tmp_path, monkeypatch):
     root = make_project(tmp_path / "proj")
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    no_build_network(monkeypatch)
     return registry.load(root / "registry.yaml")
+
+
+def no_build_network(monkeypatch) -> None:
+    """Builds take the host's CA bundle and proxy variables (shipyard/containers/buildnet.py); tests that are not
+    about them start without any, so a machine's settings (this one has SSL_CERT_FILE) do not change their calls."""
+    from shipyard.containers import buildnet  # lazy: keeps this fixture module's imports light
+
+    for var in buildnet.CA_VARS + buildnet.PROXY_VARS:
+        monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv(var.lower(), raising=False)
 
 
 @pytest.fixture

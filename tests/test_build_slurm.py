@@ -103,3 +103,33 @@ def test_build_runs_as_a_job_on_a_sandbox_node(sandbox, tmp_path, monkeypatch):
     logs = list((root / "containers" / "logs").glob("tiny-build-*.out"))
     assert len(logs) == 1 and "built containers/tiny.sif" in logs[0].read_text()
     assert shutil.which("sbatch")  # the real client was used through the sandbox wrapper
+
+
+def test_build_job_takes_the_submitters_ca_and_proxy_into_the_build_only(sandbox, tmp_path, monkeypatch):
+    """`build --slurm` behind a proxy / private CA: sbatch hands the submitter's environment to the job, whose build
+    binds the CA copy and proxy settings for %post (the strict apptainer double checks the bind); the batch script,
+    the job log, the build log and the manifest hold neither the CA path nor the proxy value."""
+    root = fb.make_project(tmp_path / "proj")
+    os.chmod(tmp_path, 0o755)
+    ca = tmp_path / "site-private-ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    calls = tmp_path / "calls.jsonl"
+    fb.no_build_network(monkeypatch)
+    for var, value in (("SHIPYARD_REGISTRY", str(root / "registry.yaml")),
+                       ("SHIPYARD_SANDBOX_DIR", str(sandbox.directory)),
+                       ("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}"),
+                       ("APPTAINER_TMPDIR", str(tmp_path)), ("APPTAINER_CACHEDIR", str(tmp_path)),
+                       ("SHIPYARD_DOUBLE_CALLS", str(calls)), ("SSL_CERT_FILE", str(ca)),
+                       ("https_proxy", "http://proxy-value.invalid:3128")):
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(bs, "POLL_S", 0.5)
+    reg = registry.load(root / "registry.yaml")
+    assert bs.submit(reg, "tiny", wait=True) == 0
+    build = [c for c in fb.read_calls(calls) if c["argv"][0] == "build"][0]
+    assert build["host"] in sandbox.nodes and build["argv"][1] == "--bind" and build["net_ca"] is True
+    assert "https_proxy" in build["net_env"]
+    m = mf.read_manifest(root / "containers" / "tiny.json")
+    texts = [p.read_text() for p in (root / "containers" / "logs").iterdir()] + [str(m)]
+    assert len(texts) >= 4  # batch script, job log, build log, manifest
+    for text in texts:
+        assert str(ca) not in text and "proxy-value.invalid" not in text

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from shipyard import facts as data
+from shipyard.containers import buildnet
 from shipyard.containers.common import (
     Job,
     artifact_path,
@@ -107,10 +108,15 @@ class ApptainerBackend:
         target = artifact_path(job.reg, job.env.name, "sif")
         tmp = temp_path(target)
         argv = ["apptainer", "build"] + (["--fakeroot"] if job.fakeroot else [])
-        argv += [str(tmp.relative_to(job.root)), str(definitions.definition_path(job.reg, job.env.name)
-                                                      .relative_to(job.root))]
+        net = buildnet.from_environ()
         try:
-            run_streaming(argv, job.log, cwd=job.root)
+            with buildnet.staged(net) as net_dir:
+                if net:  # %post sources the env file when it is there; a bind mount is not packed into the SIF
+                    job.log.write(net.describe())
+                    argv += ["--bind", f"{net_dir}:{buildnet.MOUNT}"]
+                argv += [str(tmp.relative_to(job.root)), str(definitions.definition_path(job.reg, job.env.name)
+                                                              .relative_to(job.root))]
+                run_streaming(argv, job.log, cwd=job.root)
             check_sif(tmp)
         except BaseException:
             tmp.unlink(missing_ok=True)

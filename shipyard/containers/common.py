@@ -25,6 +25,7 @@ from typing import IO, Iterator
 from shipyard import project
 from shipyard.containers import manifest as mf
 from shipyard.containers.log import BuildLog
+from shipyard.definitions.render import BUILD_NET_CONTEXT
 from shipyard.errors import ShipyardError
 from shipyard.files import sha256_file
 
@@ -108,8 +109,9 @@ def copy_sources(text: str, syntax: str) -> list[str]:
                 section = words[0]
             elif section == "%files":
                 out.append(words[0])
-        elif words[0].upper() == "COPY":
-            out += [w for w in words[1:-1] if not w.startswith("--")]
+        elif words[0].upper() == "COPY" and not any(w.startswith("--from=") for w in words):
+            # the build-network directory is generated per build (shipyard/containers/buildnet.py), not a source
+            out += [w for w in words[1:-1] if not w.startswith("--") and w.rstrip("/") != BUILD_NET_CONTEXT]
     return list(dict.fromkeys(out))
 
 

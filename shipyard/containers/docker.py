@@ -12,11 +12,13 @@ set. A build that is killed or fails therefore never leaves that tag on a partia
 
 from __future__ import annotations
 
+import os
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path
 
+from shipyard.containers import buildnet
 from shipyard.containers.common import (
     Job,
     ShipyardError,
@@ -47,9 +49,10 @@ def client(timeout: int = 3600):
     return api
 
 
-def context_tar(root: Path, paths: list[str]) -> tempfile.SpooledTemporaryFile:
+def context_tar(root: Path, paths: list[str], net_dir: Path | None = None) -> tempfile.SpooledTemporaryFile:
     """The build context as a tar holding only what the Dockerfile uses (never the whole project: containers/ holds
-    multi-GB images). Spooled: small contexts stay in memory, large ones go to disk."""
+    multi-GB images), plus the build-network directory (``net_dir``, as ``.shipyard-build/``) that only the
+    discarded download stage copies. Spooled: small contexts stay in memory, large ones go to disk."""
     buf = tempfile.SpooledTemporaryFile(max_size=64 << 20)
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for rel in paths:
@@ -57,6 +60,8 @@ def context_tar(root: Path, paths: list[str]) -> tempfile.SpooledTemporaryFile:
             if not src.exists():
                 raise ShipyardError(f"docker build context: {rel} does not exist under {root}")
             tar.add(src, arcname=rel, recursive=True)
+        if net_dir is not None:
+            tar.add(net_dir, arcname=buildnet.CONTEXT_DIR, recursive=True)
     buf.seek(0)
     return buf
 
@@ -107,11 +112,18 @@ class DockerBackend:
         root = job.root
         path = definitions.dockerfile_path(job.reg, job.env.name)
         dockerfile = str(path.relative_to(root))
-        ctx = context_tar(root, [dockerfile] + copy_sources(path.read_text(encoding="utf-8"), "docker"))
+        net = buildnet.from_environ()
+        if net:
+            job.log.write(net.describe())
+        network = os.environ.get("SHIPYARD_DOCKER_NETWORK") or None
+        with buildnet.staged(net) as net_dir:
+            ctx = context_tar(root, [dockerfile] + copy_sources(path.read_text(encoding="utf-8"), "docker"), net_dir)
         image_id = None
         try:
+            # proxies as Docker's predefined build arguments: every RUN sees them, `docker history` does not
             stream = self.api.build(fileobj=ctx, custom_context=True, dockerfile=dockerfile, rm=True, forcerm=True,
-                                    pull=False, decode=True)
+                                    pull=False, decode=True, buildargs=net.docker_buildargs() or None,
+                                    network_mode=network)
             for msg in stream:
                 if "stream" in msg:
                     for line in msg["stream"].splitlines():

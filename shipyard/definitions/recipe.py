@@ -19,6 +19,11 @@ from shipyard.registry.model import Environment
 
 VENV = "/opt/venv"
 SHIPYARD_DIR = "/opt/shipyard"
+# The host's CA bundle and proxy settings for the downloading steps of a build (shipyard/containers/buildnet.py
+# writes them; the build mounts them here only while it runs, so they never become part of the image).
+BUILD_NET_MOUNT = "/mnt"
+BUILD_NET_ENV = f"{BUILD_NET_MOUNT}/shipyard-build.env.sh"
+BUILD_NET_CA = f"{BUILD_NET_MOUNT}/shipyard-build-ca.pem"
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,10 @@ class Step:
 
     comment: str
     commands: tuple[str, ...]
+    # Where the docker backend runs it: "image" (the final image), "venv" (a pip step that writes only /opt/venv:
+    # the discarded download stage), "both" (the Python install both stages need), "net" (sources the build's
+    # network settings: the download stage only). The .def runs every step in order in one %post.
+    where: str = "image"
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,7 @@ def python_install(env: Environment) -> Step:
     cmds.append("apt-get install -y --no-install-recommends " + " ".join(pkgs))
     cmds.append(f"python{py} -m venv {VENV}")
     return Step(f"Python {py} ({'OS package' if py == env.system_python else 'deadsnakes PPA'}) in {VENV}",
-                tuple(cmds))
+                tuple(cmds), "both")
 
 
 def torch_install(env: Environment, locked: bool) -> tuple[Step, ...]:
@@ -86,7 +95,7 @@ def torch_install(env: Environment, locked: bool) -> tuple[Step, ...]:
     if locked:
         steps.append(Step(
             f"Every Python package from the hash-locked closure ({env.name}.lock); pip refuses any other bytes",
-            (f"{pip} --require-hashes --no-deps -r {lock_target(env.name)}",),
+            (f"{pip} --require-hashes --no-deps -r {lock_target(env.name)}",), "venv",
         ))
         return tuple(steps)
     reqs = [f"torch=={env.torch.value}"]
@@ -97,16 +106,16 @@ def torch_install(env: Environment, locked: bool) -> tuple[Step, ...]:
     index = f" --index-url {_q(env.torch_index.value)}" if env.torch_index.value else ""
     where = env.torch_index.value or "PyPI (the default CUDA variant)"
     steps.append(Step(f"PyTorch {env.torch.value} for CUDA {env.cuda.value} from {where}",
-                      (f"{pip}{index} " + " ".join(_q(r) for r in reqs),)))
+                      (f"{pip}{index} " + " ".join(_q(r) for r in reqs),), "venv"))
     if env.nccl_override and env.nccl_package:
         steps.append(Step(
             f"NCCL override: torch {env.torch.value} pins {env.nccl_package}=={env.nccl_default}; "
             f"{env.nccl.value} is installed on purpose, without deps (pip check reports this mismatch)",
-            (f"{pip} --no-deps {_q(f'{env.nccl_package}=={env.nccl.value}')}",),
+            (f"{pip} --no-deps {_q(f'{env.nccl_package}=={env.nccl.value}')}",), "venv",
         ))
     if env.pip:
         steps.append(Step("Extra pip packages (exact pins from registry.yaml)",
-                          (f"{pip} " + " ".join(_q(p) for p in env.pip),)))
+                          (f"{pip} " + " ".join(_q(p) for p in env.pip),), "venv"))
     return tuple(steps)
 
 
@@ -178,6 +187,12 @@ def fabric_tests(env: Environment, python: str) -> list[str]:
     return out
 
 
+def build_network() -> Step:
+    """The host's CA bundle and proxy settings, when the build was given any (never stored in the image)."""
+    return Step("The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)",
+                (f"if [ -f {BUILD_NET_ENV} ]; then . {BUILD_NET_ENV}; fi",), "net")
+
+
 def pip_check(env: Environment, python: str) -> Step:
     if env.nccl_override and env.nccl_package:
         # The only mismatch we accept is the NCCL override that registry.yaml asked for; anything else fails.
@@ -198,7 +213,7 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
     locked = lock_sha256 is not None
     ours = env.stack == "shipyard"
     python = f"{VENV}/bin/python" if ours else "python3"
-    post: list[Step] = [Step("Fail on the first error", ("set -eu",))]
+    post: list[Step] = [Step("Fail on the first error", ("set -eu",), "both"), build_network()]
     apt = list(env.apt)
     if ours:
         post.append(python_install(env))

@@ -17,12 +17,13 @@ from pathlib import Path
 
 from shipyard import __version__, project, templating
 from shipyard.definitions import enforce, pylock
-from shipyard.definitions.recipe import SHIPYARD_DIR, build_recipe
+from shipyard.definitions.recipe import BUILD_NET_MOUNT, SHIPYARD_DIR, VENV, Step, build_recipe
 from shipyard.files import atomic_write
 from shipyard.registry import load
 from shipyard.registry.model import Environment, Registry
 
 TEST_PATH = f"{SHIPYARD_DIR}/test.sh"
+BUILD_NET_CONTEXT = ".shipyard-build"  # the docker backend puts the build-network files here in the build context
 _PKG = "shipyard.definitions"
 
 
@@ -50,9 +51,31 @@ def _render_def(recipe) -> str:
     return templating.render(_PKG, "definition.def.j2", r=recipe, version=__version__)
 
 
+DOWNLOAD_STAGE = "shipyard-download"
+
+
+def docker_stages(recipe) -> dict:
+    """The recipe's steps split for the Dockerfile. With pip steps that write only /opt/venv, a first stage
+    (``shipyard-download``, discarded) runs the build-network line, the Python install and the pip steps; the final
+    stage installs the same Python and the apt packages, copies /opt/venv from it and runs the rest. The docker
+    classic builder has no build secrets: this is how the host's CA bundle reaches pip and never the image
+    (shipyard/containers/buildnet.py). Without venv steps (``stack: base``) there is one stage."""
+    steps = [s for s in recipe.post if s.commands != ("set -eu",)]
+    venv_at = [i for i, s in enumerate(steps) if s.where == "venv"]
+    if not venv_at:
+        return {"download": None, "pre": [s for s in steps if s.where != "net"], "post": []}
+    last = venv_at[-1]
+    return {"download": [s for s in steps if s.where in ("net", "both", "venv")],
+            "pre": [s for s in steps[:last] if s.where in ("image", "both")]
+            + [Step("apt lists out of this layer (the final clean-up runs in a later layer)",
+                    ("rm -rf /var/lib/apt/lists/*",))],
+            "post": [s for s in steps[last:] if s.where == "image"]}
+
+
 def _render_dockerfile(recipe) -> str:
     return templating.render(_PKG, "Dockerfile.j2",
-        r=recipe, version=__version__, test_path=TEST_PATH, test_dir=SHIPYARD_DIR
+        r=recipe, version=__version__, test_path=TEST_PATH, test_dir=SHIPYARD_DIR, stages=docker_stages(recipe),
+        download_stage=DOWNLOAD_STAGE, venv=VENV, net_mount=BUILD_NET_MOUNT, net_context=BUILD_NET_CONTEXT,
     )
 
 

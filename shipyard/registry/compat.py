@@ -276,6 +276,8 @@ def check_environment(env: Environment) -> list[Problem]:
         eol = cuda_image_eol(env.base.value or "")
         if eol:
             err("base" if env.base.source != COMPAT_DERIVED else "cuda", eol, WARN)
+    elif env.base.source == COMPAT_OS_BASE:
+        pass  # the OS's own base image; CUDA comes from the torch wheel's nvidia-* packages
     elif env.base.value is None:
         err("cuda", f"no nvidia/cuda image is known for CUDA {cuda}; set `base` explicitly")
     else:
@@ -283,12 +285,22 @@ def check_environment(env: Environment) -> list[Problem]:
             "verified against the pins", WARN)
     glibc_min = wheel_fact(torch, cuda, "min_glibc")
     os_facts = facts()["os"].get(env.os.value or "", {})
+    if env.stack == "shipyard" and os_facts and py != os_facts.get("system_python") \
+            and not os_facts.get("python_ppa"):
+        err("python", f"{env.os.value} ships Python {os_facts.get('system_python')} only (no PPA for other "
+            f"versions); use python: \"{os_facts.get('system_python')}\" or an Ubuntu os")
     if glibc_min and os_facts.get("glibc") and vtuple(os_facts["glibc"]) < vtuple(glibc_min):
         err("os", f"torch {torch} wheels need glibc >= {glibc_min}; {env.os.value} has {os_facts['glibc']}")
     return out
 
 
 COMPAT_DERIVED = "compat data (derived nvidia/cuda tag)"
+COMPAT_OS_BASE = "compat data (the OS's own base image; CUDA from the torch wheel's pip packages)"
+
+
+def os_base(os_name: str) -> str | None:
+    """The plain OS base image of an OS whose CUDA comes from pip wheels (debian12), else None."""
+    return (facts()["os"].get(os_name) or {}).get("base")
 
 
 def _arch_ok(env: Environment, sm: int) -> str | None:

@@ -394,6 +394,8 @@ def _resolve_environment(name: str, envs: Mapping[str, dict], lines, fname: str)
     os_name = raw["os"]
     if "base" in raw:
         base = Pin(raw["base"], src["base"])
+    elif compat.os_base(os_name):  # a plain OS base: CUDA comes from the torch wheel's pip packages
+        base = Pin(compat.os_base(os_name), compat.COMPAT_OS_BASE)
     else:
         base = Pin(compat.cuda_image_tag(cuda, flavor, cudnn, os_name), compat.COMPAT_DERIVED)
     index = None if cuda == ts["default_cuda"] else compat.variant_index(cuda)

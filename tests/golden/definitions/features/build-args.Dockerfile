@@ -3,6 +3,27 @@
 # Build: `invoke build build-args --backend docker` (context: the project root). The %test equivalent is
 # /opt/shipyard/test.sh (from definitions/build-args.test.sh), run by the build in the finished image.
 ARG DATA_DIR="/data"
+# Stage 1 (discarded): the Python environment, downloaded with the host's CA bundle and proxy when the build passes
+# them (.shipyard-build/ in the build context, copied to /mnt here only). The image below copies /opt/venv.
+FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04 AS shipyard-download
+ARG DATA_DIR
+COPY examples/train.py /opt/train.py
+COPY .shipyard-build/ /mnt/
+RUN set -eu; \
+    # The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)
+    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh; fi; \
+    # Python 3.12 (deadsnakes PPA) in /opt/venv
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates gnupg software-properties-common; \
+    add-apt-repository -y ppa:deadsnakes/ppa; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends python3.12 python3.12-venv python3.12-dev; \
+    python3.12 -m venv /opt/venv; \
+    # PyTorch 2.5.1 for CUDA 12.4 from PyPI (the default CUDA variant)
+    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1
+
+# The image
 FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04
 ARG DATA_DIR
 
@@ -28,7 +49,7 @@ ENV DATASET_ROOT="${DATA_DIR}/imagenet"
 ENV TRICKY="it's \$HOME and \"quotes\""
 
 COPY examples/train.py /opt/train.py
-# One RUN, so that cleaning caches at the end really shrinks the image.
+
 RUN set -eu; \
     # Python 3.12 (deadsnakes PPA) in /opt/venv
     export DEBIAN_FRONTEND=noninteractive; \
@@ -38,8 +59,10 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends python3.12 python3.12-venv python3.12-dev; \
     python3.12 -m venv /opt/venv; \
-    # PyTorch 2.5.1 for CUDA 12.4 from PyPI (the default CUDA variant)
-    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1; \
+    # apt lists out of this layer (the final clean-up runs in a later layer)
+    rm -rf /var/lib/apt/lists/*
+COPY --from=shipyard-download /opt/venv /opt/venv
+RUN set -eu; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs

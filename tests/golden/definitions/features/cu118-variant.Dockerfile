@@ -2,6 +2,22 @@
 # definitions/cu118-variant.def. Do not edit by hand: change registry.yaml, then run `invoke render cu118-variant`.
 # Build: `invoke build cu118-variant --backend docker` (context: the project root). The %test equivalent is
 # /opt/shipyard/test.sh (from definitions/cu118-variant.test.sh), run by the build in the finished image.
+# Stage 1 (discarded): the Python environment, downloaded with the host's CA bundle and proxy when the build passes
+# them (.shipyard-build/ in the build context, copied to /mnt here only). The image below copies /opt/venv.
+FROM nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04 AS shipyard-download
+COPY .shipyard-build/ /mnt/
+RUN set -eu; \
+    # The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)
+    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh; fi; \
+    # Python 3.10 (OS package) in /opt/venv
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates python3.10 python3.10-venv python3.10-dev; \
+    python3.10 -m venv /opt/venv; \
+    # PyTorch 2.3.1 for CUDA 11.8 from https://download.pytorch.org/whl/cu118
+    /opt/venv/bin/python -m pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cu118 torch==2.3.1 torchvision==0.18.1 torchaudio==2.3.1
+
+# The image
 FROM nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04
 
 LABEL org.shipyard.environment="cu118-variant"
@@ -21,15 +37,17 @@ LABEL org.shipyard.spec-sha256="27eb032d852bf2808ae69b2a8996d3ee99b04046794a4385
 ENV SHIPYARD_ENV="cu118-variant"
 ENV PATH="/opt/venv/bin:$PATH"
 
-# One RUN, so that cleaning caches at the end really shrinks the image.
+
 RUN set -eu; \
     # Python 3.10 (OS package) in /opt/venv
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates python3.10 python3.10-venv python3.10-dev; \
     python3.10 -m venv /opt/venv; \
-    # PyTorch 2.3.1 for CUDA 11.8 from https://download.pytorch.org/whl/cu118
-    /opt/venv/bin/python -m pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cu118 torch==2.3.1 torchvision==0.18.1 torchaudio==2.3.1; \
+    # apt lists out of this layer (the final clean-up runs in a later layer)
+    rm -rf /var/lib/apt/lists/*
+COPY --from=shipyard-download /opt/venv /opt/venv
+RUN set -eu; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs

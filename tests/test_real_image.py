@@ -1,0 +1,171 @@
+"""One real image, built here end to end: check -> render -> build (real docker build of a real environment) ->
+%test in the real image -> stage -> a launcher job on the sandbox verifies the staged image's record -> tampering
+stops the next job before srun.
+
+The environment (tests/data/debian12/registry.yaml) is ``torch 1.13.1`` / CUDA 11.7 / Python 3.11 on ``os: debian12``,
+built FROM a Debian 12 base made here with debootstrap from Debian's own packages (tests/fixtures_debian.py), and
+installed from its committed hash lock (tests/data/debian12/definitions/real.lock, written by `invoke lock real
+--exclude-newer 2025-06-01` with uv against PyPI) with pip ``--require-hashes``: the real torch wheel and the real
+nvidia-* CUDA wheels from PyPI. Why this environment: PyPI's Linux torch wheels are CUDA builds, and torch 1.13.1 is
+the smallest release whose facts the compatibility data holds: its cp311 wheel is 887 MB and its closure (cudnn,
+cublas, nvrtc, cuda-runtime cu11) about 1.8 GB, where torch 2.3.1 is 779 MB plus about 2.6 GB of cu12 wheels and
+triton, and newer releases more. The %test still checks python, torch, ``torch.version.cuda`` and the NCCL version
+torch reports, with no GPU. torchvision/torchaudio are left out: more bytes, nothing new exercised.
+
+The build runs behind a real HTTPS proxy (a CONNECT proxy on 127.0.0.1, ``HTTPS_PROXY``) and with a CA bundle under
+a private path (``SSL_CERT_FILE``): this machine intercepts TLS, so pip in the container fails with "self-signed
+certificate in certificate chain" unless the bundle reaches it. The test then proves that neither the CA path nor
+the proxy values are in the image's history, config or labels, in its file system, in the manifest or in the log.
+
+Only the SIF goes through a double: apptainer cannot be installed here, so the strict double turns the built docker
+image into a SIF file (``docker-daemon://``) and runs the job's ``apptainer exec`` on the host. The image that was
+built and %test-ed is the real docker image.
+
+Marked slow: about 1.8 GB from PyPI; bench/README.md has its time against a ``pip download`` of the same lock.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fixtures_build import APPTAINER_DOUBLE, no_build_network
+from fixtures_launch import PROBE, wait_job
+
+from shipyard import registry
+from shipyard.containers import engine
+from shipyard.containers import stage as st
+from shipyard.definitions import enforce
+from shipyard.definitions import render as definitions
+from shipyard.launch import launcher as launch
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.double]
+
+DATA = Path(__file__).parent / "data" / "debian12"
+MARK = "shipyard-e2e-marker"
+
+
+def _host_bundle() -> Path:
+    for var in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE"):
+        if os.environ.get(var) and Path(os.environ[var]).is_file():
+            return Path(os.environ[var])
+    return Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def _pip_download_seconds(lock: Path, dest: Path, ca: Path) -> float:
+    """The baseline: the same hash-locked closure downloaded by pip on the host through the same proxy (no image,
+    no install), with only PyPI as its index (no pip.conf: this machine's adds local wheel directories)."""
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": ""}
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--require-hashes", "--cert", str(ca),
+                    "--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--python-version", "3.11",
+                    "-r", str(lock), "-d", str(dest)], check=True, env=env, timeout=1800)
+    return time.monotonic() - t0
+
+
+def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
+        sandbox, docker_env, debian12_base, connect_proxy, tmp_path, monkeypatch):
+    root = tmp_path / "proj"
+    (root / "definitions").mkdir(parents=True)
+    shutil.copy(DATA / "registry.yaml", root / "registry.yaml")
+    shutil.copy(DATA / "definitions" / "real.lock", root / "definitions" / "real.lock")
+    (root / "probe.py").write_text(PROBE)
+    (root / ".sandbox" / "images").mkdir(parents=True)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
+    monkeypatch.setenv("PATH", f"{APPTAINER_DOUBLE}:{os.environ['PATH']}")
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "cache"))
+    calls = tmp_path / "apptainer-calls.jsonl"
+    monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
+    # the private dockerd has no bridge network: downloads need the host's (a site setting, like a proxy)
+    monkeypatch.setenv("SHIPYARD_DOCKER_NETWORK", "host")
+    # the site's network settings: the host's CA bundle under a private path, and a real proxy
+    site_ca = tmp_path / f"{MARK}-site-ca.pem"
+    shutil.copy(_host_bundle(), site_ca)
+    no_build_network(monkeypatch)
+    monkeypatch.setenv("SSL_CERT_FILE", str(site_ca))
+    monkeypatch.setenv("HTTPS_PROXY", connect_proxy.url)
+    monkeypatch.setenv("NO_PROXY", f"localhost,{MARK}.invalid")
+    secrets = [str(site_ca), MARK, connect_proxy.url, connect_proxy.url.rsplit(":", 1)[1]]
+    reg = registry.load(root / "registry.yaml")
+
+    assert enforce.check_command("real", "sandbox", registry=reg, out=io.StringIO()) == 0
+    assert definitions.render_command("real", registry=reg, out=io.StringIO()) == 0
+    dockerfile = (root / "definitions" / "real.Dockerfile").read_text()
+    assert f"FROM {debian12_base} AS shipyard-download" in dockerfile and "--require-hashes" in dockerfile
+
+    out = io.StringIO()
+    t0 = time.monotonic()
+    assert engine.build_command("real", backend="docker", formats="sif", registry=reg.path, out=out) == 0
+    build_s = time.monotonic() - t0
+    m = json.loads((root / "containers" / "real.json").read_text())
+    log = (root / m["log"]).read_text()
+    assert m["status"] == "ok", log[-3000:]
+    # the downloads went through the proxy (pip -> PyPI over CONNECT) and trusted the site's CA bundle
+    assert connect_proxy.tunnels, "no download went through the proxy"
+    assert "build network: the host's CA bundle and HTTPS_PROXY, NO_PROXY passed" in log
+    # %test ran in the real image and passed (python, torch 1.13.1, torch.version.cuda 11.7, NCCL)
+    assert "shipyard: %test passed for real" in log
+
+    # nothing of the site's settings in the image: history, config, labels, file system; nor manifest, nor log
+    api = docker_env.client().api
+    image = api.inspect_image(m["image"]["tag"])
+    history = json.dumps(api.history(m["image"]["tag"]))
+    config = json.dumps(image["Config"]) + json.dumps(image.get("ContainerConfig") or {})
+    for text, what in ((history, "history"), (config, "config/labels"), (json.dumps(m), "manifest"), (log, "log")):
+        for s in secrets:
+            assert s not in text, f"{s!r} is in the image's {what}"
+    assert image["Config"]["Labels"]["org.shipyard.os"] == "debian12"
+    res = docker_env.client().containers.run(
+        m["image"]["tag"], ["/bin/sh", "-c", "ls -A /mnt; find / -xdev -name 'shipyard-build*' -print; "
+                            "python -c 'import torch; print(torch.__version__, torch.version.cuda)'"],
+        network_mode="none", remove=True).decode()
+    assert res.split() == ["1.13.1+cu117", "11.7"], res
+
+    # stage the SIF the double made from that image; a job verifies its record before its step
+    rec = st.stage_command("real", "sandbox", registry=reg, out=io.StringIO())
+    staged = root / ".sandbox" / "images" / "real.sif"
+    assert rec["sha256"] == m["artifacts"]["sif"]["sha256"] and staged.is_file()
+
+    def submit(name):
+        text = launch.launch_command(["invoke", "launch", "--", str(root / "probe.py")], submit_jobs=True,
+                                     registry_path=reg.path, environment="real", cluster="sandbox", nodes=2,
+                                     name=name)
+        job = re.search(r"submitted job (\d+)", text).group(1)
+        return wait_job(sandbox, job), (root / "launch" / "logs" / f"{name}-{job}.out").read_text()
+
+    info, text = submit("real-bound")
+    assert info["ExitCode"] == "0:0", text[-3000:]
+    assert f"image {staged} matches its stage record (sha256 {rec['sha256'][:12]}" in text
+    execs = [c for c in map(json.loads, calls.read_text().splitlines()) if c.get("command") == "exec"]
+    assert sorted(c["host"] for c in execs) == ["node1", "node2"] and all(c["image"] == str(staged) for c in execs)
+
+    with open(staged, "ab") as fh:
+        fh.write(b"tampered")
+    info, text = submit("real-tampered")
+    assert info["ExitCode"] == "3:0", text[-3000:]
+    assert "changed after it was staged" in text and "job step exit code" not in text
+    assert len([c for c in map(json.loads, calls.read_text().splitlines()) if c.get("command") == "exec"]) == 2
+
+    baseline_s = _pip_download_seconds(root / "definitions" / "real.lock", tmp_path / "wheels", site_ca)
+    # pytest keeps the last runs' temp dirs: leave no multi-GB image or wheels behind
+    shutil.rmtree(tmp_path / "wheels")
+    for name in (m["image"]["tag"], m["image"]["id"]):
+        try:
+            api.remove_image(name, force=True)
+        except Exception:
+            pass
+    api.prune_images(filters={"dangling": True})
+    (root / "containers" / "real.sif").unlink()
+    print(f"\nreal image: docker build (download stage, install, %test, SIF) {build_s:.0f} s; pip download of the "
+          f"same lock {baseline_s:.0f} s; ratio {build_s / baseline_s:.1f}")
