@@ -12,6 +12,7 @@ import io
 import sys
 from typing import Callable, Sequence
 
+from invoke.exceptions import Exit, ParseError
 from invoke.parser.parser import ParseMachine
 from invoke.program import Program
 
@@ -72,12 +73,22 @@ def install_parser_hooks(names=OPTIONAL_POSITIONALS) -> None:
     (`--name --help` names the launcher "--help"), as invoke does.
 
     The usage line of a task's help names its positionals (`logs [--options] JOBID`), which invoke leaves out.
-    Called once from tasks.py, before any parsing happens; a second call changes nothing.
+
+    A task's arguments that do not parse (a missing JOBID, an unknown flag) are bad input: one line and exit 2, as
+    for every other bad input (invoke itself exits 1 on a ParseError, which shipyard keeps for failed checks and jobs).
+    Called once from tasks.py, before the task arguments are parsed; a second call changes nothing.
     """
     if getattr(ParseMachine, "_shipyard_hooks", False):
         return
     handle, complete_context, print_task_help = (ParseMachine.handle, ParseMachine.complete_context,
                                                  Program.print_task_help)
+    parse_tasks = Program.parse_tasks
+
+    def parse_tasks_bad_input_is_2(self):
+        try:
+            return parse_tasks(self)
+        except ParseError as exc:
+            raise Exit(f"shipyard: error: {' '.join(str(exc).split())}", code=2) from None
 
     def handle_help_first(self, token):
         context = self.context
@@ -112,6 +123,7 @@ def install_parser_hooks(names=OPTIONAL_POSITIONALS) -> None:
     ParseMachine.handle = handle_help_first
     ParseMachine.complete_context = complete_optional_context
     Program.print_task_help = print_task_help_with_positionals
+    Program.parse_tasks = parse_tasks_bad_input_is_2
     ParseMachine._shipyard_hooks = True
 
 

@@ -23,6 +23,16 @@ def test_every_task_is_listed():
     assert set(TASKS) | NO_REGISTRY == set(tasks.ns.task_names) and len(TASKS) >= 20
 
 
+@pytest.mark.parametrize("name", sorted(ARGS))
+def test_a_missing_required_argument_is_exit_2_with_one_line(name, capsys):
+    """invoke's own parse errors exit 1; shipyard's parser hook makes them bad input like any other (exit 2)."""
+    with pytest.raises(SystemExit) as ei:
+        Program(namespace=tasks.ns).run(["invoke", name])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and err.startswith("shipyard: error: ") and len(err.strip().splitlines()) == 1, err
+    assert "did not receive required positional arguments" in err
+
+
 def test_compat_refresh_bad_input_is_exit_2_before_any_network(capsys):
     with pytest.raises(SystemExit) as ei:
         Program(namespace=tasks.ns).run(["invoke", "compat.refresh", "--torch", "nonsense"])
