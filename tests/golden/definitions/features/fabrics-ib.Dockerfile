@@ -2,6 +2,24 @@
 # definitions/fabrics-ib.def. Do not edit by hand: change registry.yaml, then run `invoke render fabrics-ib`.
 # Build: `invoke build fabrics-ib --backend docker` (context: the project root). The %test equivalent is
 # /opt/shipyard/test.sh (from definitions/fabrics-ib.test.sh), run by the build in the finished image.
+# Stage 1 (discarded): the Python environment, downloaded with the host's CA bundle and proxy when the build passes
+# them (.shipyard-build/ in the build context, copied to /mnt here only). The image below copies /opt/venv.
+FROM nvidia/cuda:12.1.1-runtime-ubuntu22.04 AS shipyard-download
+COPY .shipyard-build/ /mnt/
+RUN set -eu; \
+    # The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)
+    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh; fi; \
+    # Python 3.10 (OS package) in /opt/venv
+    export DEBIAN_FRONTEND=noninteractive; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates python3.10 python3.10-venv python3.10-dev; \
+    python3.10 -m venv /opt/venv; \
+    # PyTorch 2.3.1 for CUDA 12.1 from PyPI (the default CUDA variant)
+    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.3.1 torchvision==0.18.1; \
+    # NCCL override: torch 2.3.1 pins nvidia-nccl-cu12==2.20.5; 2.21.5 is installed on purpose, without deps (pip check reports this mismatch)
+    /opt/venv/bin/python -m pip install --no-cache-dir --no-deps nvidia-nccl-cu12==2.21.5
+
+# The image
 FROM nvidia/cuda:12.1.1-runtime-ubuntu22.04
 
 LABEL org.shipyard.environment="fabrics-ib"
@@ -21,7 +39,7 @@ LABEL org.shipyard.spec-sha256="d196aa6caf5b34d7fc9fbccb2063d20c69b9b099576b7a4f
 ENV SHIPYARD_ENV="fabrics-ib"
 ENV PATH="/opt/venv/bin:$PATH"
 
-# One RUN, so that cleaning caches at the end really shrinks the image.
+
 RUN set -eu; \
     # Python 3.10 (OS package) in /opt/venv
     export DEBIAN_FRONTEND=noninteractive; \
@@ -32,10 +50,10 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
-    # PyTorch 2.3.1 for CUDA 12.1 from PyPI (the default CUDA variant)
-    /opt/venv/bin/python -m pip install --no-cache-dir torch==2.3.1 torchvision==0.18.1; \
-    # NCCL override: torch 2.3.1 pins nvidia-nccl-cu12==2.20.5; 2.21.5 is installed on purpose, without deps (pip check reports this mismatch)
-    /opt/venv/bin/python -m pip install --no-cache-dir --no-deps nvidia-nccl-cu12==2.21.5; \
+    # apt lists out of this layer (the final clean-up runs in a later layer)
+    rm -rf /var/lib/apt/lists/*
+COPY --from=shipyard-download /opt/venv /opt/venv
+RUN set -eu; \
     # pip check: only the requested NCCL override may be reported
     if ! /opt/venv/bin/python -m pip check > /tmp/pip-check.txt; then if grep -v nvidia-nccl-cu12 /tmp/pip-check.txt | grep -q .; then cat /tmp/pip-check.txt; exit 1; fi; echo 'shipyard: pip check reports only the requested NCCL override'; fi; \
     rm -f /tmp/pip-check.txt; \
