@@ -64,6 +64,9 @@ def main() -> None:
         (root / "registry.yaml").write_text(text.replace("clusters:\n", "clusters:\n" + CLUSTER.replace(
             "STORAGE", str(tmp / "images"))))
         env["SHIPYARD_REGISTRY"] = str(root / "registry.yaml")
+        # as on a user's machine: bytecode caches on (this workplace sets PYTHONDONTWRITEBYTECODE, which would make
+        # every run recompile shipyard and its generated schema validator from source)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         reg = registry.load(root / "registry.yaml")
         engine.build(reg, "tiny", quiet=True, out=io.StringIO())
         sif = root / "containers" / "tiny.sif"
