@@ -38,7 +38,10 @@ def schema_sha256() -> str:
 
 
 def generate() -> str:
-    import fastjsonschema  # lazy: a development tool, installed with the test extras only
+    try:
+        import fastjsonschema  # lazy: a development tool, installed with the test extras only
+    except ImportError:
+        raise SystemExit("schema_codegen needs fastjsonschema, a test extra: pip install -e '.[test]'") from None
 
     code = fastjsonschema.compile_to_code(json.loads(facts.text("registry.schema.json")))
     if _IMPORT not in code:
