@@ -90,7 +90,7 @@ compat_tasks = Collection("compat", compat_refresh)
 
 
 # ----------------------------------------------------------------------------------------------- cluster-facing tools
-# nccl-report, usage, status, logs, shell, doctor: see shipyard/nccl_report.py, usage.py, jobs.py, shell.py, doctor.py
+# nccl-report, usage, status, logs, doctor: shipyard/jobs/; shell: shipyard/launch/shell.py
 
 
 @task(
@@ -272,7 +272,7 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
 
 
 # ----------------------------------------------------------------------------------------------- sandbox, demo
-# The local Slurm cluster (shipyard/sandbox.py) and the README's main command (shipyard/demo.py).
+# The local Slurm cluster (shipyard/sandbox/) and the README's main command (shipyard/demo.py).
 
 _SANDBOX_DIR_HELP = "sandbox directory (default: $SHIPYARD_SANDBOX_DIR, else /var/tmp/shipyard-sandbox: one per machine)"
 

@@ -15,6 +15,7 @@ from fixtures_lock import CUTOFF, REGISTRY_TEXT
 from helpers_registry import sections, shellcheck
 from spython.main.parse.parsers import SingularityParser
 
+from shipyard import project as paths
 from shipyard.definitions import pylock as lock
 from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
@@ -133,7 +134,7 @@ def test_stale_reason(lock_project):
     reg2 = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==1.17.0"))
     reason = lock.stale_reason(reg2, reg2.environment("tiny"))
     assert reason and "invoke lock tiny" in reason and "\n" not in reason
-    path = lock.lock_path(reg, "tiny")
+    path = paths.lock_path(reg, "tiny")
     path.write_text("six==1.16.0\n")
     assert "no shipyard-lock header" in lock.stale_reason(reg, env)
 
@@ -143,7 +144,7 @@ def test_unresolvable_pin_is_one_line_error_and_writes_nothing(lock_project):
     with pytest.raises(ShipyardError, match=r"environments.tiny: uv could not lock") as exc:
         definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
     assert "\n" not in str(exc.value)
-    assert not lock.lock_path(reg, "tiny").exists()
+    assert not paths.lock_path(reg, "tiny").exists()
 
 
 def test_pip_installs_from_the_lock_with_require_hashes(lock_project, tmp_path):

@@ -5,6 +5,7 @@ import multiprocessing
 
 import pytest
 
+from shipyard import project as paths
 from shipyard.containers import manifest
 from shipyard.errors import ShipyardError
 
@@ -28,7 +29,7 @@ def test_manifest_path(tmp_path):
     class Reg:
         root = tmp_path
 
-    assert manifest.manifest_path(Reg, "pytorch-2.3") == tmp_path / "containers" / "pytorch-2.3.json"
+    assert paths.manifest_path(Reg, "pytorch-2.3") == tmp_path / "containers" / "pytorch-2.3.json"
 
 
 def test_corrupt_manifest_is_user_error(tmp_path):

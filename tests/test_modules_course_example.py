@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fixtures_invoke import invoke_cli
 
+from shipyard import project as paths
 from shipyard import registry
 from shipyard.definitions import pylock as lock
 from shipyard.launch import modules
@@ -81,7 +82,7 @@ def test_readme_covers_the_walk():
 @pytest.mark.parametrize("name", ["course", "course-dev"])
 def test_committed_course_locks_are_fresh_and_hashed(name):
     reg = registry.load(COURSE / "registry.yaml")
-    path = lock.lock_path(reg, name)
+    path = paths.lock_path(reg, name)
     assert path.is_file(), f"run `SHIPYARD_REGISTRY=examples/course/registry.yaml invoke lock {name}`"
     assert lock.stale_reason(reg, reg.environment(name)) is None
     text = path.read_text()

@@ -17,6 +17,7 @@ import fixtures_build as fb
 import pytest
 from test_push import make_real_sif
 
+from shipyard import project as paths
 from shipyard import registry
 from shipyard.containers import common
 from shipyard.containers import manifest as mf
@@ -108,8 +109,8 @@ def project(tmp_path, monkeypatch, address):
 
 
 def built(reg, env="tiny"):
-    sif = make_real_sif(common.artifact_path(reg, env, "sif"), b"w" * 1000)
-    mf.update_manifest(mf.manifest_path(reg, env), environment=env, status="ok", input_hash="f" * 64,
+    sif = make_real_sif(paths.artifact_path(reg, env, "sif"), b"w" * 1000)
+    mf.update_manifest(paths.manifest_path(reg, env), environment=env, status="ok", input_hash="f" * 64,
                        finished=now_iso(), artifacts={"sif": common.file_record(reg.root, sif)})
     return sif
 
@@ -158,8 +159,8 @@ def test_truncated_blob_is_refused_and_nothing_is_written(tmp_path, monkeypatch,
         with pytest.raises(ShipyardError) as ei:
             p.pull(reg, "tiny", tag="v1")
         one_line(ei.value)
-        assert not common.artifact_path(reg, "tiny", "sif").exists()
-        assert not list(common.artifact_path(reg, "tiny", "sif").parent.glob("*.tmp-*"))
+        assert not paths.artifact_path(reg, "tiny", "sif").exists()
+        assert not list(paths.artifact_path(reg, "tiny", "sif").parent.glob("*.tmp-*"))
     finally:
         srv.close()
 
@@ -224,9 +225,9 @@ def test_timeouts_come_from_data_and_can_be_changed():
 def test_cleanup_touches_only_exact_temp_names(tmp_path, monkeypatch):
     """An environment named like a temp file of another keeps its image and manifest when the other recovers."""
     reg = project(tmp_path, monkeypatch, "127.0.0.1:9")
-    target = common.artifact_path(reg, "tiny", "sif")
+    target = paths.artifact_path(reg, "tiny", "sif")
     target.parent.mkdir(parents=True, exist_ok=True)
-    mine = common.temp_path(target, 4242)
+    mine = paths.temp_path(target, 4242)
     mine.write_bytes(b"partial")
     neighbour = [target.parent / f"{target.name}.tmp-7.sif", target.parent / f"{target.name}.tmp-7.json"]
     for f in neighbour:

@@ -17,6 +17,7 @@ import fixtures_build as fb
 import pytest
 from fixtures_invoke import invoke_cli
 
+from shipyard import project as paths
 from shipyard import registry
 from shipyard.containers import common
 from shipyard.containers import engine as b
@@ -54,8 +55,8 @@ def project_at(tmp_path: Path, monkeypatch, address: str):
 
 def built_sif(reg, env_name: str = "tiny", payload: bytes = b"weights" * 1000) -> Path:
     """Put a real SIF where a build leaves it and record it in the manifest as a finished build would."""
-    sif = make_real_sif(common.artifact_path(reg, env_name, "sif"), payload)
-    mf.update_manifest(mf.manifest_path(reg, env_name), environment=env_name, status="ok",
+    sif = make_real_sif(paths.artifact_path(reg, env_name, "sif"), payload)
+    mf.update_manifest(paths.manifest_path(reg, env_name), environment=env_name, status="ok",
                        input_hash=hashlib.sha256(payload).hexdigest(), finished=now_iso(),
                        artifacts={"sif": common.file_record(reg.root, sif)})
     return sif
@@ -75,7 +76,7 @@ def test_oras_push_and_pull_real_sif(docker_services, tmp_path, monkeypatch, cap
     sif = built_sif(reg)
     original = sif.read_bytes()
     rec = p.push(reg, "tiny")
-    tag = mf.read_manifest(mf.manifest_path(reg, "tiny"))["input_hash"][:12]
+    tag = mf.read_manifest(paths.manifest_path(reg, "tiny"))["input_hash"][:12]
     assert rec["reference"] == f"oras://{regd.address}/shipyard/tiny:{tag}"
     # what the registry holds, read independently of shipyard: the media types apptainer pull oras:// accepts
     manifest, digest = registry_manifest(regd.address, "shipyard/tiny", tag)
@@ -84,7 +85,7 @@ def test_oras_push_and_pull_real_sif(docker_services, tmp_path, monkeypatch, cap
     assert [la["mediaType"] for la in manifest["layers"]] == ["application/vnd.sylabs.sif.layer.v1.sif"]
     assert manifest["layers"][0]["digest"] == "sha256:" + hashlib.sha256(original).hexdigest()
     assert manifest["layers"][0]["size"] == len(original)
-    m = mf.read_manifest(mf.manifest_path(reg, "tiny"))
+    m = mf.read_manifest(paths.manifest_path(reg, "tiny"))
     assert m["pushed"]["local"]["digest"] == digest and m["pushed"]["local"]["reference"] == rec["reference"]
     assert "verified by reading the manifest back" in capsys.readouterr().out
 
@@ -93,7 +94,7 @@ def test_oras_push_and_pull_real_sif(docker_services, tmp_path, monkeypatch, cap
     assert sif.read_bytes() == original
     assert got["digest"] == digest
     assert subprocess.run(["siftool", "list", str(sif)], capture_output=True, text=True).returncode == 0
-    m = mf.read_manifest(mf.manifest_path(reg, "tiny"))
+    m = mf.read_manifest(paths.manifest_path(reg, "tiny"))
     assert m["pulled"]["local"]["digest"] == digest
     assert common.intact(reg.root, m["artifacts"]["sif"]) and m["artifacts"]["sif"]["sha256"] == \
         hashlib.sha256(original).hexdigest()
@@ -154,7 +155,7 @@ def test_persistent_failure_gives_up_after_the_last_attempt(docker_services, reg
     with pytest.raises(Exception):
         p.push(reg, "tiny")
     assert len(proxy.requests) == p.ATTEMPTS  # one failing request per attempt, then it stops
-    assert "pushed" not in mf.read_manifest(mf.manifest_path(reg, "tiny"))
+    assert "pushed" not in mf.read_manifest(paths.manifest_path(reg, "tiny"))
 
 
 def _all_bytes_under(root: Path) -> list[tuple[Path, bytes]]:
@@ -176,7 +177,7 @@ def test_credentials_from_env_are_used_and_never_written_or_logged(docker_servic
     assert basic in proxy.seen_auth  # the credential really went to the registry's token endpoint
     (reg.root / "containers" / "tiny.sif").unlink()
     p.pull(reg, "tiny")
-    assert rec["digest"] == mf.read_manifest(mf.manifest_path(reg, "tiny"))["pulled"]["local"]["digest"]
+    assert rec["digest"] == mf.read_manifest(paths.manifest_path(reg, "tiny"))["pulled"]["local"]["digest"]
     # a build with the credential in its environment, too: its log and manifest must not carry it
     monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
@@ -210,7 +211,7 @@ def test_credentials_from_docker_config(docker_services, registry_proxy, tmp_pat
         monkeypatch.delenv(var, raising=False)
     rec = p.push(reg, "tiny")
     assert rec["digest"].startswith("sha256:")
-    assert json.dumps(mf.read_manifest(mf.manifest_path(reg, "tiny"))).find(SECRET) == -1
+    assert json.dumps(mf.read_manifest(paths.manifest_path(reg, "tiny"))).find(SECRET) == -1
 
 
 def test_is_transient():
@@ -252,7 +253,7 @@ def test_signed_sif_is_kept_by_build_and_pushed_to_signed_only(docker_services, 
     sif = reg.root / "containers" / "tiny.sif"
     with open(sif, "ab") as fh:  # what signing does to the file, as the signing area records it
         fh.write(b"signature object")
-    mf.update_manifest(mf.manifest_path(reg, "tiny"), signature={"image_sha256": common.sha256_file(sif)})
+    mf.update_manifest(paths.manifest_path(reg, "tiny"), signature={"image_sha256": common.sha256_file(sif)})
     again = b.build(reg, "tiny")
     assert again["finished"] == first["finished"]  # a cache hit: not rebuilt, the signature survives
     assert again["artifacts"]["sif"]["sha256"] == common.sha256_file(sif)

@@ -12,9 +12,10 @@ import pytest
 from fixtures_invoke import invoke_cli
 from fixtures_sign import KEYS, SIGN_DOUBLE
 
+from shipyard import project as paths
 from shipyard import registry
 from shipyard.containers import sign
-from shipyard.containers.manifest import manifest_path, read_manifest, update_manifest
+from shipyard.containers.manifest import read_manifest, update_manifest
 from shipyard.errors import ShipyardError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,14 +24,14 @@ pytestmark = pytest.mark.double
 
 def test_sign_calls_apptainer_exactly_and_records_signature(sign_project):
     reg = registry.load(sign_project.registry)
-    update_manifest(manifest_path(reg, "course"), image="containers/course.sif", backend="apptainer")
+    update_manifest(paths.manifest_path(reg, "course"), image="containers/course.sif", backend="apptainer")
     sig = sign.sign(reg, "course", keyidx=1)
     image = str(sign_project.image)
     assert sign_project.calls() == [["key", "list", "--secret"], ["--version"], ["sign", "--keyidx", "1", image]]
     assert sig["fingerprint"] == KEYS[1]["fingerprint"] and sig["signer"] == KEYS[1]["user"]
     assert sig["tool"] == "apptainer" and sig["tool_version"] == "1.3.6" and sig["keyidx"] == 1
     assert sig["image_sha256"] == sign.file_sha256(sign_project.image)
-    data = read_manifest(manifest_path(reg, "course"))
+    data = read_manifest(paths.manifest_path(reg, "course"))
     assert data["signature"] == sig
     assert data["image"] == "containers/course.sif" and data["backend"] == "apptainer", "other fields were lost"
     assert sign.signature_problem(reg, "course") is None
@@ -42,7 +43,7 @@ def test_verify_after_sign_passes_and_is_recorded(sign_project):
     res = sign.verify(reg, "course")
     assert sign_project.calls()[-1] == ["verify", "--local", str(sign_project.image)]
     assert res["ok"] and res["fingerprints"] == [KEYS[0]["fingerprint"]]
-    assert read_manifest(manifest_path(reg, "course"))["verification"]["ok"] is True
+    assert read_manifest(paths.manifest_path(reg, "course"))["verification"]["ok"] is True
 
 
 def test_verify_fails_when_image_changed_after_signing(sign_project):
@@ -54,7 +55,7 @@ def test_verify_fails_when_image_changed_after_signing(sign_project):
     with pytest.raises(ShipyardError, match="hash mismatch") as exc:
         sign.verify(reg, "course")
     assert exc.value.exit_code == 1
-    assert read_manifest(manifest_path(reg, "course"))["verification"]["ok"] is False
+    assert read_manifest(paths.manifest_path(reg, "course"))["verification"]["ok"] is False
 
 
 def test_verify_fails_when_signer_differs_from_recorded_key(sign_project):
@@ -86,7 +87,7 @@ def test_bad_keyidx_names_valid_indexes_and_never_signs(sign_project):
     with pytest.raises(ShipyardError, match=r"--keyidx 5: no such private key \(valid: 0, 1"):
         sign.sign(reg, "course", keyidx=5)
     assert ["sign"] not in [c[:1] for c in sign_project.calls()]
-    assert "signature" not in read_manifest(manifest_path(reg, "course"))
+    assert "signature" not in read_manifest(paths.manifest_path(reg, "course"))
 
 
 def test_empty_keyring_says_how_to_make_a_key(sign_project):

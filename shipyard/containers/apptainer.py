@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Callable
 
 from shipyard import facts as data
+from shipyard import project
 from shipyard.containers import buildnet
 from shipyard.containers.common import (
     Job,
-    artifact_path,
     check_sif,
     copy_sources,
     run_streaming,
-    temp_path,
     tool_version,
 )
 from shipyard.definitions import render as definitions
@@ -93,7 +92,7 @@ class ApptainerBackend:
             raise ShipyardError("preflight: " + "; ".join(problems))
 
     def inputs(self, reg, env) -> dict[Path, str]:
-        return {definitions.definition_path(reg, env.name): definitions.render_definition(env, reg)}
+        return {project.definition_path(reg, env.name): definitions.render_definition(env, reg)}
 
     def sources(self, inputs: dict[Path, str]) -> list[str]:
         return [src for p, t in inputs.items() if p.suffix == ".def" for src in copy_sources(t, "def")]
@@ -105,8 +104,8 @@ class ApptainerBackend:
         return True
 
     def run(self, job: Job) -> tuple[dict[str, Path], dict]:
-        target = artifact_path(job.reg, job.env.name, "sif")
-        tmp = temp_path(target)
+        target = project.artifact_path(job.reg, job.env.name, "sif")
+        tmp = project.temp_path(target)
         argv = ["apptainer", "build"] + (["--fakeroot"] if job.fakeroot else [])
         net = buildnet.from_environ()
         try:
@@ -114,7 +113,7 @@ class ApptainerBackend:
                 if net:  # %post sources the env file when it is there; a bind mount is not packed into the SIF
                     job.log.write(net.describe())
                     argv += ["--bind", f"{net_dir}:{buildnet.MOUNT}"]
-                argv += [str(tmp.relative_to(job.root)), str(definitions.definition_path(job.reg, job.env.name)
+                argv += [str(tmp.relative_to(job.root)), str(project.definition_path(job.reg, job.env.name)
                                                               .relative_to(job.root))]
                 run_streaming(argv, job.log, cwd=job.root)
             check_sif(tmp)

@@ -42,12 +42,6 @@ class BuildInterrupted(KeyboardInterrupt):
 # ----------------------------------------------------------------------------------------------- paths and records
 
 
-# where a finished image lives, and the temp file beside it a tool writes into: shipyard.project (the names stay here
-# for the backends and push)
-artifact_path = project.artifact_path
-temp_path = project.temp_path
-
-
 def file_record(root: Path, path: Path) -> dict:
     """What the manifest keeps about one artifact: path (relative to the project), sha256, size and mtime_ns."""
     st = path.stat()
@@ -85,10 +79,10 @@ def intact_or_signed(reg, env_name: str, m: dict, fmt: str) -> bool:
 def record_artifact(reg, env_name: str, fmt: str) -> dict:
     """Re-record an artifact that another step changed in place (e.g. ``apptainer sign`` adds a signature to the
     SIF): new sha256, size and mtime, so the cache stays valid. Returns the updated manifest."""
-    path = artifact_path(reg, env_name, fmt)
+    path = project.artifact_path(reg, env_name, fmt)
     if not path.is_file():
         raise ShipyardError(f"{path}: no {fmt} artifact; run `invoke build {env_name}` first")
-    mpath = mf.manifest_path(reg, env_name)
+    mpath = project.manifest_path(reg, env_name)
     artifacts = dict(mf.read_manifest(mpath).get("artifacts", {}))
     artifacts[fmt] = file_record(Path(reg.root), path)
     return mf.update_manifest(mpath, artifacts=artifacts)
@@ -165,9 +159,9 @@ def recover_stale(reg, env_name: str, out: IO[str] | None = None) -> list[Path]:
     """
     removed = []
     for fmt in FORMATS:
-        target = artifact_path(reg, env_name, fmt)
+        target = project.artifact_path(reg, env_name, fmt)
         exact = re.compile(re.escape(target.name + project.TEMP_INFIX) + r"[0-9]+\Z")
-        # only names temp_path() makes (the glob alone also matches another environment's files when that
+        # only names project.temp_path() makes (the glob alone also matches another environment's files when that
         # environment is named like a temp file, e.g. "x.sif.tmp-1")
         for p in (p for p in target.parent.glob(project.temp_glob(target)) if exact.match(p.name)):
             if p.is_dir() and not p.is_symlink():
@@ -175,7 +169,7 @@ def recover_stale(reg, env_name: str, out: IO[str] | None = None) -> list[Path]:
             else:
                 p.unlink(missing_ok=True)
             removed.append(p)
-    mpath = mf.manifest_path(reg, env_name)
+    mpath = project.manifest_path(reg, env_name)
     m = mf.read_manifest(mpath)
     if m.get("status") == "building":
         why = (f"the previous build (pid {m.get('pid')} on {m.get('host')}, started {m.get('started')}) "

@@ -18,15 +18,14 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from shipyard import project
 from shipyard.containers import buildnet
 from shipyard.containers.common import (
     Job,
     ShipyardError,
-    artifact_path,
     check_sif,
     copy_sources,
     run_streaming,
-    temp_path,
     tool_version,
 )
 from shipyard.definitions import render as definitions
@@ -86,8 +85,8 @@ class DockerBackend:
                                 f"({str(exc).splitlines()[0][:160]}); start dockerd or set DOCKER_HOST") from None
 
     def inputs(self, reg, env) -> dict[Path, str]:
-        return {definitions.dockerfile_path(reg, env.name): definitions.render_dockerfile(env, reg),
-                definitions.test_script_path(reg, env.name): definitions.render_test_script(env, reg)}
+        return {project.dockerfile_path(reg, env.name): definitions.render_dockerfile(env, reg),
+                project.test_script_path(reg, env.name): definitions.render_test_script(env, reg)}
 
     def sources(self, inputs: dict[Path, str]) -> list[str]:
         return [src for p, t in inputs.items() if p.suffix == ".Dockerfile" for src in copy_sources(t, "docker")]
@@ -110,7 +109,7 @@ class DockerBackend:
 
     def _build_image(self, job: Job) -> str:
         root = job.root
-        path = definitions.dockerfile_path(job.reg, job.env.name)
+        path = project.dockerfile_path(job.reg, job.env.name)
         dockerfile = str(path.relative_to(root))
         net = buildnet.from_environ()
         if net:
@@ -176,7 +175,7 @@ class DockerBackend:
                     job.log.write(f"{fmt}: skipped: {tool} is not on PATH (containers/{job.env.name}.{fmt}: "
                                   f"{_WHY[fmt]}; build where {tool} exists)")
                     continue
-                tmp = temp_path(artifact_path(job.reg, job.env.name, fmt))
+                tmp = project.temp_path(project.artifact_path(job.reg, job.env.name, fmt))
                 temps[fmt] = tmp
                 rel = str(tmp.relative_to(job.root))
                 argv = (["apptainer", "build", rel, f"docker-daemon://{job.tag}"] if fmt == "sif"

@@ -36,7 +36,6 @@ from shipyard.containers.common import (
     BACKENDS,
     BuildInterrupted,
     Job,
-    artifact_path,
     build_lock,
     copied_files,
     file_record,
@@ -90,7 +89,7 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
     be.preflight()
     root = Path(reg.root)
     inputs = be.inputs(reg, env)
-    mpath = mf.manifest_path(reg, env.name)
+    mpath = project.manifest_path(reg, env.name)
     seed_tool_versions(mf.read_manifest(mpath))
     tools = be.tools(fmts)
     key = input_hash(env.spec(), {str(p.relative_to(root)): t for p, t in inputs.items()}, backend, tools, fmts,
@@ -128,7 +127,7 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
                 temps, extra = be.run(job)
                 records = {}
                 for fmt, tmp in temps.items():
-                    target = artifact_path(reg, env.name, fmt)
+                    target = project.artifact_path(reg, env.name, fmt)
                     os.replace(tmp, target)
                     records[fmt] = file_record(root, target)
                 _fsync_dir(project.containers_dir(root))

@@ -15,12 +15,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from shipyard import project
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
-
-# ``containers/<env>.json``: shipyard.project (the name stays here for the manifest's readers)
-manifest_path = project.manifest_path
 
 
 def read_manifest(path: str | os.PathLike) -> dict:

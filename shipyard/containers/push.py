@@ -449,7 +449,7 @@ def push(reg, env_name: str, registry_name: str | None = None, tag: str | None =
     """Push ``env_name``'s SIF (``oras://`` registries) or docker image (``docker://``); record it in the manifest."""
     env = reg.environment(env_name)
     target = reg.registry_target(registry_name)
-    mpath = mf.manifest_path(reg, env.name)
+    mpath = project.manifest_path(reg, env.name)
     m = mf.read_manifest(mpath)
     if m.get("status") != "ok":
         state = f"the last build {m['status']}" if m.get("status") else "it was never built"
@@ -502,7 +502,7 @@ def pull(reg, env_name: str, registry_name: str | None = None, tag: str | None =
     """
     env = reg.environment(env_name)
     target = reg.registry_target(registry_name)
-    mpath = mf.manifest_path(reg, env.name)
+    mpath = project.manifest_path(reg, env.name)
     m = mf.read_manifest(mpath)
     known = m.get("pushed", {}).get(target.name, {})
     if tag is None:
@@ -518,10 +518,10 @@ def pull(reg, env_name: str, registry_name: str | None = None, tag: str | None =
         with one_line(target, what):
             record = pull_image(target, env.name, tag, expect, out)
     else:
-        dest = b.artifact_path(reg, env.name, "sif")
+        dest = project.artifact_path(reg, env.name, "sif")
         with b.build_lock(project.build_lock_path(root, env.name), out=out), one_line(target, what):
             b.recover_stale(reg, env.name, out)
-            tmp = b.temp_path(dest)
+            tmp = project.temp_path(dest)
             try:
                 record = pull_sif(target, env.name, tag, tmp, expect, out)
                 b.check_sif(tmp, "the registry served no SIF image")

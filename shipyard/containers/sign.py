@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from shipyard import project
-from shipyard.containers.manifest import manifest_path, read_manifest, update_manifest
+from shipyard.containers.manifest import read_manifest, update_manifest
 from shipyard.errors import ShipyardError
 from shipyard.registry import load
 from shipyard.registry.model import Registry
@@ -138,7 +138,7 @@ def sign(reg: Registry, env_name: str | None = None, keyidx: int = 0) -> dict:
         "tool_version": version,
         "image_sha256": file_sha256(image),
     }
-    update_manifest(manifest_path(reg, env.name), signature=signature)
+    update_manifest(project.manifest_path(reg, env.name), signature=signature)
     return signature
 
 
@@ -147,7 +147,7 @@ def verify(reg: Registry, env_name: str | None = None) -> dict:
     env = reg.environment(env_name)
     apptainer = find_apptainer()
     image = _existing_image(reg, env.name)
-    recorded = read_manifest(manifest_path(reg, env.name)).get("signature") or {}
+    recorded = read_manifest(project.manifest_path(reg, env.name)).get("signature") or {}
     proc = _run([apptainer, "verify", "--local", str(image)])
     signers = parse_verify(proc.stdout + "\n" + proc.stderr)
     fingerprints = [s["fingerprint"] for s in signers]
@@ -164,7 +164,7 @@ def verify(reg: Registry, env_name: str | None = None) -> dict:
               "image_sha256": file_sha256(image)}
     if problem:
         result["problem"] = problem
-    update_manifest(manifest_path(reg, env.name), verification=result)
+    update_manifest(project.manifest_path(reg, env.name), verification=result)
     if not ok:
         raise ShipyardError(f"{image}: {problem}", exit_code=1)
     return result
@@ -173,7 +173,7 @@ def verify(reg: Registry, env_name: str | None = None) -> dict:
 def signature_problem(reg: Registry, env_name: str) -> str | None:
     """None when the manifest's signature belongs to the current image file; else why not (for push)."""
     path = project.artifact_path(reg, env_name, "sif")
-    sig = read_manifest(manifest_path(reg, env_name)).get("signature")
+    sig = read_manifest(project.manifest_path(reg, env_name)).get("signature")
     if not sig:
         return f"{path}: not signed; run `invoke sign {env_name}`"
     if not path.is_file():

@@ -131,7 +131,7 @@ class Source:
 
 
 def _manifest(reg: Registry, env: Environment) -> tuple[Path, dict]:
-    mpath = mf.manifest_path(reg, env.name)
+    mpath = project.manifest_path(reg, env.name)
     m = mf.read_manifest(mpath)
     if m.get("status") != "ok":
         state = f"the last build {m['status']}" if m.get("status") else "it was never built"
@@ -182,7 +182,7 @@ def from_registry(reg: Registry, env: Environment, registry_name: str | None, ta
     if target.scheme != "oras":
         raise ShipyardError(f"registries.{target.name}: {target.uri} is a docker:// registry; apptainer clusters "
                             "stage a SIF from an oras:// registry (pyxis clusters: --from docker)")
-    m = mf.read_manifest(mf.manifest_path(reg, env.name))
+    m = mf.read_manifest(project.manifest_path(reg, env.name))
     known = (m.get("pushed") or {}).get(target.name, {})
     if tag is None:
         if not known:

@@ -55,9 +55,6 @@ def redact(text: str) -> str:
     return _USERINFO.sub("***@", text)
 
 
-# ``definitions/<env>.lock``, beside the definition that installs from it (the name stays here for lock callers)
-lock_path = project.lock_path
-
 
 def lock_inputs(env: Environment) -> list[str]:
     """The requirement lines the lock resolves: torch, torchvision, torchaudio, the NCCL override, extra pip pins.
@@ -116,7 +113,7 @@ def read_header(path: Path) -> dict[str, str]:
 
 def stale_reason(reg: Registry, env: Environment) -> str | None:
     """None when ``definitions/<env>.lock`` is absent or matches the registry; else one line saying why it is stale."""
-    path = lock_path(reg, env.name)
+    path = project.lock_path(reg, env.name)
     if not path.exists():
         return None
     header = read_header(path)
@@ -227,7 +224,7 @@ def lock(reg: Registry, env_name: str | None = None, exclude_newer: str | None =
     The cut-off is, in order: ``exclude_newer``; the one in the existing lock; midnight UTC today.
     """
     env = reg.environment(env_name)
-    path = lock_path(reg, env.name)
+    path = project.lock_path(reg, env.name)
     if exclude_newer:
         cutoff = normalize_cutoff(exclude_newer)
     else:

@@ -27,11 +27,6 @@ BUILD_NET_CONTEXT = ".shipyard-build"  # the docker backend puts the build-netwo
 _PKG = "shipyard.definitions"
 
 
-# where the rendered files live: shipyard.project (the names stay here for callers that render)
-definition_path = project.definition_path
-dockerfile_path = project.dockerfile_path
-test_script_path = project.test_script_path
-
 
 def _lock_sha256(reg: Registry | None, env: Environment) -> str | None:
     """sha256 of definitions/<env>.lock when there is one (the definition then installs from it)."""
@@ -102,9 +97,9 @@ def rendered_files(reg: Registry, env: Environment) -> dict[Path, str]:
     """Every file `render` owns for one environment, path -> text (one recipe, one read of the lock)."""
     recipe = _recipe(env, reg)
     return {
-        definition_path(reg, env.name): _render_def(recipe),
-        dockerfile_path(reg, env.name): _render_dockerfile(recipe),
-        test_script_path(reg, env.name): _render_test_script(recipe),
+        project.definition_path(reg, env.name): _render_def(recipe),
+        project.dockerfile_path(reg, env.name): _render_dockerfile(recipe),
+        project.test_script_path(reg, env.name): _render_test_script(recipe),
     }
 
 
