@@ -55,19 +55,26 @@ def mutate(doc, path, op, value, key):
     return doc
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    muts=st.lists(st.tuples(st.sampled_from(ALL_PATHS), st.sampled_from(["set", "delete", "rename", "add"]), values,
-                            st.text(max_size=4)), min_size=1, max_size=4)
-)
-def test_mutated_registries_never_traceback(muts):
+# one to four edits of the shipped registry: (path, set|delete|rename|add, value, key suffix)
+mutations = st.lists(st.tuples(st.sampled_from(ALL_PATHS), st.sampled_from(["set", "delete", "rename", "add"]), values,
+                               st.text(max_size=4)), min_size=1, max_size=4)
+
+
+def mutated(muts) -> dict:
+    """The shipped registry with ``muts`` applied (an edit that does not fit the document is skipped)."""
     doc = SHIPPED
     for path, op, value, key in muts:
         try:
             doc = mutate(doc, path, op, value, key)
         except (KeyError, IndexError, TypeError):
             continue
-    text = yaml.safe_dump(doc, sort_keys=False)
+    return doc
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(muts=mutations)
+def test_mutated_registries_never_traceback(muts):
+    text = yaml.safe_dump(mutated(muts), sort_keys=False)
     try:
         reg = registry.load_text(text, "fuzz.yaml")
         compat.check_all(reg)

@@ -12,8 +12,7 @@ import pytest
 import yaml
 from helpers_registry import ROOT
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from test_registry_fuzz import ALL_PATHS, SHIPPED, mutate, values
+from test_registry_fuzz import mutated, mutations
 
 from shipyard.dev import schema_codegen
 from shipyard.registry import loader, schema_validator
@@ -67,18 +66,9 @@ def test_corners(text):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    muts=st.lists(st.tuples(st.sampled_from(ALL_PATHS), st.sampled_from(["set", "delete", "rename", "add"]), values,
-                            st.text(max_size=4)), min_size=1, max_size=4)
-)
+@given(muts=mutations)
 def test_generated_validator_accepts_only_what_jsonschema_accepts(muts):
-    doc = SHIPPED
-    for path, op, value, key in muts:
-        try:
-            doc = mutate(doc, path, op, value, key)
-        except (KeyError, IndexError, TypeError):
-            continue
-    data, _ = loader.parse_yaml(yaml.safe_dump(doc, sort_keys=False), "fuzz.yaml")
+    data, _ = loader.parse_yaml(yaml.safe_dump(mutated(muts), sort_keys=False), "fuzz.yaml")
     # the other way round is allowed (the loader then asks jsonschema, which finds nothing): only slower
     if fast_accepts(data):
         assert jsonschema_errors(data) == []
