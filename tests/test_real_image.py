@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures_build import APPTAINER_DOUBLE, no_build_network
+from fixtures_build import no_build_network
 from fixtures_launch import PROBE, wait_job
 
 from shipyard import registry
@@ -72,7 +72,7 @@ def _pip_download_seconds(lock: Path, dest: Path, ca: Path) -> float:
 
 
 def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
-        sandbox, docker_env, debian12_base, connect_proxy, tmp_path, monkeypatch):
+        sandbox, docker_env, debian12_base, connect_proxy, tmp_path, monkeypatch, apptainer_double):
     root = tmp_path / "proj"
     (root / "definitions").mkdir(parents=True)
     shutil.copy(DATA / "registry.yaml", root / "registry.yaml")
@@ -82,11 +82,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
-    monkeypatch.setenv("PATH", f"{APPTAINER_DOUBLE}:{os.environ['PATH']}")
-    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
-    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "cache"))
-    calls = tmp_path / "apptainer-calls.jsonl"
-    monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
+    calls = apptainer_double  # the strict double first on PATH, its call log, apptainer's dirs under tmp_path
     # the private dockerd has no bridge network: downloads need the host's (a site setting, like a proxy)
     monkeypatch.setenv("SHIPYARD_DOCKER_NETWORK", "host")
     # the site's network settings: the host's CA bundle under a private path, and a real proxy

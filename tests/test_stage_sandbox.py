@@ -12,7 +12,7 @@ import json
 import re
 
 import pytest
-from fixtures_build import APPTAINER_DOUBLE, PROJECT_REGISTRY
+from fixtures_build import PROJECT_REGISTRY
 from fixtures_launch import PROBE, wait_job
 
 from shipyard import registry
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.double]
 
 
 @pytest.fixture
-def flow_project(sandbox, tmp_path, monkeypatch):
+def flow_project(sandbox, tmp_path, monkeypatch, apptainer_double):
     """The build tests' project with its `sandbox` cluster switched to the apptainer runtime (storage under the
     project), the apptainer double on PATH (Slurm copies PATH into the job) and the sandbox as the cluster."""
     root = tmp_path / "proj"
@@ -39,12 +39,7 @@ def flow_project(sandbox, tmp_path, monkeypatch):
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
-    monkeypatch.setenv("PATH", f"{APPTAINER_DOUBLE}:{__import__('os').environ['PATH']}")
-    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
-    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "cache"))
-    calls = tmp_path / "apptainer-calls.jsonl"
-    monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
-    return registry.load(root / "registry.yaml"), calls
+    return registry.load(root / "registry.yaml"), apptainer_double  # the double's call log
 
 
 def _submit(reg, name: str) -> tuple[str, str]:
