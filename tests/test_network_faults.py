@@ -146,7 +146,7 @@ def test_pull_from_unreachable_registry_is_one_line_and_releases_the_lock(tmp_pa
         with pytest.raises(ShipyardError) as ei:
             p.pull(reg, "tiny", tag="v1")
         one_line(ei.value, "tiny:v1")
-        with common.build_lock(common.project.build_lock_path(reg.root, "tiny"), block=False):
+        with common.build_lock(paths.build_lock_path(reg.root, "tiny"), block=False):
             pass  # the lock was released
     finally:
         srv.close()
