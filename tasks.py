@@ -15,6 +15,9 @@ from invoke import Collection, task
 
 from shipyard.cli import argv_after_dashdash, install_parser_hooks, task_guard
 
+# the launch/nccl-test flags: invoke needs their help before any task runs (the module loads no registry)
+from shipyard.launch import options as launch_options
+
 install_parser_hooks()
 
 # ----------------------------------------------------------------------------------------------- registry, check, render
@@ -232,9 +235,8 @@ def test_(c, no_install=False, k=None, pytest_args=""):
 # ----------------------------------------------------------------------------------------------- launchers
 
 # Both tasks' help, repeatable flags and optional positional come from the one options model
-# (shipyard/launch/options.py), which also checks the values and writes the launcher's "regenerate with" line.
-# It is imported here, at parse time, because invoke needs the help before any task runs; it loads no registry.
-from shipyard.launch import options as launch_options  # noqa: E402
+# (shipyard/launch/options.py, imported at the top), which also checks the values and writes the launcher's
+# "regenerate with" line.
 
 
 @task(**launch_options.task_kwargs(launch_options.TORCHRUN))
