@@ -14,6 +14,8 @@ from __future__ import annotations
 from invoke import Collection, task
 
 from shipyard.cli import argv_after_dashdash, install_parser_hooks, task_guard
+from shipyard.commands import registry as registry_commands
+from shipyard.commands.context import Context
 
 # the launch/nccl-test flags: invoke needs their help before any task runs (the module loads no registry)
 from shipyard.launch import options as launch_options
@@ -27,29 +29,21 @@ install_parser_hooks()
 @task_guard
 def list_(c):
     """List environments and clusters as tables."""
-    from shipyard.registry import report
-
-    print(report.list_tables())
+    raise SystemExit(registry_commands.list_(Context.load()))
 
 
 @task(positional=["env"], help={"env": "environment name (default: defaults.environment)"})
 @task_guard
 def show(c, env=None):
     """Show an environment's fully resolved pins and where each came from."""
-    from shipyard.registry import report
-
-    print(report.show(env))
+    raise SystemExit(registry_commands.show(Context.load(), env))
 
 
 @task(positional=["env"], help={"env": "only this environment (default: all)", "cluster": "only this cluster (default: all it is used on)"})
 @task_guard
 def check(c, env=None, cluster=None):
     """Check every environment against the compatibility data, its clusters and its lock; exit 1 on any ERROR."""
-    from shipyard.definitions import enforce
-
-    code = enforce.check_command(env, cluster)
-    if code:
-        raise SystemExit(code)
+    raise SystemExit(registry_commands.check(Context.load(), env, cluster))
 
 
 @task(

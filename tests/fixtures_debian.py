@@ -1,4 +1,4 @@
-"""A real Debian 12 base image for the end-to-end build (tests/test_real_image.py), made here from Debian's own
+"""A real Debian 12 base image for the end-to-end build (tests/containers/test_real_image.py), made here from Debian's own
 packages with debootstrap and imported into the tests' private dockerd. Nothing is pulled from an image registry.
 
 The root filesystem tarball is cached between test sessions (CI reruns would otherwise redo a 30 s debootstrap):

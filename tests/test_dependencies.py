@@ -48,11 +48,11 @@ def _declared() -> set[str]:
 
 def test_test_imports_are_declared():
     """Every third-party module a test imports belongs to a declared dependency or test extra."""
-    local = {p.stem for p in TESTS.glob("*.py")} | {"shipyard", "tasks", "conftest"}
+    local = {p.stem for p in TESTS.glob("**/*.py")} | {"shipyard", "tasks", "conftest"}
     dists = importlib.metadata.packages_distributions()
     declared = _declared()
     missing = {}
-    for path in sorted(TESTS.glob("*.py")):
+    for path in sorted(TESTS.glob("**/*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []

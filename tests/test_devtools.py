@@ -6,12 +6,12 @@ from shipyard.dev import testing as devtools
 
 
 def test_no_tests_collected_is_a_failure(capsys):
-    assert devtools.run_tests(["-q", "tests/test_compat.py", "-k", "no_such_test_name_zzz"], install=False) == 1
+    assert devtools.run_tests(["-q", "tests/registry/test_compat.py", "-k", "no_such_test_name_zzz"], install=False) == 1
     assert "collected no tests" in capsys.readouterr().err
 
 
 def test_passing_selection_passes():
-    assert devtools.run_tests(["-q", "tests/test_compat.py", "-k", "valid_combination"], install=False) == 0
+    assert devtools.run_tests(["-q", "tests/registry/test_compat.py", "-k", "valid_combination"], install=False) == 0
 
 
 def test_package_list_is_data_and_checked_with_dpkg():

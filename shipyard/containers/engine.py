@@ -48,7 +48,7 @@ from shipyard.containers.common import (
 )
 from shipyard.containers.docker import DockerBackend
 from shipyard.containers.log import BuildLog
-from shipyard.definitions import enforce
+from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, now_iso
 from shipyard.registry import load
@@ -171,7 +171,7 @@ def build_command(env_name: str | None, *, backend: str = "apptainer", fakeroot:
     reg = load(registry)
     env = reg.environment(env_name or None)
     # the checks of `invoke check ENV` (its lock included) first: a refused environment never starts a build
-    forced = enforce.require(reg, env.name, what=f"build {env.name}", force=force, locks=True)
+    forced = enforce.require(reg, env, what=f"build {env.name}", force=force, locks=True)
     if slurm:
         return build_slurm.submit(reg, env.name, cluster_name=cluster or None, partition=partition or None,
                                   backend=backend, fakeroot=fakeroot, force=force, formats=formats, wait=wait,

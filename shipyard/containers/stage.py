@@ -41,10 +41,11 @@ from shipyard.containers import common as b
 from shipyard.containers import manifest as mf
 from shipyard.containers import on_slurm
 from shipyard.containers import push as registry_io
-from shipyard.definitions import enforce
+from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, now_iso, sha256_file
-from shipyard.launch import runtimes, staged
+from shipyard import runtimes
+from shipyard.launch import staged
 from shipyard.registry import load
 from shipyard.registry.model import Cluster, Environment, Registry
 
@@ -279,7 +280,7 @@ def stage(reg: Registry, env_name: str | None, cluster_name: str | None, *, sour
     if source not in SOURCES:
         raise ShipyardError(f"--from {source!r}: expected one of {', '.join(SOURCES)}")
     perm = parse_mode(mode)
-    forced = enforce.require(reg, env.name, cluster.name, what=f"stage {env.name}", force=force)
+    forced = enforce.require(reg, env, cluster, what=f"stage {env.name}", force=force)
     fmt = rt.suffix
     dest = Path(rt.image(reg.root, env.name, cluster))
     storage = dest.parent

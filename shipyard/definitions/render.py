@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from shipyard import __version__, project, templating
-from shipyard.definitions import enforce, pylock
+from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
+from shipyard.definitions import pylock
 from shipyard.definitions.recipe import BUILD_NET_MOUNT, SHIPYARD_DIR, VENV, Step, build_recipe
 from shipyard.files import atomic_write
 from shipyard.registry import load
@@ -122,7 +123,7 @@ def render_command(env_name: str | None, all_envs: bool = False, check: bool = F
     envs = list(reg.environments.values()) if all_envs else [reg.environment(env_name)]
     if checks and not check:
         for env in envs:
-            enforce.require(reg, env.name, what=f"render {env.name}", force=force, locks=True)
+            enforce.require(reg, env, what=f"render {env.name}", force=force, locks=True)
     stale: list[str] = []
     known: set[Path] = set()
     written = 0

@@ -14,7 +14,7 @@ Split in three so each part can be tested on its own:
 
 Thresholds (minimum Slurm, free space) are data: ``shipyard/data/doctor.yaml``. What the cluster's runtime needs
 (pyxis and enroot, or apptainer and fakeroot), where its images live and which modules it loads are asked of the
-runtime object (:mod:`shipyard.launch.runtimes`), the one the launchers use.
+runtime object (:mod:`shipyard.runtimes`), the one the launchers use.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from pathlib import Path
 from shipyard import facts as data
 from shipyard import registry, slurm
 from shipyard.errors import ShipyardError
-from shipyard.launch import runtimes, staged
+from shipyard import runtimes
+from shipyard.launch import staged
 from shipyard.registry import compat
 from shipyard.registry.model import Cluster, Environment, Gpu, Registry
 

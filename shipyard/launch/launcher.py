@@ -6,7 +6,7 @@ flags into a frozen :class:`Launcher`; ``render()`` is a pure function of that m
 runtime, mounts, NCCL environment and header are the same code path for both.
 
 What differs per container runtime (image location, srun and exec words, how variables reach the container, site
-modules) is asked of the runtime objects in :mod:`shipyard.launch.runtimes`; the flags, their checks and the
+modules) is asked of the runtime objects in :mod:`shipyard.runtimes`; the flags, their checks and the
 "regenerate with" line come from the options model in :mod:`shipyard.launch.options`.
 
 Why Jinja2 templates under shipyard/launch/templates/: the scripts are mostly shell, and reading them as shell (with
@@ -26,11 +26,12 @@ from typing import Sequence
 
 from shipyard import __version__, project, registry, slurm, templating
 from shipyard.cli import argv_after_dashdash
-from shipyard.definitions import enforce
+from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join
 from shipyard.files import atomic_write
-from shipyard.launch import options, runtimes, staged
+from shipyard import runtimes
+from shipyard.launch import options, staged
 from shipyard.launch.fabric import (
     EnvVar,
     check_forbidden,
@@ -38,8 +39,8 @@ from shipyard.launch.fabric import (
     fabric_env,
     launch_data,
 )
-from shipyard.launch.mounts import Mount, job_mounts, parse_mounts
-from shipyard.launch.runtimes import Placement, Runtime
+from shipyard.runtimes.mounts import Mount, job_mounts, parse_mounts
+from shipyard.runtimes import Placement, Runtime
 from shipyard.registry.loader import mem_mb
 from shipyard.registry.model import Cluster, Registry
 
@@ -498,8 +499,8 @@ def launch_command(argv: Sequence[str], submit_jobs: bool = False, dry_run: bool
     if dry_run and submit_jobs:
         raise ShipyardError("--dry-run and --submit exclude each other")
     # the checks of `invoke check ENV --cluster C` first; --force goes on and the header names what it overrode
-    forced = enforce.require(reg, reg.environment(flags.get("environment")).name,
-                             reg.cluster(flags.get("cluster")).name, what="launch", force=force)
+    forced = enforce.require(reg, reg.environment(flags.get("environment")),
+                             reg.cluster(flags.get("cluster")), what="launch", force=force)
     l = build(reg, command=argv_after_dashdash(argv), workdir=Path.cwd(), forced=forced, **flags)
     require_bound(reg, l)
     if dry_run:

@@ -5,7 +5,7 @@ and not configurable: a wrapper without it starts fine and CUDA then silently se
 singularity-hpc users keep reporting. The binds come from the cluster profile, the image location from
 ``<cluster.storage>/<env>.sif`` (the fixed cross-area contract), and the cluster's own modules (``apptainer``) become
 ``depends_on`` so that loading ours loads the runtime too. The image path and the wrapper's words are asked of the
-cluster's runtime object (:mod:`shipyard.launch.runtimes`), the one the launchers and ``invoke shell`` ask.
+cluster's runtime object (:mod:`shipyard.runtimes`), the one the launchers and ``invoke shell`` ask.
 
 Layout under ``--prefix`` (default ``<root>/modules``)::
 
@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 
 from shipyard import __version__, templating
-from shipyard.definitions import enforce
+from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
-from shipyard.launch import runtimes
+from shipyard import runtimes
 from shipyard.registry import load
 from shipyard.registry.model import Cluster, Environment, Registry
 
@@ -145,7 +145,7 @@ def modules_command(env_name: str | None, cluster_name: str | None, prefix: str 
     reg = load()
     cluster = reg.cluster(cluster_name)
     for env in environments_for(reg, cluster, env_name):
-        enforce.require(reg, env.name, cluster.name, what=f"modules for {env.name}", force=force)
+        enforce.require(reg, env, cluster, what=f"modules for {env.name}", force=force)
     paths = write_modules(reg, env_name, cluster_name, prefix)
     mods = sorted(p for p in paths if p.suffix == ".lua")
     root = mods[0].parent.parent if mods else None

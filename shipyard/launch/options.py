@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from shipyard.errors import ShipyardError
-from shipyard.launch import runtimes
+from shipyard import runtimes
 
 TORCHRUN, NCCL_TEST = "torchrun", "nccl-test"
 KINDS = (TORCHRUN, NCCL_TEST)

@@ -2,7 +2,7 @@
 
 The command is built as an argv list (pure function of the registry model and the flags) and only turned into a
 shell line for printing, with every word quoted by :func:`shipyard.escaping.shell_quote`, the same quoting the
-launchers use. The container part is asked of the runtime object (:mod:`shipyard.launch.runtimes`), as the launchers
+launchers use. The container part is asked of the runtime object (:mod:`shipyard.runtimes`), as the launchers
 ask it, with the same image and mounts: ``apptainer shell --nv`` with the cluster's binds and no ``--contain``; pyxis
 flags on srun with ``--pty bash`` (the home directory stays mounted: it is the user's shell); a plain shell for the
 host runtime.
@@ -21,12 +21,12 @@ import subprocess
 from dataclasses import dataclass
 
 from shipyard import registry, slurm
-from shipyard.definitions import enforce
+from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
-from shipyard.launch import runtimes
-from shipyard.launch.mounts import job_mounts
-from shipyard.launch.runtimes import Placement
+from shipyard import runtimes
+from shipyard.runtimes.mounts import job_mounts
+from shipyard.runtimes import Placement
 from shipyard.registry.model import Cluster, Registry
 
 JOB_NAME = "shipyard-shell"  # `invoke status` lists jobs named shipyard-*
@@ -135,7 +135,7 @@ def shell_command(env_name=None, cluster_name=None, *, dry_run=False, command=No
     """`invoke shell`: print (``dry_run``) or run the command; returns srun's exit code. The environment on the
     cluster passes `invoke check` first (``force``: go on with a warning)."""
     reg = registry.load(registry_path)
-    enforce.require(reg, reg.environment(env_name).name, reg.cluster(cluster_name).name, what="shell", force=force)
+    enforce.require(reg, reg.environment(env_name), reg.cluster(cluster_name), what="shell", force=force)
     plan = build(reg, env_name, cluster_name, command=command, gpus=gpus, time=time, runtime=runtime,
                  partition=partition)
     if dry_run:

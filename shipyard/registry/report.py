@@ -5,12 +5,11 @@ from __future__ import annotations
 import sys
 
 from shipyard.files import table
-from shipyard.registry import compat, load
-from shipyard.registry.model import Registry
+from shipyard.registry import compat
+from shipyard.registry.model import Environment, Registry
 
 
-def list_tables(registry=None) -> str:
-    reg = load(registry)
+def list_tables(reg: Registry) -> str:
     envs = table(
         ["environment", "torch", "cuda", "python", "os", "nccl", "base", "extends"],
         [
@@ -42,9 +41,7 @@ def list_tables(registry=None) -> str:
     return "\n".join(out)
 
 
-def show(env_name: str | None, registry=None) -> str:
-    reg = load(registry)
-    env = reg.environment(env_name)
+def show(env: Environment) -> str:
     rows = [[k, p.value if p.value is not None else "-", p.source] for k, p in env.pins().items()]
     rows.append(["nccl_package", env.nccl_package or "-", "compat data"])
     for req in env.pip:
@@ -77,18 +74,3 @@ def print_table(reg, problems, n_env: int, n_clusters: int, out=sys.stdout) -> i
     print(f"{reg.path}: {n_env} environment(s), {n_clusters} cluster(s): "
           f"{errors} error(s), {warns} warning(s)", file=out)
     return errors
-
-
-def check(env_name: str | None = None, cluster_name: str | None = None, registry=None, out=sys.stdout,
-          extra=None) -> int:
-    """Print every problem at once as a table; return 1 when any is an ERROR, else 0. ``extra(reg)`` adds problems
-    found outside the registry package (the locks: :mod:`shipyard.definitions.enforce`)."""
-    reg = registry if isinstance(registry, Registry) else load(registry)
-    if env_name:
-        reg.environment(env_name)  # unknown names fail with a did-you-mean
-    if cluster_name:
-        reg.cluster(cluster_name)
-    problems = select(compat.check_all(reg) + (extra(reg) if extra else []), env_name, cluster_name)
-    n_env = 1 if env_name else len(reg.environments)
-    n_clusters = 1 if cluster_name else len(reg.clusters)
-    return 1 if print_table(reg, problems, n_env, n_clusters, out) else 0

@@ -6,12 +6,8 @@ the variables reach the command as plain exports.
 
 from __future__ import annotations
 
-from shipyard.launch.runtimes.base import Runtime
+from shipyard.runtimes.base import Runtime
 
 
 class Host(Runtime):
     name = "host"
-    order = 90
-
-
-RUNTIME = Host()

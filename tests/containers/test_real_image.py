@@ -43,13 +43,14 @@ from fixtures_launch import PROBE, wait_job
 from shipyard import registry
 from shipyard.containers import engine
 from shipyard.containers import stage as st
-from shipyard.definitions import enforce
+from shipyard.commands import registry as registry_commands
+from shipyard.commands.context import Context
 from shipyard.definitions import render as definitions
 from shipyard.launch import launcher as launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.double]
 
-DATA = Path(__file__).parent / "data" / "debian12"
+DATA = Path(__file__).resolve().parents[1] / "data" / "debian12"
 MARK = "shipyard-e2e-marker"
 
 
@@ -95,7 +96,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     secrets = [str(site_ca), MARK, connect_proxy.url, connect_proxy.url.rsplit(":", 1)[1]]
     reg = registry.load(root / "registry.yaml")
 
-    assert enforce.check_command("real", "sandbox", registry=reg, out=io.StringIO()) == 0
+    assert registry_commands.check(Context(reg, out=io.StringIO()), "real", "sandbox") == 0
     assert definitions.render_command("real", registry=reg, out=io.StringIO()) == 0
     dockerfile = (root / "definitions" / "real.Dockerfile").read_text()
     assert f"FROM {debian12_base} AS shipyard-download" in dockerfile and "--require-hashes" in dockerfile

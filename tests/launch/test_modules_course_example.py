@@ -18,7 +18,7 @@ from shipyard.definitions import pylock as lock
 from shipyard.launch import modules
 from shipyard.registry import compat
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COURSE = ROOT / "examples" / "course"
 
 

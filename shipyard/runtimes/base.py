@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from shipyard.errors import ShipyardError
-from shipyard.launch.mounts import Mount
+from shipyard.runtimes.mounts import Mount
 
 
 class Site(Protocol):
@@ -60,7 +60,6 @@ class Runtime:
     """The defaults describe a runtime without a container (host); a container runtime overrides what it changes."""
 
     name: ClassVar[str]
-    order: ClassVar[int]  # position in help texts and error messages ("valid: ..."): the usual choice first
     suffix: ClassVar[str | None] = None  # image file suffix on the cluster's storage; None: the runtime has no image
     needs: ClassVar[frozenset[str]] = frozenset()  # what `invoke doctor` checks for: pyxis, enroot, apptainer, fakeroot
     env_prefix: ClassVar[str | None] = None  # the batch script exports <prefix><NAME> for every variable it sets

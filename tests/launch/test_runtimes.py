@@ -1,4 +1,4 @@
-"""The runtimes are discovered from the files of shipyard/launch/runtimes/, and the options model
+"""The runtimes are the tuple in shipyard/runtimes/ (one module each), and the options model
 (shipyard/launch/options.py) is what both launcher tasks' help, flags and "regenerate with" line come from."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import pytest
 from helpers_registry import ROOT
 
 from shipyard.errors import ShipyardError
-from shipyard.launch import options, runtimes
-from shipyard.launch.mounts import Mount
-from shipyard.launch.runtimes import Placement, Runtime
+from shipyard import runtimes
+from shipyard.launch import options
+from shipyard.runtimes.mounts import Mount
+from shipyard.runtimes import Placement, Runtime
 
 RUNTIME_DIR = Path(runtimes.__file__).parent
 
@@ -25,10 +26,11 @@ def load_tasks():
     return module
 
 
-def test_runtimes_are_the_files_of_the_package():
-    files = {p.stem for p in RUNTIME_DIR.glob("*.py")} - {"__init__", "base"}
-    assert set(runtimes.NAMES) == files == {"pyxis", "apptainer", "host"}
-    assert runtimes.NAMES == ("pyxis", "apptainer", "host")  # by each runtime's `order`: the usual choice first
+def test_each_runtime_module_is_in_the_tuple():
+    files = {p.stem for p in RUNTIME_DIR.glob("*.py")} - {"__init__", "base", "mounts"}
+    assert {type(rt).__module__.rsplit(".", 1)[1] for rt in runtimes.RUNTIMES} == files
+    assert set(runtimes.NAMES) == {"pyxis", "apptainer", "host"}
+    assert runtimes.NAMES == ("pyxis", "apptainer", "host")  # the tuple's order: the usual choice first
 
 
 @pytest.mark.parametrize("name", runtimes.NAMES)

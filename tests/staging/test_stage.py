@@ -19,7 +19,8 @@ from helpers_registry import shellcheck
 from shipyard import registry
 from shipyard.containers import engine
 from shipyard.containers import stage as st
-from shipyard.definitions import enforce
+from shipyard.commands import registry as registry_commands
+from shipyard.commands.context import Context
 from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
 from shipyard.jobs import doctor
@@ -92,16 +93,16 @@ def storage(reg) -> Path:
 
 def test_check_reports_a_missing_and_a_stale_lock_as_errors(proj):
     out = io.StringIO()
-    assert enforce.check_command("pytorch-2.3", registry=proj, out=out) == 1
+    assert registry_commands.check(Context(proj, out=out), "pytorch-2.3") == 1
     assert "definitions/pytorch-2.3.lock is missing" in out.getvalue() and "invoke lock pytorch-2.3" in out.getvalue()
     lock = proj.root / "definitions" / "pytorch-2.3.lock"
     lock.parent.mkdir()
     lock.write_text("# shipyard-lock\n# inputs-sha256: " + "0" * 64 + "\ntorch==2.3.1 --hash=sha256:" + "1" * 64 + "\n")
     out = io.StringIO()
-    assert enforce.check_command("pytorch-2.3", registry=proj, out=out) == 1
+    assert registry_commands.check(Context(proj, out=out), "pytorch-2.3") == 1
     assert "locked for other inputs" in out.getvalue()
     # stack: base with no extra pins has nothing to lock: no error
-    assert enforce.check_command("tiny", "lab", registry=proj, out=io.StringIO()) == 0
+    assert registry_commands.check(Context(proj, out=io.StringIO()), "tiny", "lab") == 0
 
 
 def test_render_refuses_what_check_refuses_and_force_writes_with_a_warning(proj, capsys):

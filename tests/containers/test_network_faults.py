@@ -2,7 +2,7 @@
 truncated blob, or moves an upload to another host. Each ends in one ShipyardError line (exit 2) naming the registry
 and the image, within the configured timeouts, with nothing written and no credential sent to a foreign host.
 
-The happy paths against a real OCI registry are in tests/test_push.py (docker-marked); these need no daemon.
+The happy paths against a real OCI registry are in tests/containers/test_push.py (docker-marked); these need no daemon.
 """
 
 from __future__ import annotations

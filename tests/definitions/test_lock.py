@@ -186,7 +186,7 @@ def test_definition_from_lock_parses_and_passes_shellcheck(lock_project, tmp_pat
 def test_invoke_lock_task_writes_and_reports(lock_project, invoke):
     reg = lock_project()
     env = {**os.environ, "SHIPYARD_REGISTRY": str(reg.path)}
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     res = invoke("lock", "tiny", "--exclude-newer", "2026-11-01", cwd=root, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == ("wrote definitions/tiny.lock: 1 packages, 2 sha256 hashes, "

@@ -1,4 +1,5 @@
-"""The checks of `invoke check`, enforced where they apply: render, build, stage, launch, modules and shell.
+"""The check gate: the checks of `invoke check`, enforced where they apply (render, build, stage, launch, modules,
+shell). Commands reach it through :meth:`shipyard.commands.context.Context.gate`; no stage package imports it.
 
 Why: `invoke check` refusing an environment meant nothing while `render` still wrote its definition, `build` started
 a 30-minute build of it and `launch` wrote a launcher whose job would die at start. Every command that acts on an
@@ -10,7 +11,7 @@ The locks. A lock that is missing, or was made for other pins than the registry 
 (:func:`shipyard.definitions.pylock.stale_reason`), is an ERROR: the definition would install something else than
 registry.yaml says, and the build would find out only at its ``%test``, at the end. These checks live here rather
 than in :mod:`shipyard.registry.compat` because the lock is a file of the definitions stage; `invoke check` adds them
-through :func:`check_command`. They apply to what reads the lock (render, build); launch, stage, modules and shell
+through :func:`lock_problems`. They apply to what reads the lock (render, build); launch, stage, modules and shell
 judge the environment on the cluster, since the image they run was built already and is bound by its record.
 """
 
@@ -23,7 +24,7 @@ from shipyard import project
 from shipyard.definitions import pylock
 from shipyard.errors import ShipyardError
 from shipyard.registry import compat, report
-from shipyard.registry.model import Environment, Registry
+from shipyard.registry.model import Cluster, Environment, Registry
 
 
 def lock_problems_for(reg: Registry, env: Environment) -> list[compat.Problem]:
@@ -52,28 +53,20 @@ def _rel(reg: Registry, path) -> str:
         return str(path)
 
 
-def check_command(env_name: str | None = None, cluster_name: str | None = None, registry=None,
-                  out: IO[str] = sys.stdout) -> int:
-    """`invoke check`: compatibility and lock problems as one table; 1 on any ERROR."""
-    return report.check(env_name, cluster_name, registry, out=out, extra=lock_problems)
-
-
-def problems(reg: Registry, env_name: str | None, cluster_name: str | None = None,
+def problems(reg: Registry, env: Environment, cluster: Cluster | None = None,
              locks: bool = False) -> list[compat.Problem]:
     """What `invoke check ENV [--cluster C]` shows for one environment (and one cluster); the locks only with
     ``locks``."""
-    env = reg.environment(env_name)
     found = compat.check_environment(env)
-    if cluster_name:
-        cl = reg.cluster(cluster_name)
-        found += compat.check_on_cluster(env, cl)
-        found += [p for p in compat.check_all(reg) if p.environment == "" and p.cluster == cl.name]
+    if cluster is not None:
+        found += compat.check_on_cluster(env, cluster)
+        found += [p for p in compat.check_all(reg) if p.environment == "" and p.cluster == cluster.name]
     if locks:
         found += lock_problems_for(reg, env)
-    return report.select(found, env.name, cluster_name)
+    return report.select(found, env.name, cluster.name if cluster is not None else None)
 
 
-def require(reg: Registry, env_name: str | None, cluster_name: str | None = None, *, what: str,
+def require(reg: Registry, env: Environment, cluster: Cluster | None = None, *, what: str,
             force: bool = False, locks: bool = False, out: IO[str] | None = None) -> list[str]:
     """Refuse ``what`` (e.g. "render", "launch") when the checks find an ERROR; with ``force`` go on with a warning.
 
@@ -81,8 +74,8 @@ def require(reg: Registry, env_name: str | None, cluster_name: str | None = None
     record. The table goes to ``out`` (default stderr, so that a command's own output stays clean).
     """
     out = out or sys.stderr
-    env = reg.environment(env_name)
-    found = problems(reg, env.name, cluster_name, locks=locks)
+    cluster_name = cluster.name if cluster is not None else None
+    found = problems(reg, env, cluster, locks=locks)
     errors = [p for p in found if p.severity == compat.ERROR]
     if not errors:
         return []

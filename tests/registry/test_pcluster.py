@@ -13,8 +13,8 @@ from shipyard.errors import ShipyardError
 from shipyard.launch import launcher as launch
 from shipyard.registry import pcluster
 
-DATA = Path(__file__).parent / "data" / "pcluster"
-REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parents[1] / "data" / "pcluster"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def prof(name: str) -> dict:

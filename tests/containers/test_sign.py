@@ -18,7 +18,7 @@ from shipyard.containers import sign
 from shipyard.containers.manifest import read_manifest, update_manifest
 from shipyard.errors import ShipyardError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.double
 
 

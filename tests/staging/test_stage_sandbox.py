@@ -18,7 +18,8 @@ from fixtures_launch import PROBE, wait_job
 from shipyard import registry
 from shipyard.containers import engine
 from shipyard.containers import stage as st
-from shipyard.definitions import enforce
+from shipyard.commands import registry as registry_commands
+from shipyard.commands.context import Context
 from shipyard.definitions import render as definitions
 from shipyard.launch import launcher as launch
 
@@ -57,7 +58,7 @@ def _execs(calls) -> list[dict]:
 
 def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project):
     reg, calls = flow_project
-    assert enforce.check_command("tiny", "sandbox", registry=reg, out=io.StringIO()) == 0
+    assert registry_commands.check(Context(reg, out=io.StringIO()), "tiny", "sandbox") == 0
     assert definitions.render_command("tiny", registry=reg, out=io.StringIO()) == 0
     assert engine.build_command("tiny", registry=reg.path, out=io.StringIO()) == 0
     rec = st.stage_command("tiny", "sandbox", registry=reg, out=io.StringIO())

@@ -8,12 +8,11 @@ names every variable the batch script sets: without it the image's value wins (l
 
 from __future__ import annotations
 
-from shipyard.launch.runtimes.base import Placement, Runtime
+from shipyard.runtimes.base import Placement, Runtime
 
 
 class Pyxis(Runtime):
     name = "pyxis"
-    order = 10
     suffix = "sqsh"
     needs = frozenset({"pyxis", "enroot"})
 
@@ -26,6 +25,3 @@ class Pyxis(Runtime):
         if p.env_names:
             argv.append(f"--container-env={','.join(p.env_names)}")  # rule 6: the image's values win unless named
         return argv
-
-
-RUNTIME = Pyxis()

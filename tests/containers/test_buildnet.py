@@ -2,7 +2,7 @@
 (shipyard/containers/buildnet.py): which variables are taken, the apptainer backend's bind (checked by the strict
 apptainer double), the docker backend's build context, and `os: debian12`'s facts and refusals.
 
-The real docker build behind a proxy and a private CA path is tests/test_real_image.py."""
+The real docker build behind a proxy and a private CA path is tests/containers/test_real_image.py."""
 
 from __future__ import annotations
 

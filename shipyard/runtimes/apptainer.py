@@ -9,12 +9,11 @@ Apptainer usually comes as a site module: the cluster's modules are loaded befor
 from __future__ import annotations
 
 from shipyard.errors import ShipyardError
-from shipyard.launch.runtimes.base import Placement, Runtime, Site
+from shipyard.runtimes.base import Placement, Runtime, Site
 
 
 class Apptainer(Runtime):
     name = "apptainer"
-    order = 20
     suffix = "sif"
     needs = frozenset({"apptainer", "fakeroot"})
     env_prefix = "APPTAINERENV_"
@@ -43,6 +42,3 @@ class Apptainer(Runtime):
                                     "apptainer binds take src[:dst[:ro|rw]]")
             argv += ["--bind", bind]
         return argv + [image, tool]
-
-
-RUNTIME = Apptainer()

@@ -387,7 +387,7 @@ def test_efa_aws_ofi_nccl_version_from_the_installer(launch_registry):
 def test_sandbox_mount_source_must_exist(tmp_path):
     from shipyard import registry
 
-    text = (Path(__file__).parents[1] / "registry.yaml").read_text()
+    text = (Path(__file__).resolve().parents[2] / "registry.yaml").read_text()
     reg = registry.load_text(text, "registry.yaml", path=tmp_path / "registry.yaml")
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "train.py").write_text("")

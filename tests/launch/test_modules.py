@@ -23,7 +23,7 @@ from shipyard.registry.model import Cluster
 
 SHIPPED = registry.load(ROOT / "registry.yaml")
 COURSE = registry.load(ROOT / "examples" / "course" / "registry.yaml")
-DOUBLE_DIR = Path(__file__).resolve().parent / "doubles" / "apptainer"
+DOUBLE_DIR = Path(__file__).resolve().parents[1] / "doubles" / "apptainer"
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 PREFIX = Path("/sw/shipyard")  # fixed prefix for golden files: rendering does not touch it
 
