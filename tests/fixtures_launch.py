@@ -89,10 +89,11 @@ def launch_project(tmp_path, monkeypatch):
     return tmp_path
 
 
-def build_launcher(reg, *, kind: str = TORCHRUN, command=(), workdir=None, forced=(), **flags) -> launcher.Launcher:
-    """``launcher.build`` as the launch command calls it: the flags as one ``Options``, the environment and cluster
-    they name resolved to objects first."""
-    opts = Options(**flags)
+def build_launcher(reg, *, kind: str = TORCHRUN, command=(), workdir=None, forced=(), model: type = Options,
+                   **flags) -> launcher.Launcher:
+    """``launcher.build`` as the launch command calls it: the flags as one ``Options`` (or ``model``, a class derived
+    from it), the environment and cluster they name resolved to objects first."""
+    opts = model(**flags)
     return launcher.build(reg, reg.environment(opts.environment), reg.cluster(opts.cluster), opts, command, workdir,
                           forced, kind=kind)
 
