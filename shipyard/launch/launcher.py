@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields as fields_of, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -392,19 +392,16 @@ def _site_constants(cl: Cluster) -> dict:
 
 def _resolved_options(l: Launcher, given: options.Options, user_mounts, user_env) -> options.Options:
     """The flags that write this launcher again: ``given`` with every resolved default made explicit (the header's
-    "regenerate with" line is :func:`options.invocation` of it). What the user typed for image, mounts and env is
-    repeated as typed, not as resolved; ``--force`` only when it overrode something; a flag build does not resolve
-    stays as given (checked by its field)."""
-    return options.resolved(given, dict(
-        environment=l.environment, cluster=l.cluster, nodes=l.nodes, gpus_per_node=l.gpus_per_node,
-        runtime=l.runtime, partition=l.partition, cpus_per_task=l.cpus_per_task, mem=l.mem,
-        exclusive=l.exclusive, name=l.name,
+    "regenerate with" line is :func:`options.invocation` of it). A flag takes the value of the launcher's field of
+    the same name; what the user typed for image, mounts and env is repeated as typed, not as resolved; the registry
+    only when it is not the usual file name; ``--force`` only when it overrode something. A flag with no field of
+    that name stays as given (checked by its option)."""
+    values = {f.name: getattr(l, f.name) for f in fields_of(given) if hasattr(l, f.name)}
+    return options.resolved(given, values | dict(
         registry=l.registry if Path(l.registry).name != "registry.yaml" else None,
-        account=l.account, time=l.time, image=given.image or None,
+        image=given.image or None,
         mounts=",".join(m.spec() for m in user_mounts) or None,
         env=tuple(f"{k}={v}" for k, v in user_env),
-        nccl_debug=l.nccl_debug, monitor=l.monitor, monitor_interval=l.monitor_interval,
-        chain=l.chain, requeue=l.requeue, max_restarts=l.max_restarts, signal_before=l.signal_before,
         force=bool(l.forced),
     ))
 
