@@ -11,9 +11,12 @@ with its positionals in the usage line as the README writes them (same hooks).
 
 from __future__ import annotations
 
+import sys
+
 from invoke import Collection, task
 
 from shipyard.cli import argv_after_dashdash, install_parser_hooks, task_guard
+from shipyard.commands import launch as launch_commands
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 
@@ -87,7 +90,7 @@ compat_tasks = Collection("compat", compat_refresh)
 
 
 # ----------------------------------------------------------------------------------------------- cluster-facing tools
-# nccl-report, usage, status, logs, doctor: shipyard/jobs/; shell: shipyard/launch/shell.py
+# nccl-report, usage, status, logs, doctor: shipyard/jobs/; shell: shipyard/commands/launch.py
 
 
 @task(
@@ -179,10 +182,8 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
 def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None, force=False,
           partition=None):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
-    from shipyard.launch import shell as sh
-
-    raise SystemExit(sh.shell_command(env, cluster, dry_run=dry_run, command=command, gpus=gpus, time=time,
-                                      runtime=runtime, force=force, partition=partition))
+    raise SystemExit(launch_commands.shell(Context.load(), env, cluster, dry_run=dry_run, command=command, gpus=gpus,
+                                           time=time, runtime=runtime, force=force, partition=partition))
 
 
 @task(
@@ -229,8 +230,14 @@ def test_(c, no_install=False, k=None, pytest_args=""):
 # ----------------------------------------------------------------------------------------------- launchers
 
 # Both tasks' help, repeatable flags and optional positional come from the one options model
-# (shipyard/launch/options.py, imported at the top), which also checks the values and writes the launcher's
-# "regenerate with" line.
+# (shipyard/launch/options.py, imported at the top). A task's parameters are its flags: they become one
+# ``Options(**params)`` as they are, which the command passes down (to the checks, the launcher and its
+# "regenerate with" line). A new flag is a field there plus a parameter here.
+
+
+def _options(params: dict) -> launch_options.Options:
+    """A launcher task's parameters (its ``locals()`` before anything else runs), less invoke's context."""
+    return launch_options.Options(**{k: v for k, v in params.items() if k != "c"})
 
 
 @task(**launch_options.task_kwargs(launch_options.TORCHRUN))
@@ -241,15 +248,8 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
            force=False, submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
-    from shipyard.launch import launcher as ln
-
-    print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
-                            environment=environment, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
-                            runtime=runtime, partition=partition, cpus_per_task=cpus_per_task, mem=mem,
-                            exclusive=exclusive, account=account, time=time, mounts=mounts, env=env, name=name,
-                            image=image, chain=chain, requeue=requeue,
-                            max_restarts=max_restarts, signal_before=signal_before, monitor=monitor,
-                            monitor_interval=monitor_interval, nccl_debug=nccl_debug, force=force))
+    opts = _options(locals())
+    raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv)))
 
 
 @task(name="nccl-test", **launch_options.task_kwargs(launch_options.NCCL_TEST))
@@ -258,13 +258,9 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
               mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None, mounts=None,
               env=None, nccl_debug=False, force=False, submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
-    from shipyard.launch import launcher as ln
-
-    print(ln.launch_command(ln.main_argv(), submit_jobs=submit, dry_run=dry_run, registry_path=registry,
-                            kind="nccl-test", environment=environment, cluster=cluster, nodes=nodes,
-                            gpus_per_node=gpus_per_node, runtime=runtime, partition=partition, mem=mem,
-                            exclusive=exclusive, account=account, time=time, mounts=mounts, env=env, name=name,
-                            image=image, nccl_debug=nccl_debug, force=force))
+    opts = _options(locals())
+    raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv),
+                                            kind=launch_options.NCCL_TEST))
 
 
 # ----------------------------------------------------------------------------------------------- sandbox, demo
@@ -312,8 +308,6 @@ def sandbox_status(c, directory=None):
 @task_guard
 def sandbox_exec(c, directory=None):
     """Run a Slurm client against the sandbox, argv kept exact: invoke sandbox.exec -- sbatch job.sbatch"""
-    import sys
-
     from shipyard import sandbox
 
     raise SystemExit(sandbox.exec_command(argv_after_dashdash(sys.argv), directory))
@@ -485,9 +479,7 @@ def lock_(c, env=None, exclude_newer=None, index_url=None):
 @task_guard
 def modules(c, env=None, cluster=None, prefix=None, force=False):
     """Write Lmod modulefiles shipyard/<env>.lua and apptainer exec --nv wrappers (python, torchrun, pip, ...)."""
-    from shipyard.launch import modules as m
-
-    m.modules_command(env, cluster, prefix, force=force)
+    raise SystemExit(launch_commands.modules(Context.load(), env, cluster, prefix, force=force))
 
 
 @task(

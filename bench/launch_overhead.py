@@ -76,6 +76,7 @@ def main() -> None:
     from shipyard import registry
     from shipyard import sandbox as sb
     from shipyard.launch import launcher as launch
+    from shipyard.launch.options import Options
 
     preset = os.environ.get(sb.DIR_ENV)
     directory = Path(preset) if preset else Path(tempfile.mkdtemp(prefix="shipyard-bench-"))
@@ -91,8 +92,9 @@ def main() -> None:
         out.mkdir()
         (project / "launch" / "logs").mkdir(parents=True)
         reg = registry.load(project / "registry.yaml")
-        gen = launch.write(launch.build(reg, cluster="sandbox", nodes=2, name="generated",
-                                        command=[str(project / "start.py"), str(out)]))
+        opts = Options(cluster="sandbox", nodes=2, name="generated")
+        gen = launch.write(launch.build(reg, reg.environment(None), reg.cluster("sandbox"), opts,
+                                        [str(project / "start.py"), str(out)]))
         ref = project / "launch" / "reference.sbatch"
         ref.write_text(REFERENCE.format(log=project / "launch" / "logs" / "reference-%j.out",
                                         start=project / "start.py", out=out))

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
+import io
+
 from shipyard import registry
+from shipyard.commands import launch as launch_commands
+from shipyard.commands.context import Context
+from shipyard.launch import launcher
+from shipyard.launch.options import TORCHRUN, Options
 
 LAUNCH_REGISTRY = """\
 environments:
@@ -81,6 +87,23 @@ def launch_project(tmp_path, monkeypatch):
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def build_launcher(reg, *, kind: str = TORCHRUN, command=(), workdir=None, forced=(), model: type = Options,
+                   **flags) -> launcher.Launcher:
+    """``launcher.build`` as the launch command calls it: the flags as one ``Options`` (or ``model``, a class derived
+    from it), the environment and cluster they name resolved to objects first."""
+    opts = model(**flags)
+    return launcher.build(reg, reg.environment(opts.environment), reg.cluster(opts.cluster), opts, command, workdir,
+                          forced, kind=kind)
+
+
+def run_launch(command=(), *, registry_path=None, kind: str = TORCHRUN, **flags) -> str:
+    """`invoke launch [FLAGS] -- COMMAND` through its command, run from the working directory; returns what it
+    printed (an error raises, as the command does)."""
+    ctx = Context.load(registry_path, out=io.StringIO())
+    assert launch_commands.launch(ctx, Options(**flags), command, kind=kind) == 0
+    return ctx.out.getvalue().rstrip("\n")
 
 
 def fake_build_manifest(root: Path, env: str, fmt: str, sha256: str = "a" * 64, input_hash: str = "b" * 64) -> Path:

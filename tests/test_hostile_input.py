@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
-from fixtures_launch import FAKE_ROOT, LAUNCH_REGISTRY
+from fixtures_launch import FAKE_ROOT, LAUNCH_REGISTRY, build_launcher
 from helpers_apptainer import GO_SPACE, labels, parse
 from helpers_registry import shellcheck
 from hypothesis import HealthCheck, given, settings
@@ -205,7 +205,7 @@ def same_skeleton(script: str, benign: str) -> bool:
 
 def benign_launcher(field: str) -> str:
     text, kw = launch_case(field, "benign")
-    return launcher.render(launcher.build(load_launch(text), **kw))
+    return launcher.render(build_launcher(load_launch(text), **kw))
 
 
 def load_launch(text: str):
@@ -220,7 +220,7 @@ def test_no_value_adds_a_command_line_to_a_launcher(field, value):
     COUNTS["launcher tried"] += 1
     text, kw = launch_case(field, value)
     try:
-        script = launcher.render(launcher.build(load_launch(text), **kw))
+        script = launcher.render(build_launcher(load_launch(text), **kw))
     except ShipyardError as exc:
         assert "\n" not in str(exc)
         COUNTS["launcher refused"] += 1

@@ -1,13 +1,15 @@
 """Slurm launchers for PyTorch training: one model (:class:`Launcher`), one template, any runtime.
 
-``build()`` resolves the registry (default environment, cluster, its runtime, partition and GPUs) plus the user's
-flags into a frozen :class:`Launcher`; ``render()`` is a pure function of that model to the text of
+``build()`` resolves the registry (the cluster's runtime, partition and GPUs) plus the user's flags (one
+:class:`~shipyard.launch.options.Options`, as the task parsed them) into a frozen :class:`Launcher`; ``render()`` is a pure function of that model to the text of
 ``launch/<name>.sbatch``. ``invoke nccl-test`` renders from the same model with ``kind="nccl-test"``, so the
 runtime, mounts, NCCL environment and header are the same code path for both.
 
 What differs per container runtime (image location, srun and exec words, how variables reach the container, site
 modules) is asked of the runtime objects in :mod:`shipyard.runtimes`; the flags, their checks and the
-"regenerate with" line come from the options model in :mod:`shipyard.launch.options`.
+"regenerate with" line come from the options model in :mod:`shipyard.launch.options`, the values a flag falls back
+to from shipyard/data/launch.yaml. Loading the registry, the check gate and printing are the command's
+(:mod:`shipyard.commands.launch`).
 
 Why Jinja2 templates under shipyard/launch/templates/: the scripts are mostly shell, and reading them as shell (with
 the few substitutions marked) is how reviewers check them against launcher-rules.md. Every value a user typed goes
@@ -18,15 +20,11 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields as fields_of, replace
 from pathlib import Path
 from typing import Sequence
 
-from shipyard import __version__, project, registry, slurm, templating
-from shipyard.cli import argv_after_dashdash
-from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
+from shipyard import __version__, project, slurm, templating
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join
 from shipyard.files import atomic_write
@@ -42,7 +40,7 @@ from shipyard.launch.fabric import (
 from shipyard.runtimes.mounts import Mount, job_mounts, parse_mounts
 from shipyard.runtimes import Placement, Runtime
 from shipyard.registry.loader import mem_mb
-from shipyard.registry.model import Cluster, Registry
+from shipyard.registry.model import Cluster, Environment, Registry
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -52,7 +50,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class Launcher:
-    """Everything a launcher script says. Built by :func:`build`; rendered by :func:`render`."""
+    """Everything a launcher script says. Built by :func:`build`; rendered by :func:`render`. No field has a value
+    default: :func:`build` sets each from the flags, the registry or shipyard/data/launch.yaml."""
 
     name: str
     kind: str  # "torchrun" | "nccl-test"
@@ -64,38 +63,38 @@ class Launcher:
     gpus_per_node: int
     partition: str
     root: str  # project directory (absolute): workdir, and where launch/ lives
-    registry: str = "registry.yaml"  # the registry file the launcher was generated from
-    workdir: str = ""  # where the job runs (the host path; default: root): torchrun resolves the script from here
-    container_workdir: str = ""  # the same directory as the container sees it (== workdir without a container)
-    command: tuple[str, ...] = ()  # training script and its arguments, exactly as given
-    account: str | None = None
-    time: str | None = None
-    cpus_per_task: int | None = None
-    mem: str | None = None  # #SBATCH --mem (Slurm syntax); None: Slurm's default
-    exclusive: bool = False
-    image: str | None = None
-    modules: tuple[str, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    env: tuple[EnvVar, ...] = ()
-    requeue: bool = False
-    max_restarts: int = 0
-    signal: str = "USR2"
-    signal_before: int | None = None
-    monitor: bool = False
-    monitor_interval: int = 5
-    nccl_debug: bool = False
-    rdzv_port: int = 29500
-    srun_wait: int = 60
-    chain: int = 1
-    transport: str = ""
-    nccl_test_binary: str = "all_reduce_perf"
-    nccl_test_mpi: str = "pmix"
-    nccl_test_args: tuple[str, ...] = ()
+    registry: str  # the registry file the launcher was generated from
+    workdir: str  # where the job runs (the host path; default: root): torchrun resolves the script from here
+    container_workdir: str  # the same directory as the container sees it (== workdir without a container)
+    command: tuple[str, ...]  # training script and its arguments, exactly as given
+    account: str | None
+    time: str | None
+    cpus_per_task: int | None
+    mem: str | None  # #SBATCH --mem (Slurm syntax); None: Slurm's default
+    exclusive: bool
+    image: str | None
+    modules: tuple[str, ...]
+    mounts: tuple[Mount, ...]
+    env: tuple[EnvVar, ...]
+    requeue: bool
+    max_restarts: int
+    signal: str
+    signal_before: int | None
+    monitor: bool
+    monitor_interval: int
+    nccl_debug: bool
+    rdzv_port: int
+    srun_wait: int
+    chain: int
+    transport: str
+    nccl_test_binary: str
+    nccl_test_mpi: str
+    nccl_test_args: tuple[str, ...]
+    forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
     image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/launch/staged.py)
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
     image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
-    forced: tuple[str, ...] = ()  # `invoke check` errors that --force overrode (named in the header)
     regenerate: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -131,66 +130,41 @@ def parse_env(items: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
 # several bad flags the same one is reported first as before.
 
 
-def build(
-    reg: Registry,
-    environment: str | None = None,
-    *,
-    cluster: str | None = None,
-    nodes: int | str | None = None,
-    gpus_per_node: int | str | None = None,
-    runtime: str | None = None,
-    partition: str | None = None,
-    account: str | None = None,
-    time: str | None = None,
-    mounts: str | Sequence[str] | None = None,
-    env: Sequence[str] | None = None,
-    name: str | None = None,
-    image: str | None = None,
-    command: Sequence[str] = (),
-    chain: int | str | None = None,
-    requeue: bool = False,
-    max_restarts: int | str | None = None,
-    signal_before: int | str | None = None,
-    monitor: bool = False,
-    monitor_interval: int | str | None = None,
-    nccl_debug: bool = False,
-    kind: str = "torchrun",
-    cpus_per_task: int | str | None = None,
-    mem: str | None = None,
-    exclusive: bool = False,
-    workdir: str | os.PathLike | None = None,
-    forced: Sequence[str] = (),
-) -> Launcher:
-    """Resolve registry defaults and flags into a :class:`Launcher`; every bad value is one ShipyardError line.
+def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Options, command: Sequence[str] = (),
+          workdir: str | os.PathLike | None = None, forced: Sequence[str] = (), *,
+          kind: str = options.TORCHRUN) -> Launcher:
+    """Resolve registry defaults and the flags in ``opts`` into a :class:`Launcher` for ``env`` on ``cluster`` (the
+    objects the command resolved from ``opts.environment`` and ``opts.cluster``); every bad value is one
+    ShipyardError line.
 
-    ``workdir``: the directory the job runs in and resolves relative paths from, as torchrun would from where
-    ``invoke launch`` ran (the CLI passes its working directory; default: the project root)."""
-    env_obj = reg.environment(environment)
-    cl = reg.cluster(cluster)
-    rt = runtimes.get(runtime or cl.runtime)
-    fields = dict(kind=kind, environment=env_obj.name, runtime=rt.name,
+    ``command``: the training script and its arguments. ``workdir``: the directory the job runs in and resolves
+    relative paths from, as torchrun would from where ``invoke launch`` ran (the command passes its working
+    directory; default: the project root). ``forced``: the `invoke check` errors ``--force`` overrode."""
+    rt = runtimes.get(opts.runtime or cluster.runtime)
+    fields = dict(kind=kind, environment=env.name, runtime=rt.name,
                   root=str(reg.root), registry=str(reg.root / reg.path.name), command=tuple(command))
-    fields |= _partition(cl, partition)
-    cl = cl.on(fields["partition"])  # from here on: the chosen partition's GPUs, CPUs, memory and fabric
+    fields |= _partition(cluster, opts.partition)
+    cl = cluster.on(fields["partition"])  # from here on: the chosen partition's GPUs, CPUs, memory and fabric
     fields |= {"cluster": cl.name, "fabric": cl.fabric}
-    fields |= _resources(cl, kind, nodes, gpus_per_node)
-    fields |= _cpus_and_memory(cl, kind, fields["gpus_per_node"], cpus_per_task, mem, exclusive)
-    fields |= _job(cl, kind, time, name, account)
+    fields |= _resources(cl, kind, opts.nodes, opts.gpus_per_node)
+    fields |= _cpus_and_memory(cl, kind, fields["gpus_per_node"], opts.cpus_per_task, opts.mem, opts.exclusive)
+    fields |= _job(cl, kind, opts.time, opts.name, opts.account)
     _check_project(reg, kind, command)
-    user_mounts = parse_mounts(mounts, reg.root)
+    user_mounts = parse_mounts(opts.mounts, reg.root)
     fields |= _mounts(reg, cl, rt, user_mounts)
     fields |= _workdir(reg, rt, fields["mounts"], workdir)
     _check_script(cl, rt, kind, command, fields)
-    user_env = parse_env(env)
-    fields |= _environment(cl, user_env, nccl_debug, env_obj)
-    fields |= _image(reg, env_obj.name, cl, rt, image)
-    fields |= _checkpointing(chain, requeue, max_restarts, signal_before)
-    fields |= _monitoring(kind, monitor, monitor_interval)
+    user_env = parse_env(opts.env)
+    fields |= _environment(cl, user_env, opts.nccl_debug, env)
+    fields |= _image(reg, env.name, cl, rt, opts.image)
+    fields |= _checkpointing(opts.chain, opts.requeue, opts.max_restarts, opts.signal_before)
+    fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
     fields |= _site_constants(cl)
-    fields |= _binding(reg, env_obj.name, rt, fields["image"], image)
+    fields |= _binding(reg, env.name, rt, fields["image"], opts.image)
     fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
     launcher = Launcher(**fields)
-    return replace(launcher, regenerate=regenerate_argv(launcher, user_mounts, user_env, image))
+    given = _resolved_options(launcher, opts, user_mounts, user_env)
+    return replace(launcher, regenerate=options.invocation(kind, given, launcher.command))
 
 
 def _partition(cl: Cluster, partition: str | None) -> dict:
@@ -204,7 +178,7 @@ def _partition(cl: Cluster, partition: str | None) -> dict:
 
 def _resources(cl: Cluster, kind: str, nodes, gpus_per_node) -> dict:
     """Nodes, GPUs and CPUs per node, within what the cluster profile says it has."""
-    n = options.check("nodes", nodes if nodes is not None else 1)
+    n = options.check("nodes", nodes if nodes is not None else options.defaults()["nodes"])
     if cl.nodes is not None and n > cl.nodes:
         raise ShipyardError(f"--nodes {n}: cluster {cl.name} has {cl.nodes} nodes (clusters.{cl.name}.nodes)")
     g = options.check("gpus_per_node", gpus_per_node if gpus_per_node is not None else cl.gpus_per_node)
@@ -258,8 +232,7 @@ def _job(cl: Cluster, kind: str, time, name, account) -> dict:
         time = cl.time
         if max_time and (time is None or options.seconds(time) > options.seconds(max_time)):
             time = max_time
-    base = launch_data()["defaults"]["name"] if kind == options.TORCHRUN else "nccl-test"
-    name = name or f"{base}-{cl.name}"
+    name = name or f"{options.default_name(kind)}-{cl.name}"
     account = account or cl.account
     return {"time": None if time is None else options.check("time", time),
             "name": options.check("name", name),
@@ -377,7 +350,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 def _binding(reg: Registry, env_name: str, rt: Runtime, image: str | None, given: str | None) -> dict:
     """The hashes of the image the job must find (its stage record, else the local build manifest); ``--image``
-    opts out. Unknown (nothing staged or built here) leaves the launcher unbound, which `launch_command` refuses."""
+    opts out. Unknown (nothing staged or built here) leaves the launcher unbound, which :func:`require_bound`
+    refuses."""
     if not rt.containerised:
         return {}
     if given:
@@ -392,7 +366,7 @@ def _binding(reg: Registry, env_name: str, rt: Runtime, image: str | None, given
 def _checkpointing(chain, requeue: bool, max_restarts, signal_before) -> dict:
     """``--chain``/``--requeue``: either needs the checkpoint signal, so it defaults on with them."""
     defaults = launch_data()["defaults"]
-    k_chain = options.check("chain", chain if chain is not None else 1)
+    k_chain = options.check("chain", chain if chain is not None else defaults["chain"])
     restarts = options.check("max_restarts", max_restarts if max_restarts is not None else defaults["max_restarts"])
     if signal_before is None and (requeue or k_chain > 1):
         signal_before = defaults["signal_before"]
@@ -416,22 +390,20 @@ def _site_constants(cl: Cluster) -> dict:
             "nccl_test_mpi": nt["mpi"], "nccl_test_args": tuple(nt["args"])}
 
 
-def regenerate_argv(l: Launcher, user_mounts, user_env, image) -> tuple[str, ...]:
-    """The exact ``invoke`` command that writes this launcher again (every resolved default made explicit); what
-    the user typed for image, mounts and env is repeated as typed, not as resolved."""
-    given = options.Options(
-        environment=l.environment, cluster=l.cluster, nodes=l.nodes, gpus_per_node=l.gpus_per_node,
-        runtime=l.runtime, partition=l.partition, cpus_per_task=l.cpus_per_task, mem=l.mem,
-        exclusive=l.exclusive, name=l.name,
+def _resolved_options(l: Launcher, given: options.Options, user_mounts, user_env) -> options.Options:
+    """The flags that write this launcher again: ``given`` with every resolved default made explicit (the header's
+    "regenerate with" line is :func:`options.invocation` of it). A flag takes the value of the launcher's field of
+    the same name; what the user typed for image, mounts and env is repeated as typed, not as resolved; the registry
+    only when it is not the usual file name; ``--force`` only when it overrode something. A flag with no field of
+    that name stays as given (checked by its option)."""
+    values = {f.name: getattr(l, f.name) for f in fields_of(given) if hasattr(l, f.name)}
+    return options.resolved(given, values | dict(
         registry=l.registry if Path(l.registry).name != "registry.yaml" else None,
-        account=l.account, time=l.time, image=image or None,
+        image=given.image or None,
         mounts=",".join(m.spec() for m in user_mounts) or None,
         env=tuple(f"{k}={v}" for k, v in user_env),
-        nccl_debug=l.nccl_debug, monitor=l.monitor, monitor_interval=l.monitor_interval,
-        chain=l.chain, requeue=l.requeue, max_restarts=l.max_restarts, signal_before=l.signal_before,
         force=bool(l.forced),
-    )
-    return options.invocation(l.kind, given, l.command)
+    ))
 
 
 # ------------------------------------------------------------------------------------------------ render
@@ -488,41 +460,7 @@ def submit(l: Launcher, path: Path) -> list[str]:
     return ids
 
 
-def launch_command(argv: Sequence[str], submit_jobs: bool = False, dry_run: bool = False,
-                   registry_path=None, **flags) -> str:
-    """``invoke launch``/``invoke nccl-test``: build, write (or print with ``dry_run``), optionally submit.
-
-    Returns the text to print. ``argv`` is ``sys.argv`` (the training command is read after ``--``).
-    """
-    reg = registry.load(registry_path)
-    force = flags.pop("force", False)
-    if dry_run and submit_jobs:
-        raise ShipyardError("--dry-run and --submit exclude each other")
-    # the checks of `invoke check ENV --cluster C` first; --force goes on and the header names what it overrode
-    forced = enforce.require(reg, reg.environment(flags.get("environment")),
-                             reg.cluster(flags.get("cluster")), what="launch", force=force)
-    l = build(reg, command=argv_after_dashdash(argv), workdir=Path.cwd(), forced=forced, **flags)
-    require_bound(reg, l)
-    if dry_run:
-        return render(l).rstrip("\n") + ("\n" + chain_plan(l) if l.chain > 1 else "")
-    path = write(l)
-    rel = os.path.relpath(path)
-    lines = [f"wrote {rel}"]
-    how = "invoke sandbox.exec -- " if slurm.is_sandbox(l.cluster) else ""
-    if submit_jobs:
-        ids = submit(l, path)
-        lines += [f"submitted job {ids[0]}"] + [f"submitted job {j} (afterany:{p})" for p, j in zip(ids, ids[1:])]
-        lines.append(f"log: {l.log_dir}/{l.name}-{ids[0]}.out")
-    elif l.chain > 1:
-        script = write_chain(l)
-        lines.append(f"wrote {os.path.relpath(script)}: submits the {l.chain} segments, each after the previous one")
-        lines.append(f"submit with: {how}bash {shlex.quote(str(script))}   (or rerun with --submit)")
-    else:
-        lines.append(f"submit with: {how}sbatch {shlex.quote(str(path))}   (or rerun with --submit)")
-    return "\n".join(lines)
-
-
-def require_bound(reg: Registry, l: Launcher) -> None:
+def require_bound(l: Launcher) -> None:
     """A launcher for a container runtime names the image it runs (its sha256 and input hash), or ``--image``."""
     if not runtimes.get(l.runtime).containerised or l.image_sha256 or l.image_opt_out:
         return
@@ -554,8 +492,3 @@ def render_chain(l: Launcher) -> str:
 def write_chain(l: Launcher) -> Path:
     """Write ``launch/<name>.chain.sh`` atomically (mode 0755)."""
     return atomic_write(chain_path(l), render_chain(l), mode=0o755)
-
-
-def main_argv() -> list[str]:
-    """``sys.argv`` (kept as a function so tests can see what the task reads)."""
-    return list(sys.argv)

@@ -18,15 +18,13 @@ Rendering is pure (model -> text, golden-tested); :func:`write_modules` only wri
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
+from typing import Iterable
 
 from shipyard import __version__, templating
-from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
 from shipyard import runtimes
-from shipyard.registry import load
 from shipyard.registry.model import Cluster, Environment, Registry
 
 # The tools a course needs inside the image; each gets a wrapper of the same shape.
@@ -115,42 +113,20 @@ def module_files(env: Environment, cluster: Cluster, prefix: Path, image: str) -
     return files
 
 
-def environments_for(reg: Registry, cluster: Cluster, env_name: str | None) -> list[Environment]:
-    """The named environment, or every environment that is used on ``cluster``."""
-    if env_name:
-        return [reg.environment(env_name)]
+def environments_on(reg: Registry, cluster: Cluster) -> list[Environment]:
+    """Every environment that is used on ``cluster`` (what `invoke modules` writes without ENV)."""
     return [e for e in reg.environments.values() if e.clusters is None or cluster.name in e.clusters]
 
 
-def write_modules(reg: Registry, env_name: str | None = None, cluster_name: str | None = None,
+def write_modules(reg: Registry, envs: Iterable[Environment], cluster: Cluster,
                   prefix: str | Path | None = None) -> list[Path]:
-    """``invoke modules``: write modulefiles and wrappers atomically; return the paths written."""
-    cluster = reg.cluster(cluster_name)
+    """Write the modulefiles and wrappers of ``envs`` on ``cluster`` atomically; return the paths written."""
     require_wrapping_runtime(cluster, reg)
     root = Path(prefix).resolve() if prefix else reg.root / "modules"
     written: list[Path] = []
-    for env in environments_for(reg, cluster, env_name):
+    for env in envs:
         image = image_path(reg, cluster, env)
         for path, text in module_files(env, cluster, root, image).items():
             mode = 0o755 if path.suffix != ".lua" else 0o644
             written.append(atomic_write(path, text, mode=mode))
     return written
-
-
-def modules_command(env_name: str | None, cluster_name: str | None, prefix: str | None, out=sys.stdout,
-                    force: bool = False) -> None:
-    """The task body: load the registry, run `invoke check` for each environment on the cluster (refusing on an
-    ERROR unless ``force``), write, and say how to use the result."""
-
-    reg = load()
-    cluster = reg.cluster(cluster_name)
-    for env in environments_for(reg, cluster, env_name):
-        enforce.require(reg, env, cluster, what=f"modules for {env.name}", force=force)
-    paths = write_modules(reg, env_name, cluster_name, prefix)
-    mods = sorted(p for p in paths if p.suffix == ".lua")
-    root = mods[0].parent.parent if mods else None
-    print(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods)} wrapper(s)", file=out)
-    if root:
-        print(f"  module use {shlex.quote(str(root))}", file=out)
-        for m in mods:
-            print(f"  module load shipyard/{m.stem}", file=out)

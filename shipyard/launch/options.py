@@ -2,21 +2,29 @@
 
 Each field carries its flag, its help text, the kinds of launcher that take it, how a resolved value is checked, and
 how it is repeated in a launcher's "regenerate with" line. tasks.py builds both tasks' help from here
-(:func:`task_kwargs`), :mod:`shipyard.launch.launcher` checks values with :func:`check` and writes the header with
-:func:`invocation`. Why one model: the help, the checks and the header used to be three lists that had to agree by
-hand; a new flag is now one field (plus its parameter in the task's signature, which a test compares with this).
+(:func:`task_kwargs`) and turns the parsed flags into one ``Options(**params)``, which travels down unchanged:
+:mod:`shipyard.commands.launch` and :func:`shipyard.launch.launcher.build` read the flags from it,
+:func:`resolved` fills in what build decided (and checks every other given value by its field), and the header's
+"regenerate with" line is :func:`invocation` of that resolved object. Why one model: the help, the checks, the
+parameters of ``build`` and the header used to be lists that had to agree by hand; a new flag is now one field plus
+its parameter in the task's signature (tests/launch/test_options.py shows it).
+
+Defaults: a field's own default is only "not given" (None, False); the values a flag falls back to live in
+shipyard/data/launch.yaml (``defaults``), and the help text reads them from there (``{name}`` placeholders), so the
+help cannot state another default than the one that applies.
 
 Kept free of the registry (and so of jsonschema): tasks.py imports it on every ``invoke`` call.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
+from shipyard import facts, runtimes
 from shipyard.errors import ShipyardError
-from shipyard import runtimes
 
 TORCHRUN, NCCL_TEST = "torchrun", "nccl-test"
 KINDS = (TORCHRUN, NCCL_TEST)
@@ -66,10 +74,23 @@ def matching(pattern: re.Pattern, expected: str) -> Callable[[str, Any], str]:
     return check
 
 
-def opt(default: Any = None, help: str = "", *, kinds: tuple[str, ...] = KINDS, check: Callable | None = None,
-        regenerate: bool = True, only_with: str | None = None, implied: Any = None, repeat: bool = False):
-    """A field of :class:`Options`. ``regenerate``: repeated in the header line, unless the value is ``implied``
-    (needs no flag) or the field ``only_with`` names is unset there; ``repeat``: the flag may be given many times."""
+def defaults() -> dict:
+    """What the flags fall back to: shipyard/data/launch.yaml's ``defaults`` (the one place they are written)."""
+    return facts.load("launch")["defaults"]
+
+
+def default_name(kind: str) -> str:
+    """The launcher name's stem without ``--name`` (``train``, ``nccl-test``), from the data file."""
+    return defaults()["name" if kind == TORCHRUN else "nccl_test_name"]
+
+
+def opt(default: bool | None = None, help: str = "", *, kinds: tuple[str, ...] = KINDS,
+        check: Callable | None = None, regenerate: bool = True, only_with: str | None = None, implied: bool = False,
+        repeat: bool = False):
+    """A field of :class:`Options`. ``default`` is "not given" (None, or False for a switch), never a value: values
+    come from data (:func:`defaults`), and ``{key}`` in ``help`` is replaced by that default. ``regenerate``:
+    repeated in the header line, unless ``implied`` and the value is its default (it needs no flag) or the field
+    ``only_with`` names is unset there; ``repeat``: the flag may be given many times."""
     return field(default=default, metadata={
         "help": help, "kinds": kinds, "check": check, "regenerate": regenerate, "only_with": only_with,
         "implied": implied, "repeat": repeat,
@@ -86,7 +107,7 @@ class Options:
 
     environment: str | None = opt(help="environment to run (default: defaults.environment)")
     cluster: str | None = opt(help="cluster profile (default: defaults.cluster)")
-    nodes: int | str | None = opt(help="number of nodes (default: 1)", check=_POSITIVE)
+    nodes: int | str | None = opt(help="number of nodes (default: {nodes})", check=_POSITIVE)
     gpus_per_node: int | str | None = opt(help="GPUs per node (default: the cluster's gpus_per_node)",
                                           check=at_least(0))
     runtime: str | None = opt(help=f"{' | '.join(runtimes.NAMES)} (default: the cluster's runtime)")
@@ -98,8 +119,8 @@ class Options:
                                "proportion to the GPUs asked for; Slurm's default for a whole node)",
                           check=matching(_MEM, "expected a Slurm memory size like 64G or 65536M (0: all)"))
     exclusive: bool = opt(False, "whole nodes only (default: the partition's exclusive setting)")
-    name: str | None = opt(help="launcher name: writes launch/<name>.sbatch (default: train-<cluster>, "
-                                "nccl-test-<cluster>)",
+    name: str | None = opt(help="launcher name: writes launch/<name>.sbatch (default: {name}-<cluster>, "
+                                "{nccl_test_name}-<cluster>)",
                            check=matching(_NAME, "use letters, digits, '.', '_' and '-' (it names "
                                                  "launch/<name>.sbatch and the job)"))
     registry: str | None = opt(help="registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)")
@@ -118,23 +139,29 @@ class Options:
                                   "line)")
     monitor: bool = opt(False, "sample CPU/RAM/GPU usage on every node into "
                                "launch/logs/<name>-<jobid>.usage.<node>.csv", kinds=(TORCHRUN,))
-    monitor_interval: int | str | None = opt(help="seconds between usage samples (default 5)", kinds=(TORCHRUN,),
+    monitor_interval: int | str | None = opt(help="seconds between usage samples (default {monitor_interval})", kinds=(TORCHRUN,),
                                              check=_POSITIVE, only_with="monitor")
     chain: int | str | None = opt(help="submit K jobs, each starting after the previous one ends (afterany), "
-                                       "resuming from its checkpoint", kinds=(TORCHRUN,), check=_POSITIVE, implied=1)
+                                       "resuming from its checkpoint", kinds=(TORCHRUN,), check=_POSITIVE, implied=True)
     requeue: bool = opt(False, "requeue the job after a checkpoint signal, while SLURM_RESTART_COUNT < "
                                "--max-restarts", kinds=(TORCHRUN,))
-    max_restarts: int | str | None = opt(help="requeues allowed with --requeue (default 3)", kinds=(TORCHRUN,),
+    max_restarts: int | str | None = opt(help="requeues allowed with --requeue (default {max_restarts})", kinds=(TORCHRUN,),
                                          check=at_least(0), only_with="requeue")
-    signal_before: int | str | None = opt(help="send USR2 this many seconds before the time limit (default 90 with "
-                                               "--requeue/--chain)", kinds=(TORCHRUN,), check=_POSITIVE)
+    signal_before: int | str | None = opt(help="send {signal} this many seconds before the time limit (default "
+                                               "{signal_before} with --requeue/--chain)", kinds=(TORCHRUN,), check=_POSITIVE)
     force: bool = opt(False, "write the launcher even when `invoke check` finds an ERROR for ENV on the cluster (warned, "
                              "and named in the launcher's header)")
     submit: bool = opt(False, "submit with sbatch --parsable and print the job id(s)", regenerate=False)
     dry_run: bool = opt(False, "print the launcher instead of writing it", regenerate=False)
 
 
-FIELDS = {f.name: f for f in fields(Options)}
+@functools.lru_cache(maxsize=None)
+def _fields(model: type) -> dict[str, Any]:
+    """The fields of ``model`` (:class:`Options` or a class derived from it) by name, in order."""
+    return {f.name: f for f in fields(model)}
+
+
+FIELDS = _fields(Options)
 
 
 def flag(name: str) -> str:
@@ -142,39 +169,52 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def names(kind: str) -> tuple[str, ...]:
+def names(kind: str, model: type = Options) -> tuple[str, ...]:
     """The options a kind of launcher takes, in model order."""
-    return tuple(n for n, f in FIELDS.items() if kind in f.metadata["kinds"])
+    return tuple(n for n, f in _fields(model).items() if kind in f.metadata["kinds"])
 
 
-def help_for(kind: str) -> dict[str, str]:
-    """``help=`` of the task that writes ``kind``."""
-    return {n: FIELDS[n].metadata["help"] for n in names(kind)}
+def help_for(kind: str, model: type = Options) -> dict[str, str]:
+    """``help=`` of the task that writes ``kind``, with the data file's defaults filled in."""
+    found = _fields(model)
+    return {n: found[n].metadata["help"].format(**defaults()) for n in names(kind, model)}
 
 
-def task_kwargs(kind: str) -> dict[str, Any]:
+def task_kwargs(kind: str, model: type = Options) -> dict[str, Any]:
     """Everything ``@task(...)`` needs besides the name: help, the repeatable flags, the optional positional."""
+    found = _fields(model)
     return {
         "positional": [POSITIONAL],
-        "iterable": [n for n in names(kind) if FIELDS[n].metadata["repeat"]],
+        "iterable": [n for n in names(kind, model) if found[n].metadata["repeat"]],
         "auto_shortflags": False,
-        "help": help_for(kind),
+        "help": help_for(kind, model),
     }
 
 
-def check(name: str, value: Any) -> Any:
+def check(name: str, value: Any, model: type = Options) -> Any:
     """A resolved value of option ``name``, checked (and converted) by its field; one error line naming the flag."""
-    fn = FIELDS[name].metadata["check"]
+    fn = _fields(model)[name].metadata["check"]
     return fn(flag(name), value) if fn else value
+
+
+def resolved(given: Options, values: dict[str, Any]) -> Options:
+    """``given`` with the ``values`` the launcher's build resolved; every other given value is checked by its field,
+    so a flag that build does not look at (a new one) is still refused when bad, and repeated as checked."""
+    model = type(given)
+    rest = {n: check(n, getattr(given, n), model) for n, f in _fields(model).items()
+            if n not in values and f.metadata["check"] and getattr(given, n) is not None}
+    return replace(given, **values, **rest)
 
 
 def invocation(kind: str, given: Options, command: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The ``invoke`` command line that sets ``given`` (the values the header makes explicit) for ``kind``."""
     argv = ["invoke", TASKS[kind]]
-    for n in names(kind):
-        md = FIELDS[n].metadata
+    found = _fields(type(given))
+    for n in names(kind, type(given)):
+        md = found[n].metadata
         value = getattr(given, n)
-        if (not md["regenerate"] or value is None or value is False or value == () or value == md["implied"]
+        if (not md["regenerate"] or value is None or value is False or value == ()
+                or (md["implied"] and value == defaults()[n])
                 or (md["only_with"] and not getattr(given, md["only_with"]))):
             continue
         if value is True:

@@ -20,14 +20,13 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 
-from shipyard import registry, slurm
-from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
+from shipyard import slurm
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
 from shipyard import runtimes
 from shipyard.runtimes.mounts import job_mounts
 from shipyard.runtimes import Placement
-from shipyard.registry.model import Cluster, Registry
+from shipyard.registry.model import Cluster, Environment, Registry
 
 JOB_NAME = "shipyard-shell"  # `invoke status` lists jobs named shipyard-*
 NODE_MARK = "@NODE@"  # replaced by the allocated node's hostname, on the node
@@ -62,19 +61,18 @@ def ssh_snippet(cluster: Cluster, user: str) -> str:
     ])
 
 
-def build(reg: Registry, env_name: str | None = None, cluster_name: str | None = None, *, command: str | None = None,
+def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | None = None,
           gpus: int | str | None = None, time: str | None = None, user: str | None = None,
           runtime: str | None = None, partition: str | None = None) -> ShellPlan:
-    """Resolve flags and registry facts into the exact command (no side effects). The shell runs on ``partition``
-    (default: the interactive partition), and its GPUs are checked against that partition's."""
+    """Resolve flags and registry facts into the exact command for ``env`` on ``cluster`` (no side effects). The
+    shell runs on ``partition`` (default: the interactive partition), and its GPUs are checked against that
+    partition's."""
 
-    cluster = reg.cluster(cluster_name)
     partition = partition or cluster.interactive_partition
     if partition not in cluster.partitions:
         raise ShipyardError(f"--partition {partition!r}: not a partition of cluster {cluster.name} "
                             f"(valid: {', '.join(cluster.partitions)})")
     cluster = cluster.on(partition)
-    env = reg.environment(env_name)
     rt = runtimes.get(runtime or cluster.runtime)
     if gpus is None:
         gpus = 1 if cluster.gpus_per_node > 0 else 0
@@ -130,20 +128,8 @@ def run_argv(plan: ShellPlan) -> tuple[list[str], dict[str, str] | None]:
     return slurm.route(plan.cluster, plan.argv, timeout=0)
 
 
-def shell_command(env_name=None, cluster_name=None, *, dry_run=False, command=None, gpus=None, time=None,
-                  runtime=None, registry_path=None, force=False, partition=None) -> int:
-    """`invoke shell`: print (``dry_run``) or run the command; returns srun's exit code. The environment on the
-    cluster passes `invoke check` first (``force``: go on with a warning)."""
-    reg = registry.load(registry_path)
-    enforce.require(reg, reg.environment(env_name), reg.cluster(cluster_name), what="shell", force=force)
-    plan = build(reg, env_name, cluster_name, command=command, gpus=gpus, time=time, runtime=runtime,
-                 partition=partition)
-    if dry_run:
-        print(command_line(plan))
-        if plan.interactive:
-            print()
-            print(plan.snippet.replace(NODE_MARK, "<the node srun allocates; the shell prints it when it starts>"))
-        return 0
+def run(plan: ShellPlan) -> int:
+    """Run the command (a terminal's shell, or ``--command``) and return srun's exit code."""
     argv, env = run_argv(plan)
     try:
         return subprocess.run(argv, env=env).returncode

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_build import no_build_network
-from fixtures_launch import PROBE, wait_job
+from fixtures_launch import PROBE, run_launch, wait_job
 
 from shipyard import registry
 from shipyard.containers import engine
@@ -46,7 +46,6 @@ from shipyard.containers import stage as st
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.definitions import render as definitions
-from shipyard.launch import launcher as launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.double]
 
@@ -135,9 +134,8 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     assert rec["sha256"] == m["artifacts"]["sif"]["sha256"] and staged.is_file()
 
     def submit(name):
-        text = launch.launch_command(["invoke", "launch", "--", str(root / "probe.py")], submit_jobs=True,
-                                     registry_path=reg.path, environment="real", cluster="sandbox", nodes=2,
-                                     name=name)
+        text = run_launch([str(root / "probe.py")], submit=True, registry_path=reg.path, environment="real",
+                          cluster="sandbox", nodes=2, name=name)
         job = re.search(r"submitted job (\d+)", text).group(1)
         return wait_job(sandbox, job), (root / "launch" / "logs" / f"{name}-{job}.out").read_text()
 

@@ -4,6 +4,7 @@ pyxis) launchers name a fabric their images carry, the definitions install it, a
 from __future__ import annotations
 
 import pytest
+from fixtures_launch import build_launcher
 from helpers_registry import ROOT
 
 from shipyard import registry
@@ -21,7 +22,8 @@ def test_shipped_launchers_name_a_fabric_the_image_carries(env, cluster):
     e = SHIPPED.environments[env]
     assert fabric_checks.image_has_fabric(e, cl)
     assert not [p for p in compat.check_on_cluster(e, cl) if p.severity == compat.ERROR]
-    text = launcher.render(launcher.build(SHIPPED, env, cluster=cluster, nodes=2, command=("examples/train.py",)))
+    text = launcher.render(build_launcher(SHIPPED, environment=env, cluster=cluster, nodes=2,
+                                          command=("examples/train.py",)))
     assert f"fabric {cl.fabric}:" in text.splitlines()[3]
     family = {"ib": "ib", "efa": "ofi"}[cl.fabric]
     assert f'fams != "{family}"' in text

@@ -11,12 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fixtures_launch import HOSTILE_ARGS, fake_build_manifest
+from fixtures_launch import HOSTILE_ARGS, build_launcher, fake_build_manifest, run_launch
 from helpers_registry import GOLDEN, golden
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipyard import escaping, slurm
+from shipyard.cli import argv_after_dashdash
 from shipyard.errors import ShipyardError
 from shipyard.launch import launcher as launch
 
@@ -27,7 +28,7 @@ CMD = ("examples/train.py", "--epochs", "3", "--checkpoint", "ckpt/model.pt")
 
 def _build(reg, **kw):
     kw.setdefault("command", CMD)
-    return launch.build(reg, **kw)
+    return build_launcher(reg, **kw)
 
 
 def shellcheck(text: str) -> subprocess.CompletedProcess:
@@ -76,7 +77,7 @@ def test_golden_variants(launch_registry, case):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("fabric", sorted(FABRIC_CLUSTER))
 def test_golden_nccl_test(launch_registry, runtime, fabric):
-    l = launch.build(launch_registry, cluster=FABRIC_CLUSTER[fabric], runtime=runtime, nodes=2, kind="nccl-test")
+    l = build_launcher(launch_registry, cluster=FABRIC_CLUSTER[fabric], runtime=runtime, nodes=2, kind="nccl-test")
     text = launch.render(l)
     golden(GOLDEN / "launch" / f"nccl-test-{runtime}-{fabric}.sbatch", text)
     res = shellcheck(text)
@@ -153,8 +154,8 @@ def test_hostile_args_reach_argv_through_the_rendered_script(launch_registry, tm
 
 def test_argv_after_dashdash_keeps_words_exact():
     argv = ["invoke", "launch", "--nodes", "2", "--", "t.py", "a b", "--", "$(x)"]
-    assert launch.argv_after_dashdash(argv) == ("t.py", "a b", "--", "$(x)")
-    assert launch.argv_after_dashdash(["invoke", "launch"]) == ()
+    assert argv_after_dashdash(argv) == ("t.py", "a b", "--", "$(x)")
+    assert argv_after_dashdash(["invoke", "launch"]) == ()
 
 
 # ------------------------------------------------------------------------------------------------ launcher-rules.md
@@ -282,7 +283,7 @@ def test_rule9_efa_preset_and_what_not_to_set(launch_registry):
 
 
 def test_rule10_nccl_tests_one_rank_per_gpu(launch_registry):
-    t = launch.render(launch.build(launch_registry, cluster="lab-efa", nodes=2, kind="nccl-test"))
+    t = launch.render(build_launcher(launch_registry, cluster="lab-efa", nodes=2, kind="nccl-test"))
     assert "#SBATCH --ntasks-per-node=8\n" in t
     assert "srun --mpi=pmix --cpu-bind=none " in t
     assert "all_reduce_perf -b 8 -e 16G -f 2 -g 1 -c 1 -n 100" in t
@@ -346,7 +347,7 @@ def test_monitor_writes_the_contract_csv_layout(launch_registry):
 def test_bad_input_one_line(launch_registry, kw, msg):
     kw.setdefault("command", CMD)
     with pytest.raises(ShipyardError, match=msg) as exc:
-        launch.build(launch_registry, **kw)
+        build_launcher(launch_registry, **kw)
     assert "\n" not in str(exc.value)
 
 
@@ -392,9 +393,9 @@ def test_sandbox_mount_source_must_exist(tmp_path):
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "train.py").write_text("")
     with pytest.raises(ShipyardError, match="source /nonexistent/data does not exist on the sandbox"):
-        launch.build(reg, cluster="sandbox", mounts="/nonexistent/data:/data", command=CMD)
+        build_launcher(reg, cluster="sandbox", mounts="/nonexistent/data:/data", command=CMD)
     (tmp_path / "data").mkdir()
-    l = launch.build(reg, cluster="sandbox", runtime="pyxis", mounts="data:/data:ro", command=CMD)
+    l = build_launcher(reg, cluster="sandbox", runtime="pyxis", mounts="data:/data:ro", command=CMD)
     assert launch.Mount(str(tmp_path / "data"), "/data", True) in l.mounts
 
 
@@ -406,12 +407,12 @@ def test_cli_errors_exit_2_without_traceback(launch_project, invoke):
 
 def test_write_is_atomic_and_prints_how_to_submit(launch_project):
     (launch_project / "t.py").write_text("")
-    out = launch.launch_command(["invoke", "launch", "--", "t.py"], cluster="lab-socket", nodes=2)
+    out = run_launch(["t.py"], cluster="lab-socket", nodes=2)
     path = launch_project / "launch" / "train-lab-socket.sbatch"
     assert f"wrote {Path('launch/train-lab-socket.sbatch')}" in out and "sbatch" in out
     assert path.stat().st_mode & 0o111 and (launch_project / "launch" / "logs").is_dir()
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
-    dry = launch.launch_command(["invoke", "launch", "--", "t.py"], dry_run=True, cluster="lab-socket", name="d")
+    dry = run_launch(["t.py"], dry_run=True, cluster="lab-socket", name="d")
     assert dry.startswith("#!/bin/bash") and not (launch_project / "launch" / "d.sbatch").exists()
 
 

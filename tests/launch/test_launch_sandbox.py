@@ -15,8 +15,10 @@ from fixtures_launch import (
     DOUBLES,
     HOSTILE_ARGS,
     REPO,
+    build_launcher,
     make_sif,
     probes,
+    run_launch,
     stage_record,
     wait_for_text,
     wait_job,
@@ -31,7 +33,7 @@ TRAIN = str(REPO / "examples" / "train.py")
 
 def submit(project: Path, command, **flags) -> tuple[str, Path]:
     """Run the `invoke launch --submit` code path; return (first job id, log path)."""
-    out = launch.launch_command(["invoke", "launch", "--", *command], submit_jobs=True, cluster="sandbox", **flags)
+    out = run_launch(command, submit=True, cluster="sandbox", **flags)
     job = re.search(r"submitted job (\d+)", out).group(1)
     return job, project / "launch" / "logs" / f"{flags.get('name', 'train-sandbox')}-{job}.out"
 
@@ -211,7 +213,7 @@ def test_apptainer_double_refuses_a_missing_image(sandbox, sandbox_project, monk
 
 def test_sbatch_test_only_accepts_nccl_test_launcher(sandbox, sandbox_project):
     """nccl-tests is not installed here: check that Slurm accepts the launcher's resource request."""
-    l = launch.build(__import__("shipyard.registry").registry.load(), cluster="sandbox", nodes=2, kind="nccl-test")
+    l = build_launcher(__import__("shipyard.registry").registry.load(), cluster="sandbox", nodes=2, kind="nccl-test")
     path = launch.write(l)
     res = sandbox.run(["sbatch", "--test-only", str(path)])
     assert res.returncode == 0 and "to start at" in res.stderr, res.stderr

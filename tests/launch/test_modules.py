@@ -35,7 +35,7 @@ def apptainer_clusters(reg):
 def all_cases():
     for label, reg in (("shipped", SHIPPED), ("course", COURSE)):
         for cluster in apptainer_clusters(reg):
-            for env in modules.environments_for(reg, cluster, None):
+            for env in modules.environments_on(reg, cluster):
                 yield label, reg, cluster, env
 
 
@@ -90,7 +90,8 @@ def test_modulefile_lua_strings_escape_quotes_and_newlines():
 
 def test_refuses_non_apptainer_cluster_with_valid_choices():
     with pytest.raises(ShipyardError, match=r"--cluster aws-pcluster: runtime is pyxis.*use --cluster grete"):
-        modules.write_modules(SHIPPED, "pytorch-2.3", "aws-pcluster", "/nonexistent")
+        modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], SHIPPED.cluster("aws-pcluster"),
+                              "/nonexistent")
 
 
 def test_refuses_pyxis_mount_flags_in_apptainer_binds():
@@ -101,7 +102,7 @@ def test_refuses_pyxis_mount_flags_in_apptainer_binds():
 
 
 def test_write_modules_writes_executable_wrappers(tmp_path):
-    paths = modules.write_modules(SHIPPED, "pytorch-2.3", "grete", tmp_path)
+    paths = modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], SHIPPED.cluster("grete"), tmp_path)
     assert modules.modulefile_path(tmp_path, "pytorch-2.3") in paths
     for tool in modules.TOOLS:
         p = modules.wrapper_dir(tmp_path, "pytorch-2.3") / tool
@@ -138,7 +139,8 @@ def lmod_site(tmp_path):
     """A module tree with our modules plus a site `apptainer` module that puts the test double on PATH."""
     if not LMOD_INIT.exists():
         pytest.fail("Lmod is required: apt-get install lmod (`invoke test` installs it)")
-    modules.write_modules(SHIPPED, None, "grete", tmp_path / "site")
+    grete = SHIPPED.cluster("grete")
+    modules.write_modules(SHIPPED, modules.environments_on(SHIPPED, grete), grete, tmp_path / "site")
     site = tmp_path / "sitemods" / "apptainer"
     site.mkdir(parents=True)
     (site / "1.3.lua").write_text(f'prepend_path("PATH", "{DOUBLE_DIR}")\n')

@@ -44,7 +44,7 @@ def test_invoke_check_is_clean_on_the_course_registry():
 def test_course_environments_lock_inputs_and_modules():
     reg = registry.load(COURSE / "registry.yaml")
     assert lock.lock_inputs(reg.environment("course"))[0] == "torch==2.5.1"
-    assert [e.name for e in modules.environments_for(reg, reg.cluster("gwdg"), None)] == ["course", "course-dev"]
+    assert [e.name for e in modules.environments_on(reg, reg.cluster("gwdg"))] == ["course", "course-dev"]
 
 
 def _readme_commands() -> list[list[str]]:
@@ -96,17 +96,14 @@ def test_committed_course_locks_are_fresh_and_hashed(name):
 def test_readme_rehearsal_runs_two_node_training_on_the_sandbox(sandbox, tmp_path, monkeypatch):
     """README step 7, for real: the course registry's `sandbox` cluster, `invoke launch --nodes 2 --submit`'s code
     path, train.py copied into the project directory, on the real 2-node Slurm sandbox."""
-    from fixtures_launch import wait_job
-
-    from shipyard.launch import launcher as launch
+    from fixtures_launch import run_launch, wait_job
 
     (tmp_path / "registry.yaml").write_text((COURSE / "registry.yaml").read_text())
     (tmp_path / "train.py").write_text((ROOT / "examples" / "train.py").read_text())
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
     monkeypatch.chdir(tmp_path)
-    out = launch.launch_command(["invoke", "launch", "--", "train.py", "--steps", "20"], submit_jobs=True,
-                                cluster="sandbox", nodes=2)
+    out = run_launch(["train.py", "--steps", "20"], submit=True, cluster="sandbox", nodes=2)
     job = re.search(r"submitted job (\d+)", out).group(1)
     info = wait_job(sandbox, job)
     text = (tmp_path / "launch" / "logs" / f"train-sandbox-{job}.out").read_text()  # default name: train-<cluster>

@@ -28,9 +28,14 @@ CASES = [
 ]
 
 
+
+def _plan(reg, env, cluster, **kw) -> shell.ShellPlan:
+    """``shell.build`` as the shell command calls it: the names resolved to objects first."""
+    return shell.build(reg, reg.environment(env), reg.cluster(cluster), **kw)
+
 @pytest.mark.parametrize("cluster,command", CASES)
 def test_dry_run_golden(tools_registry, cluster, command):
-    plan = shell.build(tools_registry, None, cluster, command=command, user="alice")
+    plan = _plan(tools_registry, None, cluster, command=command, user="alice")
     text = shell.command_line(plan) + "\n\n" + plan.snippet + "\n"
     name = f"{cluster}.{'command' if command else 'interactive'}.txt"
     golden(GOLDEN / "shell" / name, text.replace(str(tools_registry.root), "<root>"))
@@ -38,14 +43,14 @@ def test_dry_run_golden(tools_registry, cluster, command):
 
 @pytest.mark.parametrize("cluster,command", CASES)
 def test_printed_line_is_exactly_the_argv(tools_registry, cluster, command):
-    plan = shell.build(tools_registry, None, cluster, command=command, user="alice")
+    plan = _plan(tools_registry, None, cluster, command=command, user="alice")
     line = shell.command_line(plan)
     srun_part = line.split(" && ")[-1]
     assert bash_words(srun_part) == list(plan.argv)
 
 
 def test_runtimes_follow_the_launcher_rules(tools_registry):
-    ap = shell.build(tools_registry, None, "grete", user="alice")
+    ap = _plan(tools_registry, None, "grete", user="alice")
     argv = list(ap.argv)
     assert argv[:2] == ["srun", "--partition=grete-interactive"]  # the interactive partition, not the batch one
     assert "--pty" in argv
@@ -55,10 +60,10 @@ def test_runtimes_follow_the_launcher_rules(tools_registry):
     assert argv[-1] == "/scratch/projects/shipyard/images/pytorch-2.3.sif"
     assert not [a for a in argv if a.startswith("--contain")]
     assert ap.modules == ("apptainer",)
-    px = list(shell.build(tools_registry, "pytorch-2.5", "aws-pcluster", user="alice").argv)
+    px = list(_plan(tools_registry, "pytorch-2.5", "aws-pcluster", user="alice").argv)
     assert "--container-image=/fsx/shipyard/images/pytorch-2.5.sqsh" in px
     assert px.index("--pty") < px.index("bash") and px[-1] == "bash"
-    host = list(shell.build(tools_registry, None, "sandbox", command="hostname", user="alice").argv)
+    host = list(_plan(tools_registry, None, "sandbox", command="hostname", user="alice").argv)
     assert host == ["srun", "--partition=debug", "--nodes=1", "--ntasks=1", "--job-name=shipyard-shell",
                     "--gpus-per-node=1", "--time=00:10:00", "hostname"]
 
@@ -67,14 +72,14 @@ def test_hostile_site_values_stay_words_and_never_run(tools_registry, tmp_path):
     cmd = "python t.py 'a b' '$(touch PWNED)' ';' \"it's\" 'ü\nx'"
     for cluster in ("hostile", "hostile-pyxis"):
         for command in (None, cmd):
-            plan = shell.build(tools_registry, None, cluster, command=command, user="o'neil")
+            plan = _plan(tools_registry, None, cluster, command=command, user="o'neil")
             line = shell.command_line(plan)
             words = bash_words(line.split(" && ")[-1])
             assert words == list(plan.argv)
             assert any(HOSTILE_STORAGE in w for w in words)
             if command:
                 assert words[-5:] == ["a b", "$(touch PWNED)", ";", "it's", "ü\nx"]
-    loads = shell.command_line(shell.build(tools_registry, None, "hostile", user="x")).split(" && ")[:-1]
+    loads = shell.command_line(_plan(tools_registry, None, "hostile", user="x")).split(" && ")[:-1]
     assert [bash_words(l) for l in loads] == [["module", "load", "apptainer/1.3 $(id)"], ["module", "load", "cuda;12"]]
     assert not list(tmp_path.rglob("PWNED")) and not (ROOT / "PWNED").exists()
 
@@ -86,14 +91,14 @@ def test_dry_run_line_passes_shellcheck(tools_registry, tmp_path):
         for command in (None, "echo 'a b' \"$HOME\""):
             script = tmp_path / f"{cluster}.sh"
             script.write_text("#!/bin/bash\n" + shell.command_line(
-                shell.build(tools_registry, None, cluster, command=command, user="alice")) + "\n")
+                _plan(tools_registry, None, cluster, command=command, user="alice")) + "\n")
             res = subprocess.run([exe, "-S", "warning", str(script)], capture_output=True, text=True)
             assert res.returncode == 0, res.stdout
 
 
 def test_prelude_prints_the_snippet_with_this_hosts_name(tools_registry):
     """The node-side part of the interactive command, run here with a stand-in for the shell it execs."""
-    plan = shell.build(tools_registry, None, "grete", user="alice")
+    plan = _plan(tools_registry, None, "grete", user="alice")
     argv = list(plan.argv)
     start = argv.index("bash")
     node = argv[start:start + 5] + ["echo", "shell started"]
@@ -122,7 +127,7 @@ def test_snippet_without_login_says_where_to_set_it(tools_registry):
 )
 def test_bad_input(tools_registry, kwargs, message):
     with pytest.raises(ShipyardError, match=message.replace("(", r"\(")):
-        shell.build(tools_registry, **kwargs)
+        _plan(tools_registry, kwargs.pop("env_name", None), kwargs.pop("cluster_name", None), **kwargs)
 
 
 def test_task_dry_run_prints_command_and_snippet(tmp_path, invoke):

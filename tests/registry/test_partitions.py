@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures_launch import build_launcher
 
 from shipyard import registry
 from shipyard.errors import ShipyardError
@@ -50,7 +51,7 @@ def reg(tmp_path):
 
 def _build(reg, **kw):
     kw.setdefault("command", ("train.py",))
-    return launch.build(reg, **kw)
+    return build_launcher(reg, **kw)
 
 
 def test_list_form_keeps_the_cluster_wide_values(reg):

@@ -14,18 +14,19 @@ from pathlib import Path
 
 import pytest
 from fixtures_build import PROJECT_REGISTRY
+from fixtures_launch import run_launch
 from helpers_registry import shellcheck
 
 from shipyard import registry
 from shipyard.containers import engine
 from shipyard.containers import stage as st
+from shipyard.commands import launch as launch_commands
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
 from shipyard.jobs import doctor
-from shipyard.launch import launcher as launch
-from shipyard.launch import modules, shell, staged
+from shipyard.launch import staged
 
 pytestmark = pytest.mark.double
 
@@ -253,7 +254,7 @@ def _launch(reg, **flags) -> str:
     cwd = os.getcwd()
     os.chdir(reg.root)
     try:
-        return launch.launch_command(["invoke", "launch", "--", "train.py"], registry_path=reg.path, **flags)
+        return run_launch(["train.py"], registry_path=reg.path, **flags)
     finally:
         os.chdir(cwd)
 
@@ -321,16 +322,15 @@ def test_chain_without_submit_writes_a_submit_script_and_dry_run_shows_the_chain
 # ------------------------------------------------------------------------------------------------ modules, shell
 
 
-def test_modules_and_shell_refuse_what_check_refuses(built, monkeypatch, tmp_path):
-    monkeypatch.setattr(registry, "load", lambda *a, **k: built)
-    monkeypatch.setattr(modules, "load", lambda *a, **k: built)
+def test_modules_and_shell_refuse_what_check_refuses(built, tmp_path):
+    ctx = Context(built, out=io.StringIO(), err=io.StringIO())
     with pytest.raises(ShipyardError, match="modules for tiny refused"):
-        modules.modules_command("tiny", "lab-old", str(tmp_path / "m"), out=io.StringIO())
-    modules.modules_command("tiny", "lab-old", str(tmp_path / "m"), out=io.StringIO(), force=True)
+        launch_commands.modules(ctx, "tiny", "lab-old", tmp_path / "m")
+    assert launch_commands.modules(ctx, "tiny", "lab-old", tmp_path / "m", force=True) == 0
     assert (tmp_path / "m" / "modulefiles" / "shipyard" / "tiny.lua").exists()
     with pytest.raises(ShipyardError, match="shell refused"):
-        shell.shell_command("tiny", "lab-old", dry_run=True)
-    assert shell.shell_command("tiny", "lab-old", dry_run=True, force=True) == 0
+        launch_commands.shell(ctx, "tiny", "lab-old", dry_run=True)
+    assert launch_commands.shell(ctx, "tiny", "lab-old", dry_run=True, force=True) == 0
 
 
 # ------------------------------------------------------------------------------------------------ doctor

@@ -13,7 +13,7 @@ import re
 
 import pytest
 from fixtures_build import PROJECT_REGISTRY
-from fixtures_launch import PROBE, wait_job
+from fixtures_launch import PROBE, run_launch, wait_job
 
 from shipyard import registry
 from shipyard.containers import engine
@@ -21,7 +21,6 @@ from shipyard.containers import stage as st
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.definitions import render as definitions
-from shipyard.launch import launcher as launch
 
 pytestmark = [pytest.mark.slurm, pytest.mark.double]
 
@@ -44,8 +43,8 @@ def flow_project(sandbox, tmp_path, monkeypatch, apptainer_double):
 
 
 def _submit(reg, name: str) -> tuple[str, str]:
-    out = launch.launch_command(["invoke", "launch", "--", str(reg.root / "probe.py")], submit_jobs=True,
-                                registry_path=reg.path, environment="tiny", cluster="sandbox", nodes=2, name=name)
+    out = run_launch([str(reg.root / "probe.py")], submit=True, registry_path=reg.path, environment="tiny",
+                     cluster="sandbox", nodes=2, name=name)
     job = re.search(r"submitted job (\d+)", out).group(1)
     return job, str(reg.root / "launch" / "logs" / f"{name}-{job}.out")
 
@@ -93,8 +92,8 @@ def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project
 
 def test_chain_script_submits_the_whole_chain_on_the_sandbox(sandbox, flow_project):
     reg, _ = flow_project
-    out = launch.launch_command(["invoke", "launch", "--", "probe.py"], registry_path=reg.path, environment="tiny",
-                                cluster="sandbox", runtime="host", chain=3, name="chained")
+    out = run_launch(["probe.py"], registry_path=reg.path, environment="tiny", cluster="sandbox", runtime="host",
+                     chain=3, name="chained")
     script = reg.root / "launch" / "chained.chain.sh"
     assert "wrote launch/chained.chain.sh" in out
     res = sandbox.run(["bash", str(script)])
