@@ -84,6 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     rounds = ap.parse_args().rounds
+    from shipyard import registry
     from shipyard import sandbox as sb
 
     preset = os.environ.get(sb.DIR_ENV)
@@ -93,7 +94,7 @@ def main() -> None:
     os.environ[sb.DIR_ENV] = str(directory)
     project = Path(tempfile.mkdtemp(prefix="shipyard-launch-bench-"))
     try:
-        sb.up(directory=directory)
+        sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").cluster(sb.CLUSTER))
         (project / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
         (project / "start.py").write_text(START)
         out = project / "out"

@@ -17,8 +17,9 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
+import jsonschema
 import yaml
 
 from shipyard import facts
@@ -43,9 +44,6 @@ REGISTRY_ENV = "SHIPYARD_REGISTRY"
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CUDA_IMAGE = re.compile(r"^(?:docker\.io/)?nvidia/cuda:")
 FAST_FABRICS = ("ib", "efa")  # fabrics whose userspace an image must carry (socket needs none)
-
-if TYPE_CHECKING:
-    import jsonschema  # lazy: annotations only; imported by _validator() on the first load
 
 
 def registry_path(explicit: str | os.PathLike | None = None) -> Path:
@@ -285,9 +283,7 @@ def _ecma_dollar(pattern: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _validator():
-    """The registry's validator, built once per process (jsonschema is imported here, on the first load)."""
-    import jsonschema
-
+    """The registry's validator, built once per process."""
     def pattern(validator, patrn, instance, schema):
         if validator.is_type(instance, "string") and not re.search(_ecma_dollar(patrn), instance):
             yield jsonschema.ValidationError(f"{instance!r} does not match {patrn!r}")
