@@ -5,7 +5,7 @@ Baseline: ``pip install --dry-run --report`` for the same requirements, target p
 torch). Measured: shipyard's lock (``shipyard.definitions.pylock.compile_lock``) with uv's cache warm, and with ``--no-cache``
 semantics (a fresh UV_CACHE_DIR per run). Both resolve against live PyPI; read the ratios, not the seconds.
 
-    python bench/bench_lock.py [ENV] [--runs N]
+    python bench/bench_lock.py [ENV] [--runs N] [--no-baseline]   (--no-baseline: uv only, for a quick check)
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shipyard import lock, registry  # noqa: E402
+from shipyard import registry  # noqa: E402
+from shipyard.definitions import pylock as lock  # noqa: E402
 
 CUTOFF = "2026-11-01T00:00:00Z"
 
@@ -62,6 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("env", nargs="?", default="pytorch-2.3")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--no-baseline", action="store_true", help="skip pip's resolver (about a minute); ratios then read 'n/a'")
     args = ap.parse_args()
     env = registry.load(ROOT / "registry.yaml").environment(args.env)
 
@@ -72,8 +74,10 @@ def main() -> None:
         nonlocal n_pip
         n_pip = pip_baseline(env)
 
-    t_pip = timed(base)
-    rows.append(("pip resolver, fast-deps (baseline)", [t_pip], n_pip))
+    t_pip = None
+    if not args.no_baseline:
+        t_pip = timed(base)
+        rows.append(("pip resolver, fast-deps (baseline)", [t_pip], n_pip))
 
     lock.compile_lock(env, CUTOFF)  # warm uv's cache
     warm = []
@@ -101,7 +105,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, times, n in rows:
         med = statistics.median(times)
-        print(f"| {name} | {len(times)} | {med:.2f} | {med / t_pip:.3f} | {n} |")
+        ratio = f"{med / t_pip:.3f}" if t_pip else "n/a"
+        print(f"| {name} | {len(times)} | {med:.2f} | {ratio} | {n} |")
     print(f"\npeak RSS of any child process (pip or uv): {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB")
 
 

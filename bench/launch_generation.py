@@ -46,11 +46,13 @@ def main() -> None:
         ("invoke --list (baseline)", [*inv, "--list"]),
         ("invoke launch --dry-run, 2 nodes, host (sandbox)",
          [*inv, "launch", "--dry-run", "--nodes", "2", "--", "examples/train.py", "--steps", "60"]),
-        ("invoke launch --dry-run, 2 nodes, apptainer/ib (grete), --monitor --requeue",
-         [*inv, "launch", "--dry-run", "--cluster", "grete", "--nodes", "2", "--monitor", "--requeue", "--",
-          "examples/train.py"]),
-        ("invoke nccl-test --dry-run, 2 nodes, pyxis/efa (aws-pcluster)",
-         [*inv, "nccl-test", "--dry-run", "--cluster", "aws-pcluster", "--nodes", "2"]),
+        # --image: no image is staged for grete or aws-pcluster on this machine (the binding check would refuse)
+        ("invoke launch --dry-run, 2 nodes, apptainer/ib (grete), --monitor --requeue --image",
+         [*inv, "launch", "--dry-run", "--cluster", "grete", "--nodes", "2", "--monitor", "--requeue", "--image",
+          "/scratch/projects/shipyard/images/pytorch-2.3.sif", "--", "examples/train.py"]),
+        ("invoke nccl-test --dry-run, 2 nodes, pyxis/efa (aws-pcluster) --image",
+         [*inv, "nccl-test", "--dry-run", "--cluster", "aws-pcluster", "--nodes", "2", "--image",
+          "/fsx/shipyard/images/pytorch-2.3.sqsh"]),
     ]
     print(f"machine: {machine()}\nmedian of {runs} runs, interpreter start included\n")
     print("| command | median s | x invoke --list |\n|---|---|---|")

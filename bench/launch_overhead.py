@@ -2,7 +2,10 @@
 minimal reference sbatch running the same torchrun command (goal: ratio <= 1.1).
 
 "Training start" is the moment the last of the 4 ranks (2 nodes x 2 processes) has started its Python script: each
-rank writes time.time() first thing. Runs alternate reference/generated so that load drift hits both alike.
+rank writes time.time() first thing. Runs alternate reference/generated so that load drift hits both alike, and each
+submission waits until the queue is empty and every node is idle again (a node still COMPLETING the previous job
+would delay only the next one), so both sides are timed from the same state. The generated launcher is written by
+`invoke launch`, as a user writes it.
 
     SHIPYARD_SANDBOX_DIR=/tmp/sbx python bench/launch_overhead.py [--rounds 5]
 
@@ -15,6 +18,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,9 +68,16 @@ def run_one(sb, directory, script: Path, out: Path) -> float:
     raise RuntimeError(f"job {job} did not start 4 ranks in 300 s")
 
 
-def wait_idle(sb, directory) -> None:
-    while sb.run_client(["squeue", "-h"], directory, capture_output=True, text=True).stdout.strip():
+def wait_idle(sb, directory, timeout: float = 300) -> None:
+    """Until no job is queued and every node reports the state ``idle`` (not mixed, allocated or completing)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        queue = sb.run_client(["squeue", "-h"], directory, capture_output=True, text=True).stdout.strip()
+        states = sb.run_client(["sinfo", "-h", "-N", "-o", "%T"], directory, capture_output=True, text=True).stdout
+        if not queue and states.split() and all(s == "idle" for s in states.split()):
+            return
         time.sleep(0.2)
+    raise RuntimeError(f"the sandbox's nodes were not idle within {timeout:.0f} s")
 
 
 def main() -> None:
@@ -75,8 +86,6 @@ def main() -> None:
     rounds = ap.parse_args().rounds
     from shipyard import registry
     from shipyard import sandbox as sb
-    from shipyard.launch import launcher as launch
-    from shipyard.launch.options import Options
 
     preset = os.environ.get(sb.DIR_ENV)
     directory = Path(preset) if preset else Path(tempfile.mkdtemp(prefix="shipyard-bench-"))
@@ -85,16 +94,18 @@ def main() -> None:
     os.environ[sb.DIR_ENV] = str(directory)
     project = Path(tempfile.mkdtemp(prefix="shipyard-launch-bench-"))
     try:
-        sb.up(directory=directory)
+        sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").cluster(sb.CLUSTER))
         (project / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
         (project / "start.py").write_text(START)
         out = project / "out"
         out.mkdir()
         (project / "launch" / "logs").mkdir(parents=True)
-        reg = registry.load(project / "registry.yaml")
-        opts = Options(cluster="sandbox", nodes=2, name="generated")
-        gen = launch.write(launch.build(reg, reg.environment(None), reg.cluster("sandbox"), opts,
-                                        [str(project / "start.py"), str(out)]))
+        shutil.copytree(ROOT / "definitions", project / "definitions")  # the environments' locks
+        subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "launch", "--cluster", "sandbox", "--nodes",
+                        "2", "--name", "generated", "--", str(project / "start.py"), str(out)], check=True,
+                       cwd=project, env={**os.environ, "SHIPYARD_REGISTRY": str(project / "registry.yaml")},
+                       capture_output=True)
+        gen = project / "launch" / "generated.sbatch"
         ref = project / "launch" / "reference.sbatch"
         ref.write_text(REFERENCE.format(log=project / "launch" / "logs" / "reference-%j.out",
                                         start=project / "start.py", out=out))

@@ -4,7 +4,7 @@ and peak memory of the pushing process. Goals (issue 5): >= 0.3x cp, <= 150 MB p
 Everything runs in one temp directory (one disk): the SIF (a real SIF made with mksquashfs + siftool around 1 GiB
 of random data), the cp copy, and the registry's storage. Each push runs in a child process so its peak RSS
 (ru_maxrss) is its own. Also measured, for reference: the oras library's own chunked push of the same file.
-Usage: python bench/push_sif.py [--size-mib N]
+Usage: python bench/push_sif.py [--size-mib N] [--repeat N] [--out DIR]
 """
 
 from __future__ import annotations
@@ -98,13 +98,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "out", help="where push_sif.json goes")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="shipyard-bench-push-", dir=os.environ.get("TMPDIR", "/var/tmp")))
     reg = OciRegistry(work / "registry").start()
     try:
         sif = make_sif(work, args.size_mib << 20)
         size = sif.stat().st_size
-        from shipyard.containers.engine import sha256_file
+        from shipyard.files import sha256_file
 
         sha = sha256_file(sif)  # also warms the page cache for cp and push alike
         def cp() -> float:
@@ -153,8 +154,8 @@ def main() -> None:
     finally:
         reg.stop()
         shutil.rmtree(work, ignore_errors=True)
-    (REPO / "bench" / "out").mkdir(exist_ok=True)
-    (REPO / "bench" / "out" / "push_sif.json").write_text(json.dumps(report, indent=2) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "push_sif.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
 

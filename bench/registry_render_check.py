@@ -59,9 +59,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         shutil.copy(ROOT / "registry.yaml", tmp / "registry.yaml")
+        shutil.copytree(ROOT / "definitions", tmp / "definitions", ignore=shutil.ignore_patterns("*.def", "*.sh",
+                                                                                              "*.Dockerfile"))
         big = tmp / "big"
-        big.mkdir()
-        (big / "registry.yaml").write_text(yaml.safe_dump(generated_registry(args.envs), sort_keys=False))
+        (big / "definitions").mkdir(parents=True)
+        doc = generated_registry(args.envs)
+        (big / "registry.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        for name in doc["environments"]:  # each copy's hash lock is its base's (the same pins), written after
+            base_name = name.rsplit("-", 1)[0]  # the registry so that it is not older than it
+            shutil.copy(ROOT / "definitions" / f"{base_name}.lock", big / "definitions" / f"{name}.lock")
         base_env = {k: v for k, v in os.environ.items() if k != "SHIPYARD_REGISTRY"}
         rows = [("python -c pass (baseline)", timeit([py, "-c", "pass"], tmp, base_env, args.repeat)),
                 ("invoke --list (baseline)", timeit([*inv, "--list"], tmp, base_env, args.repeat))]

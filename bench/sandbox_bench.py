@@ -64,7 +64,7 @@ def main() -> int:
     ups, sruns, jobs = [], [], []
     try:
         for i in range(args.repeat):
-            info = sb.up(directory=directory)
+            info = sb.up(directory=directory, cluster=reg.cluster(sb.CLUSTER))
             ups.append(info["seconds"])
             t0 = time.monotonic()
             res = sb.run_client(["srun", "-N2", "hostname"], directory, capture_output=True, text=True)

@@ -5,9 +5,8 @@ an undefined name is an error (StrictUndefined), never an empty string in a scri
 trailing newline kept, so output is byte-stable. The escaping rules of :mod:`shipyard.escaping` are registered as
 filters for every template, so a template can only quote a value the one way its file's syntax needs.
 
-Compiled templates are kept in Jinja2's own bytecode cache (``FileSystemBytecodeCache``: a private per-user folder
-under the temporary directory, keyed by the template's name and checked against its source's checksum): compiling
-them was a third of `invoke render`'s own CPU time, loading the cached code is a fraction of that.
+Templates compile once per process (Jinja2 keeps each compiled template in the environment's memory): nothing is
+written outside the project, so no shared folder can hand one user's compiled code to another.
 """
 
 from __future__ import annotations
@@ -54,8 +53,6 @@ def template_environment(package: str, trim_blocks: bool = False) -> jinja2.Envi
         autoescape=False,
         trim_blocks=trim_blocks,
         lstrip_blocks=trim_blocks,
-        # Jinja2 keys the cache by template name and file only, not by these settings: one file pattern per setting
-        bytecode_cache=jinja2.FileSystemBytecodeCache(pattern=f"shipyard-trim{int(trim_blocks)}-%s.cache"),
     )
     env.filters.update(FILTERS)
     return env

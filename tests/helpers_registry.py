@@ -15,13 +15,20 @@ DATA = Path(__file__).resolve().parent / "data" / "registry"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
+# Set by `python -m tests.update_golden`: where a differing output goes, beside (never over) its golden file.
+ACTUAL_ENV = "SHIPYARD_GOLDEN_ACTUAL"
+
+
 def golden(path: Path, text: str) -> None:
-    """Compare with a golden file; SHIPYARD_UPDATE_GOLDEN=1 rewrites it instead."""
-    if os.environ.get("SHIPYARD_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}; run with SHIPYARD_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{path} differs (SHIPYARD_UPDATE_GOLDEN=1 to accept)"
+    """Assert that ``text`` is the golden file ``path``. Never writes the golden file: when it differs and
+    `python -m tests.update_golden` runs the tests, the actual text is left in that command's folder for it to show
+    as a diff (and to copy over the golden file only with --accept)."""
+    if (not path.exists() or path.read_text() != text) and os.environ.get(ACTUAL_ENV):
+        actual = Path(os.environ[ACTUAL_ENV]) / path.resolve().relative_to(GOLDEN)
+        actual.parent.mkdir(parents=True, exist_ok=True)
+        actual.write_text(text)
+    assert path.exists(), f"missing golden file {path}: `python -m tests.update_golden` shows it"
+    assert text == path.read_text(), f"{path} differs: `python -m tests.update_golden` shows the diff"
 
 
 def sections(def_text: str) -> dict[str, str]:

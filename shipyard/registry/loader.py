@@ -4,26 +4,27 @@ Why JSON Schema (the `jsonschema` library) rather than pydantic: the same schema
 ``# yaml-language-server: $schema=`` line while the user types, and shipyard at load time: one source of truth.
 Errors are turned into one line with ``file:line``, the key path and what would be valid.
 
-A valid registry never imports ``jsonschema`` (its import costs more CPU than the rest of ``invoke check``): it is
-checked by :mod:`shipyard.registry.schema_validator`, plain Python generated from the same schema file
-(``python -m shipyard.dev.schema_codegen``). Only when that finds a violation does ``jsonschema`` collect and explain
-every error, so the messages are the same as ever.
+``jsonschema`` alone validates, with one validator built per process. Its ``pattern`` keyword is given JSON Schema's
+own (ECMA-262) meaning of ``$``, the end of the value: Python's ``re`` also lets ``$`` match before a final newline, which
+would let "1.0\n" or "KEY\n" through to a generated file.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
+import jsonschema
 import yaml
 
 from shipyard import facts
 from shipyard.errors import ShipyardError, did_you_mean
-from shipyard.registry import compat, schema_validator
+from shipyard.registry import compat
 from shipyard.registry.model import (
     COMPAT,
     DEFAULT,
@@ -43,9 +44,6 @@ REGISTRY_ENV = "SHIPYARD_REGISTRY"
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CUDA_IMAGE = re.compile(r"^(?:docker\.io/)?nvidia/cuda:")
 FAST_FABRICS = ("ib", "efa")  # fabrics whose userspace an image must carry (socket needs none)
-
-if TYPE_CHECKING:
-    import jsonschema  # lazy: annotations only; imported in validate() when a registry is invalid
 
 
 def registry_path(explicit: str | os.PathLike | None = None) -> Path:
@@ -237,6 +235,8 @@ def _describe(err: jsonschema.ValidationError) -> str:
     if v == "required":
         return err.message.replace("is a required property", "is required")
     if v == "pattern":
+        if re.search(sub["pattern"], inst):  # only ECMA-262's '$' refuses it: the value ends in a line break
+            return f"{inst!r} does not match the expected form (a line break at its end?)"
         desc = sub.get("description") or ""
         path = list(err.absolute_path)
         if len(path) >= 2 and path[-2] == "pip":
@@ -263,41 +263,47 @@ def _within_one_of(err: jsonschema.ValidationError) -> jsonschema.ValidationErro
     return _within_one_of(min(same_type, key=lambda c: len(c.absolute_path) * -1))
 
 
+def _ecma_dollar(pattern: str) -> str:
+    """``pattern`` with each ``$`` outside a character class as ``\\Z``: the end of the value, as in ECMA-262."""
+    out, escaped, in_class = [], False, False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "[":
+            in_class = True
+        elif ch == "]":
+            in_class = False
+        elif ch == "$" and not in_class:
+            ch = r"\Z"
+        out.append(ch)
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _validator():
+    """The registry's validator, built once per process."""
+    def pattern(validator, patrn, instance, schema):
+        if validator.is_type(instance, "string") and not re.search(_ecma_dollar(patrn), instance):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": pattern})(schema())
+
+
 def validate(data: Any, lines: Mapping, fname: str) -> None:
     """Raise one ShipyardError for the first schema violation in file order, counting the rest."""
     if not isinstance(data, dict):
         raise ShipyardError(f"{fname}:1: the registry must be a mapping with 'environments' and 'clusters'")
-    try:
-        schema_validator.validate(data)
-        return
-    except schema_validator.JsonSchemaValueException as exc:
-        fast = exc  # explain it with jsonschema (the generated code is stricter in corners jsonschema allows)
-    import jsonschema  # lazy: ~40 ms of imports, paid only for an invalid registry
-
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = list(validator.iter_errors(data))
+    errors = list(_validator().iter_errors(data))
     if not errors:
-        # Python's re lets '$' match before a final newline ("1.0\n", "KEY\n"); JSON Schema's ECMA-262 '$' does not,
-        # nor does the generated validator: such a value is refused, never let through to a generated file.
-        path = _fast_path(getattr(fast, "name", None) or "data")
-        raise ShipyardError(f"{fname}:{_line(lines, path) or 1}: {_dotted(path) or '<top>'}: "
-                            f"{getattr(fast, 'value', None)!r} does not match the expected form "
-                            f"(a line break at its end?)")
+        return
     errors.sort(key=lambda e: (_line(lines, e.absolute_path) or 0, _dotted(e.absolute_path)))
     e = _within_one_of(errors[0])
     key = _unknown_key(e)
     path = list(e.absolute_path) + ([key] if key is not None else [])
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     raise ShipyardError(f"{fname}:{_line(lines, path) or 1}: {_dotted(path) or '<top>'}: {_describe(e)}{more}")
-
-
-def _fast_path(name: str) -> tuple:
-    """fastjsonschema's ``data.environments.x.pip[0]`` -> ('environments', 'x', 'pip', 0) (keys may hold dots:
-    the longest known prefix wins only where it matters for the line number, which _line() walks up anyway)."""
-    parts: list = []
-    for piece in re.findall(r"\.([^.\[]+)|\[(\d+)\]", name.removeprefix("data")):
-        parts.append(piece[0] if piece[0] else int(piece[1]))
-    return tuple(parts)
 
 
 # --------------------------------------------------------------------------------------------------------------

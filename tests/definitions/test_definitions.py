@@ -21,10 +21,10 @@ IDS = [f"{kind}-{name}" for kind, _, name in CASES]
 
 @pytest.mark.parametrize("kind,reg,name", CASES, ids=IDS)
 def test_definition_golden(kind, reg, name):
-    """Shipped environments: the committed definitions/ are the golden files (`invoke render --all` updates them);
-    feature cases: tests/golden/definitions/features/."""
+    """Golden files of the tests' own (tests/golden/definitions/<kind>/), not the committed definitions/: those are
+    the product, checked for staleness by `invoke render --all --check` (tests/registry/test_cli_registry.py)."""
     env = reg.environment(name)
-    where = ROOT / "definitions" if kind == "shipped" else GOLDEN / "definitions" / kind
+    where = GOLDEN / "definitions" / kind
     golden(where / f"{name}.def", definitions.render_definition(env, reg))
     golden(where / f"{name}.Dockerfile", definitions.render_dockerfile(env, reg))
     golden(where / f"{name}.test.sh", definitions.render_test_script(env, reg))
