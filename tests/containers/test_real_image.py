@@ -30,6 +30,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -128,6 +129,15 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
                             "python -c 'import torch; print(torch.__version__, torch.version.cuda)'"],
         network_mode="none", remove=True).decode()
     assert res.split() == ["1.13.1+cu117", "11.7"], res
+    # file contents, not names: every file under /opt (the venv is /opt/venv), /etc and root's home is read for the
+    # CA path, the marker and the proxy URL (the bare port is left out: five digits occur by chance in 2 GB of
+    # binaries). grep exits 1 when nothing matches; the venv must be among what it read.
+    needles = " ".join(f"-e {shlex.quote(s)}" for s in (str(site_ca), MARK, connect_proxy.url))
+    scan = docker_env.client().containers.run(
+        m["image"]["tag"], ["/bin/sh", "-c", f"test -x /opt/venv/bin/python || echo NO-VENV; "
+                            f"grep -rlsaF {needles} /opt /etc /root; echo grep-exit=$?"],
+        network_mode="none", remove=True).decode()
+    assert scan.split() == ["grep-exit=1"], f"site settings in the image's files: {scan}"
 
     # stage the SIF the double made from that image; a job verifies its record before its step
     rec = st.stage_command("real", "sandbox", registry=reg, out=io.StringIO())
