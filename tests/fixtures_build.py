@@ -12,7 +12,7 @@ HERE = Path(__file__).parent
 APPTAINER_DOUBLE = HERE / "doubles" / "apptainer"
 ENROOT_DOUBLE = HERE / "doubles" / "enroot"
 
-# Environments the build tests use. `tiny` builds offline FROM the fixture base image (tests/fixtures_docker.py),
+# Environments the build tests use. `tiny` builds offline FROM the fixture base image (tests/containers/fixtures_docker.py),
 # whose python/torch/CUDA/NCCL facts match these pins; `tiny-mismatch` pins a torch that base does not carry, so its
 # %test must fail.
 PROJECT_REGISTRY = """\

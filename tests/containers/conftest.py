@@ -1,4 +1,7 @@
-"""Fixtures of the containers tests only."""
+"""Fixtures of the containers tests only: the real dockerd + OCI registry (fixtures_docker.py), the proxy in front of
+that registry (fixtures_push.py), the debootstrapped Debian base and the CONNECT proxy of the real-image build
+(fixtures_debian.py), and the signing project. Every docker fixture depends on docker_services, which tests/needs.py
+refuses to any test without the docker mark."""
 
 from __future__ import annotations
 
@@ -6,6 +9,9 @@ import json
 import os
 
 import pytest
+from fixtures_debian import connect_proxy, debian12_base  # noqa: F401  (fixtures)
+from fixtures_docker import docker_env, docker_services, tiny_base  # noqa: F401  (fixtures)
+from fixtures_push import registry_proxy  # noqa: F401  (fixtures)
 from fixtures_sign import KEYS, SIGN_DOUBLE, SignProject, make_sif
 
 

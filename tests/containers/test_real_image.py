@@ -3,7 +3,7 @@
 stops the next job before srun.
 
 The environment (tests/data/debian12/registry.yaml) is ``torch 1.13.1`` / CUDA 11.7 / Python 3.11 on ``os: debian12``,
-built FROM a Debian 12 base made here with debootstrap from Debian's own packages (tests/fixtures_debian.py), and
+built FROM a Debian 12 base made here with debootstrap from Debian's own packages (tests/containers/fixtures_debian.py), and
 installed from its committed hash lock (tests/data/debian12/definitions/real.lock, written by `invoke lock real
 --exclude-newer 2025-06-01` with uv against PyPI) with pip ``--require-hashes``: the real torch wheel and the real
 nvidia-* CUDA wheels from PyPI. Why this environment: PyPI's Linux torch wheels are CUDA builds, and torch 1.13.1 is
