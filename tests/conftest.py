@@ -1,9 +1,11 @@
-"""Shared pytest setup. Fixtures live in tests/fixtures_*.py modules (one per real service or double) and are
-loaded here, so that independent areas do not edit one file."""
+"""Shared pytest setup: what more than one test folder uses. A folder's own fixtures live in its conftest.py
+(tests/<package>/conftest.py); services and doubles shared across folders live in tests/fixtures_*.py, loaded here;
+tests/needs.py holds every test to the marks that say what it needs."""
 
 import pathlib
 import sys
 
 _here = pathlib.Path(__file__).parent
 sys.path.insert(0, str(_here))
-pytest_plugins = sorted(p.stem for p in _here.glob("fixtures_*.py")) + ["ci_skips"]  # ci_skips: CI=true fails on a skip it does not allow
+# needs: the marks a service fixture requires; ci_skips: CI=true fails on a skip tests/allowed_skips.yaml does not allow
+pytest_plugins = ["pytester", "needs", *sorted(p.stem for p in _here.glob("fixtures_*.py")), "ci_skips"]

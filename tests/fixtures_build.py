@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from shipyard import registry
 
 HERE = Path(__file__).parent
 APPTAINER_DOUBLE = HERE / "doubles" / "apptainer"
 ENROOT_DOUBLE = HERE / "doubles" / "enroot"
 
-# Environments the build tests use. `tiny` builds offline FROM the fixture base image (tests/fixtures_docker.py),
+# Environments the build tests use. `tiny` builds offline FROM the fixture base image (tests/containers/fixtures_docker.py),
 # whose python/torch/CUDA/NCCL facts match these pins; `tiny-mismatch` pins a torch that base does not carry, so its
 # %test must fail.
 PROJECT_REGISTRY = """\
@@ -69,19 +68,18 @@ defaults:
 
 
 def make_project(root: Path, registry_address: str = "127.0.0.1:9") -> Path:
+    """The build preset at a given registry address (tests that push to a real registry)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "registry.yaml").write_text(PROJECT_REGISTRY.format(registry=registry_address))
     return root
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch):
-    """A project dir with registry.yaml (registries point at a closed port unless a test uses ``pushable``)."""
-    root = make_project(tmp_path / "proj")
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+def project(make_project, monkeypatch):
+    """``make_project("build")`` in use, without the host's build network settings (see no_build_network)."""
+    reg = make_project("build")
     no_build_network(monkeypatch)
-    return registry.load(root / "registry.yaml")
+    return reg
 
 
 def no_build_network(monkeypatch) -> None:

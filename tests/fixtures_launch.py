@@ -1,4 +1,5 @@
-"""Fixtures for the launcher tests: a fixed test registry (one cluster per fabric) and a temporary project.
+"""Helpers of the launcher tests: a fixed test registry (one cluster per fabric, the ``launch`` preset of
+make_project), the probe job, and the pyxis double shared with the jobs tests.
 
 The registry is fixed here (not the project's registry.yaml) so that golden files change only when the launcher
 changes, and its root is a fixed fake path so that absolute paths in the goldens are stable.
@@ -6,13 +7,11 @@ changes, and its root is a fixed fake path so that absolute paths in the goldens
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
-import io
-
-from shipyard import registry
 from shipyard.commands import launch as launch_commands
 from shipyard.commands.context import Context
 from shipyard.launch import launcher
@@ -74,21 +73,6 @@ HOSTILE_ARGS = ("--epochs", "3", "two words", "it's \"quoted\"", "$(touch /tmp/p
                 "grüße 日本", "{{ not_jinja }}", "$HOME", "`id`", "*", "")
 
 
-@pytest.fixture
-def launch_registry():
-    """The test registry, rooted at a fixed fake project path."""
-    return registry.load_text(LAUNCH_REGISTRY, "registry.yaml", path=FAKE_ROOT / "registry.yaml")
-
-
-@pytest.fixture
-def launch_project(tmp_path, monkeypatch):
-    """A temporary project directory holding the test registry; $SHIPYARD_REGISTRY points at it."""
-    (tmp_path / "registry.yaml").write_text(LAUNCH_REGISTRY)
-    monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def build_launcher(reg, *, kind: str = TORCHRUN, command=(), workdir=None, forced=(), model: type = Options,
                    **flags) -> launcher.Launcher:
     """``launcher.build`` as the launch command calls it: the flags as one ``Options`` (or ``model``, a class derived
@@ -135,17 +119,6 @@ with open(os.path.join(out, f"{os.environ['SLURM_JOB_ID']}-{rec['rank']}.json"),
     json.dump(rec, fh)
 print(f"probe rank {rec['rank']} done", flush=True)
 '''
-
-
-@pytest.fixture
-def sandbox_project(sandbox, tmp_path, monkeypatch):
-    """A project (the repo's registry.yaml, with its `sandbox` cluster) in a temp dir, talking to the sandbox."""
-    (tmp_path / "registry.yaml").write_text((REPO / "registry.yaml").read_text())
-    (tmp_path / "probe.py").write_text(PROBE)
-    monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
-    monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 @pytest.fixture(scope="session")

@@ -1,17 +1,10 @@
-"""Fixtures for the lock tests: a throw-away project directory holding a registry.yaml (locks are written under
-its definitions/), and the fixed cut-off every real resolution in the tests uses."""
+"""The lock tests' registry (the ``lock`` preset of make_project) and the fixed cut-off every real resolution in the
+tests uses. The lock_project fixture is in tests/definitions/conftest.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Callable
-
-import pytest
-
-from shipyard import registry
-from shipyard.registry.model import Registry
-
-# Every test that resolves against live PyPI pins this cut-off, so the results cannot drift between runs.
+# Every test that resolves against the package index (marked pypi) pins this cut-off, so the results cannot
+# drift between runs.
 CUTOFF = "2026-11-01T00:00:00Z"
 
 REGISTRY_TEXT = """\
@@ -50,14 +43,3 @@ clusters:
     scheduler: {partition: p}
 """
 
-
-@pytest.fixture
-def lock_project(tmp_path) -> Callable[[str | None], Registry]:
-    """Call with registry text (default: REGISTRY_TEXT); returns the loaded Registry rooted in a temp dir."""
-
-    def make(text: str | None = None) -> Registry:
-        path: Path = tmp_path / "registry.yaml"
-        path.write_text(text or REGISTRY_TEXT)
-        return registry.load(path)
-
-    return make

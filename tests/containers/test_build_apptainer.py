@@ -144,9 +144,23 @@ def test_double_rejects_an_existing_target(project, apptainer_double, tmp_path):
     assert res.returncode == 64 and "already exists" in res.stderr
 
 
+# The double sleeps far longer than a test waits for the build to react, so "ignored the signal" (still sleeping
+# at the deadline) cannot be mistaken for "slow to clean up".
+DOUBLE_SLEEP_S = "300"
+REACT_S = 30
+
+
+def _default_signals() -> None:
+    """In the child: SIGINT/SIGTERM as a user's terminal gives them. A shell running pytest in the background
+    (`cmd &`) hands its children SIGINT *ignored*, exec keeps that, and the build would never see the interrupt."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start_build(project, *extra, env=None) -> subprocess.Popen:
     return invoke_cli.popen("build", "tiny", *extra, cwd=project.root, env=env or os.environ.copy(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_default_signals)
 
 
 def _processes_writing(containers: Path) -> list[int]:
@@ -174,12 +188,17 @@ def _wait_for(pred, timeout=20.0):
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
 def test_interrupt_leaves_no_partial_and_manifest_failed(project, apptainer_double, monkeypatch, sig, code):
-    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP", "30")
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP", DOUBLE_SLEEP_S)
     proc = _start_build(project)
     containers = project.root / "containers"
     assert _wait_for(lambda: list(containers.glob("tiny.sif.tmp-*"))), "the double never started writing"
     os.kill(proc.pid, sig)
-    out, _ = proc.communicate(timeout=30)
+    try:
+        out, _ = proc.communicate(timeout=REACT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"the build did not react to {sig.name} within {REACT_S} s (the double sleeps {DOUBLE_SLEEP_S} s)")
     assert proc.returncode == code, out
     assert "interrupted" in out
     assert not list(containers.glob("*.tmp*")) and not (containers / "tiny.sif").exists()
@@ -188,12 +207,12 @@ def test_interrupt_leaves_no_partial_and_manifest_failed(project, apptainer_doub
 
 
 def test_sigkill_of_builder_is_detected_and_cleaned_by_next_build(project, apptainer_double, monkeypatch):
-    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP", "30")
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP", DOUBLE_SLEEP_S)
     proc = _start_build(project)
     containers = project.root / "containers"
     assert _wait_for(lambda: list(containers.glob("tiny.sif.tmp-*")))
     os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
+    proc.communicate(timeout=REACT_S)
     assert not (containers / "tiny.sif").exists()  # never a partial file at the target path
     assert mf.read_manifest(containers / "tiny.json")["status"] == "building"  # nobody could write "failed"
     # the orphaned tool got SIGTERM through PR_SET_PDEATHSIG instead of writing on

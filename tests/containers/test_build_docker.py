@@ -1,4 +1,4 @@
-"""docker backend of `invoke build`, against a real dockerd started by the tests (tests/fixtures_docker.py).
+"""docker backend of `invoke build`, against a real dockerd started by the tests (tests/containers/fixtures_docker.py).
 
 `tiny` builds FROM a local base image (no Docker Hub) that carries python 3.11 and a metadata-only `torch` package
 with the pinned versions; its %test equivalent (definitions/tiny.test.sh) really runs in the built image.

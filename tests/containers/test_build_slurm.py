@@ -105,6 +105,8 @@ def test_build_runs_as_a_job_on_a_sandbox_node(sandbox, tmp_path, monkeypatch):
     assert shutil.which("sbatch")  # the real client was used through the sandbox wrapper
 
 
+@pytest.mark.slurm
+@pytest.mark.double
 def test_build_job_takes_the_submitters_ca_and_proxy_into_the_build_only(sandbox, tmp_path, monkeypatch):
     """`build --slurm` behind a proxy / private CA: sbatch hands the submitter's environment to the job, whose build
     binds the CA copy and proxy settings for %post (the strict apptainer double checks the bind); the batch script,

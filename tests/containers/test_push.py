@@ -1,7 +1,7 @@
 """`invoke push` / `invoke pull` against a real OCI registry (docker-registry on 127.0.0.1, started by the tests).
 
 The SIF pushed here is a real SIF file made in the test with mksquashfs and siftool (not an apptainer build).
-Auth and transient failures come from a small proxy in front of the real registry (tests/fixtures_push.py).
+Auth and transient failures come from a small proxy in front of the real registry (tests/containers/fixtures_push.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 stops the next job before srun.
 
 The environment (tests/data/debian12/registry.yaml) is ``torch 1.13.1`` / CUDA 11.7 / Python 3.11 on ``os: debian12``,
-built FROM a Debian 12 base made here with debootstrap from Debian's own packages (tests/fixtures_debian.py), and
+built FROM a Debian 12 base made here with debootstrap from Debian's own packages (tests/containers/fixtures_debian.py), and
 installed from its committed hash lock (tests/data/debian12/definitions/real.lock, written by `invoke lock real
 --exclude-newer 2025-06-01` with uv against PyPI) with pip ``--require-hashes``: the real torch wheel and the real
 nvidia-* CUDA wheels from PyPI. Why this environment: PyPI's Linux torch wheels are CUDA builds, and torch 1.13.1 is
@@ -30,6 +30,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -127,6 +128,15 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
                             "python -c 'import torch; print(torch.__version__, torch.version.cuda)'"],
         network_mode="none", remove=True).decode()
     assert res.split() == ["1.13.1+cu117", "11.7"], res
+    # file contents, not names: every file under /opt (the venv is /opt/venv), /etc and root's home is read for the
+    # CA path, the marker and the proxy URL (the bare port is left out: five digits occur by chance in 2 GB of
+    # binaries). grep exits 1 when nothing matches; the venv must be among what it read.
+    needles = " ".join(f"-e {shlex.quote(s)}" for s in (str(site_ca), MARK, connect_proxy.url))
+    scan = docker_env.client().containers.run(
+        m["image"]["tag"], ["/bin/sh", "-c", f"test -x /opt/venv/bin/python || echo NO-VENV; "
+                            f"grep -rlsaF {needles} /opt /etc /root; echo grep-exit=$?"],
+        network_mode="none", remove=True).decode()
+    assert scan.split() == ["grep-exit=1"], f"site settings in the image's files: {scan}"
 
     # stage the SIF the double made from that image; a job verifies its record before its step
     rec = st.stage_command("real", "sandbox", registry=reg, out=io.StringIO())

@@ -1,5 +1,5 @@
-"""definitions/<env>.lock: inputs from the model, the uv argument contract, real resolutions against PyPI
-(deterministic, hashed, installable by pip with --require-hashes), staleness, and a definition that installs from
+"""definitions/<env>.lock: inputs from the model, the uv argument contract, real resolutions against the package
+index (marked pypi, each with the fixed cut-off CUTOFF so the answer cannot drift; deterministic, hashed, installable by pip with --require-hashes), staleness, and a definition that installs from
 the lock passing spython and shellcheck."""
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def _requirement_blocks(text: str) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.pypi
 def test_lock_is_deterministic_complete_and_hashed(lock_project):
     reg = lock_project()
     path = definitions.relock(reg, "e", exclude_newer=CUTOFF)
@@ -101,6 +102,7 @@ def test_lock_is_deterministic_complete_and_hashed(lock_project):
     assert not list(path.parent.glob("*.tmp"))
 
 
+@pytest.mark.pypi
 def test_relock_keeps_the_recorded_cutoff(lock_project):
     reg = lock_project()
     definitions.relock(reg, "tiny", exclude_newer="2025-06-01")
@@ -108,6 +110,7 @@ def test_relock_keeps_the_recorded_cutoff(lock_project):
     assert lock.read_header(path)["exclude-newer"] == "2025-06-01T00:00:00Z"
 
 
+@pytest.mark.pypi
 def test_garbled_cutoff_in_header_names_the_lock(lock_project):
     reg = lock_project()
     path = definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
@@ -116,6 +119,7 @@ def test_garbled_cutoff_in_header_names_the_lock(lock_project):
         definitions.relock(reg, "tiny")
 
 
+@pytest.mark.pypi
 def test_nccl_override_is_locked_and_visible(lock_project):
     reg = lock_project()
     text = definitions.relock(reg, "nccl-override", exclude_newer=CUTOFF).read_text()
@@ -125,6 +129,7 @@ def test_nccl_override_is_locked_and_visible(lock_project):
     assert "# overrides (replace what the torch wheel pins; install the lock with --no-deps):" in text
 
 
+@pytest.mark.pypi
 def test_stale_reason(lock_project):
     reg = lock_project()
     env = reg.environment("tiny")
@@ -139,14 +144,22 @@ def test_stale_reason(lock_project):
     assert "no shipyard-lock header" in lock.stale_reason(reg, env)
 
 
+@pytest.mark.pypi
 def test_unresolvable_pin_is_one_line_error_and_writes_nothing(lock_project):
+    """Refused because the pin does not exist: the same call with a pin that exists locks, and the refusal names
+    the missing version (offline, or with the index down, both pins would fail alike and prove nothing)."""
+    reg = lock_project()
+    assert definitions.relock(reg, "tiny", exclude_newer=CUTOFF).exists(), "six==1.16.0 exists and must lock"
+    paths.lock_path(reg, "tiny").unlink()
     reg = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==99.0.0"))
     with pytest.raises(ShipyardError, match=r"environments.tiny: uv could not lock") as exc:
         definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
     assert "\n" not in str(exc.value)
+    assert "no version of six==99.0.0" in str(exc.value), str(exc.value)
     assert not paths.lock_path(reg, "tiny").exists()
 
 
+@pytest.mark.pypi
 def test_pip_installs_from_the_lock_with_require_hashes(lock_project, tmp_path):
     """The real pip accepts the lock exactly as the definition uses it (--require-hashes --no-deps)."""
     reg = lock_project()
@@ -166,6 +179,7 @@ def test_pip_installs_from_the_lock_with_require_hashes(lock_project, tmp_path):
     assert res.returncode != 0 and "HASH" in res.stderr.upper()
 
 
+@pytest.mark.pypi
 def test_definition_from_lock_parses_and_passes_shellcheck(lock_project, tmp_path):
     reg = lock_project()
     definitions.relock(reg, "e", exclude_newer=CUTOFF)
@@ -183,6 +197,7 @@ def test_definition_from_lock_parses_and_passes_shellcheck(lock_project, tmp_pat
             assert res.returncode == 0, f"%{name}: {res.stdout}"
 
 
+@pytest.mark.pypi
 def test_invoke_lock_task_writes_and_reports(lock_project, invoke):
     reg = lock_project()
     env = {**os.environ, "SHIPYARD_REGISTRY": str(reg.path)}
@@ -195,6 +210,7 @@ def test_invoke_lock_task_writes_and_reports(lock_project, invoke):
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
 
 
+@pytest.mark.pypi
 def test_render_check_fails_on_a_stale_lock_alone(lock_project):
     """`invoke render --check` (the lead's renderer) asks stale_reason: a lock older than the registry fails it even
     when every rendered file is current."""
@@ -214,6 +230,7 @@ def test_render_check_fails_on_a_stale_lock_alone(lock_project):
     assert definitions.render_command("tiny", check=True, registry=reg2, out=io.StringIO()) == 0
 
 
+@pytest.mark.pypi  # uv must try the (unreachable) index for real; offline it would not name it
 def test_index_credentials_never_reach_the_lock_or_errors(lock_project, monkeypatch):
     monkeypatch.setenv("UV_HTTP_RETRIES", "0")
     env = lock_project().environment("tiny")

@@ -16,8 +16,8 @@ from shipyard import registry
 from shipyard.jobs import doctor
 
 DATA = ROOT / "tests" / "data" / "doctor"
-# nvidia-smi and enroot doubles of the doctor probe, and the one strict apptainer double every area shares
-DOUBLES = os.pathsep.join(str(ROOT / "tests" / "doubles" / d) for d in ("doctor", "apptainer"))
+# the nvidia-smi double of the doctor probe, and the one enroot and one apptainer double every area shares
+DOUBLES = os.pathsep.join(str(ROOT / "tests" / "doubles" / d) for d in ("doctor", "enroot", "apptainer"))
 REG = registry.load(ROOT / "registry.yaml")
 
 
