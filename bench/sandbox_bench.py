@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shipyard import demo, registry  # noqa: E402
+from shipyard import registry  # noqa: E402
+from shipyard.commands import demo  # noqa: E402
 from shipyard import sandbox as sb  # noqa: E402
 
 
@@ -64,7 +65,7 @@ def main() -> int:
     ups, sruns, jobs = [], [], []
     try:
         for i in range(args.repeat):
-            info = sb.up(directory=directory)
+            info = sb.up(directory=directory, cluster=reg.cluster(sb.CLUSTER))
             ups.append(info["seconds"])
             t0 = time.monotonic()
             res = sb.run_client(["srun", "-N2", "hostname"], directory, capture_output=True, text=True)

@@ -104,7 +104,8 @@ def main() -> None:
         # the same work without invoke's start (~2x hpccm by itself): what shipyard's own code costs
         rows += [
             ("render --all without invoke (python -c)",
-             [py, "-c", "from shipyard.definitions import render; render.render_command(None, all_envs=True)"]),
+             [py, "-c", "from shipyard.commands import definitions; from shipyard.commands.context import Context; "
+                  "definitions.render(Context.load(), all_envs=True)"]),
             ("check without invoke (python -c)",
              [py, "-c", "from shipyard.registry import report; raise SystemExit(report.check(None, None))"]),
         ]

@@ -90,7 +90,7 @@ def bench_usage(tmp: Path) -> list[str]:
 
 
 def bench_sandbox() -> list[str]:
-    from shipyard import sandbox
+    from shipyard import registry, sandbox
 
     started = False
     if not os.environ.get(sandbox.DIR_ENV):
@@ -98,7 +98,7 @@ def bench_sandbox() -> list[str]:
         os.chmod(d, 0o755)
         os.environ[sandbox.DIR_ENV] = d
     if not sandbox.is_up():
-        sandbox.up()
+        sandbox.up(cluster=registry.load(ROOT / "registry.yaml").cluster(sandbox.CLUSTER))
         started = True
     try:
         env = sandbox.client_env()
