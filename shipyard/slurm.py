@@ -215,8 +215,8 @@ class Job:
 
     Why one handle: four commands wait for a job (`build --slurm --wait`, stage's enroot import, `logs -f`, the
     demo). Each had its own loop with its own idea of "ended" (scontrol's final states in one, squeue's alive states
-    in another, the success state written as a literal in three). Here the state comes from scontrol while the controller keeps
-    the job and from squeue's memory of it after that; "ended" is a final state of shipyard/data/slurm.yaml, or a
+    in another, the success state written as a literal in three). Here the state comes from scontrol while the
+    controller keeps the job and from squeue's memory of it after that; "ended" is a final state of shipyard/data/slurm.yaml, or a
     job the scheduler no longer knows (:meth:`state` is then None: nothing more will happen to it).
     """
 
