@@ -61,11 +61,9 @@ def check(c, env=None, cluster=None):
 @task_guard
 def render(c, env=None, all=False, check=False, force=False):
     """Render definitions/<env>.def (and .Dockerfile) from registry.yaml; refuses what `invoke check` refuses."""
-    from shipyard.definitions import render as definitions
+    from shipyard.commands import definitions as definitions_commands  # lazy: start-up of every task
 
-    code = definitions.render_command(env, all_envs=all, check=check, force=force)
-    if code:
-        raise SystemExit(code)
+    raise SystemExit(definitions_commands.render(Context.load(), env, all_envs=all, check=check, force=force))
 
 
 @task(
@@ -79,18 +77,14 @@ def render(c, env=None, all=False, check=False, force=False):
 @task_guard
 def compat_refresh(c, torch="", write=False, no_companions=False):
     """Derive compat.yaml's wheel facts from PyPI metadata (uv, metadata only) and show them as a diff."""
-    from shipyard.registry import refresh
-
-    code = refresh.refresh_command(torch or None, write=write, companions=not no_companions)
-    if code:
-        raise SystemExit(code)
+    raise SystemExit(registry_commands.compat_refresh(torch or None, write=write, companions=not no_companions))
 
 
 compat_tasks = Collection("compat", compat_refresh)
 
 
 # ----------------------------------------------------------------------------------------------- cluster-facing tools
-# nccl-report, usage, status, logs, doctor: shipyard/jobs/; shell: shipyard/commands/launch.py
+# nccl-report, usage, status, logs, doctor: shipyard/commands/jobs.py; shell: shipyard/commands/launch.py
 
 
 @task(
@@ -105,15 +99,9 @@ compat_tasks = Collection("compat", compat_refresh)
 @task_guard
 def nccl_report(c, log, out=None, cluster=None):
     """Parse nccl-tests output into a bus-bandwidth table and a PNG plot against message size."""
-    from shipyard.jobs import nccl_report as nr
+    from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    try:
-        text, png = nr.report_command(log, out, cluster)
-    except nr.NoRows as exc:
-        print(exc.text, end="")  # transport and verdict; the error line follows on stderr (exit 2)
-        raise
-    print(text, end="")
-    print(f"plot: {png}")
+    raise SystemExit(jobs_commands.nccl_report(log, out, cluster))
 
 
 @task(
@@ -126,11 +114,9 @@ def nccl_report(c, log, out=None, cluster=None):
 @task_guard
 def usage(c, jobid, out=None):
     """Summarise a job's --monitor CSVs per node (CPU, RAM, GPU) and plot them over time."""
-    from shipyard.jobs import usage as us
+    from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    text, png = us.usage_command(jobid, out)
-    print(text, end="")
-    print(f"plot: {png}")
+    raise SystemExit(jobs_commands.usage(Context.load(), jobid, out))
 
 
 @task(
@@ -142,9 +128,9 @@ def usage(c, jobid, out=None):
 @task_guard
 def status(c, cluster=None, since="now-2days"):
     """Table of your shipyard jobs: queued/running (squeue) and finished (sacct)."""
-    from shipyard.jobs import status as jobs
+    from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    print(jobs.status_command(cluster, since), end="")
+    raise SystemExit(jobs_commands.status(Context.load(), cluster, since))
 
 
 @task(
@@ -159,9 +145,9 @@ def status(c, cluster=None, since="now-2days"):
 @task_guard
 def logs(c, jobid, follow=False, num_lines=20, cluster=None):
     """Print the tail of a job's output file (found via scontrol show job, else launch/logs/*-JOBID.out)."""
-    from shipyard.jobs import status as jobs
+    from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    jobs.logs_command(jobid, follow=follow, lines=num_lines, cluster_name=cluster)
+    raise SystemExit(jobs_commands.logs(Context.load(), jobid, follow=follow, lines=num_lines, cluster=cluster))
 
 
 @task(
@@ -196,11 +182,9 @@ def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, tim
 @task_guard
 def doctor(c, cluster=None, env=None, partition=None):
     """Preflight: Slurm, pyxis, apptainer/enroot, fakeroot, GPUs and driver, shared storage; PASS/WARN/FAIL + fix."""
-    from shipyard.jobs import doctor as dr
+    from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    code = dr.doctor_command(cluster, env, partition=partition)
-    if code:
-        raise SystemExit(code)
+    raise SystemExit(jobs_commands.doctor(Context.load(), cluster, env, partition=partition))
 
 
 # ----------------------------------------------------------------------------------------------- development
@@ -217,14 +201,9 @@ def doctor(c, cluster=None, env=None, partition=None):
 @task_guard
 def test_(c, no_install=False, k=None, pytest_args=""):
     """Install what the tests need (Slurm, munge, dockerd, registry, shellcheck, ...) and run the whole suite."""
-    import shlex
+    from shipyard.commands import dev as dev_commands  # lazy: start-up of every task
 
-    from shipyard.dev import testing as devtools
-
-    args = shlex.split(pytest_args) + (["-k", k] if k else [])
-    code = devtools.run_tests(args, install=not no_install)
-    if code:
-        raise SystemExit(code)
+    raise SystemExit(dev_commands.test(pytest_args, k, install=not no_install))
 
 
 # ----------------------------------------------------------------------------------------------- launchers
@@ -264,7 +243,7 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
 
 
 # ----------------------------------------------------------------------------------------------- sandbox, demo
-# The local Slurm cluster (shipyard/sandbox/) and the README's main command (shipyard/demo.py).
+# The local Slurm cluster (shipyard/sandbox/) and the README's main command (shipyard/commands/demo.py).
 
 _SANDBOX_DIR_HELP = "sandbox directory (default: $SHIPYARD_SANDBOX_DIR, else /var/tmp/shipyard-sandbox: one per machine)"
 
@@ -281,36 +260,36 @@ _SANDBOX_DIR_HELP = "sandbox directory (default: $SHIPYARD_SANDBOX_DIR, else /va
 @task_guard
 def sandbox_up(c, nodes=None, gpus_per_node=None, directory=None, no_install=False):
     """Start a real local Slurm cluster (munged, slurmctld, one slurmd per node) as root; idempotent."""
-    from shipyard import sandbox
+    from shipyard.commands import sandbox as sandbox_commands  # lazy: start-up of every task
 
-    print(sandbox.info_line(sandbox.up(nodes, gpus_per_node, directory, install=not no_install)))
+    raise SystemExit(sandbox_commands.up(Context.load(), nodes, gpus_per_node, directory, install=not no_install))
 
 
 @task(name="down", help={"directory": _SANDBOX_DIR_HELP, "keep": "keep config, state and logs on disk"})
 @task_guard
 def sandbox_down(c, directory=None, keep=False):
     """Stop exactly the processes sandbox.up started (by PID); remove its namespaces and, unless --keep, its files."""
-    from shipyard import sandbox
+    from shipyard.commands import sandbox as sandbox_commands  # lazy: start-up of every task
 
-    print(sandbox.down(directory, keep=keep))
+    raise SystemExit(sandbox_commands.down(directory, keep=keep))
 
 
 @task(name="status", help={"directory": _SANDBOX_DIR_HELP})
 @task_guard
 def sandbox_status(c, directory=None):
     """Show the sandbox's nodes, partitions and running jobs."""
-    from shipyard import sandbox
+    from shipyard.commands import sandbox as sandbox_commands  # lazy: start-up of every task
 
-    print(sandbox.status(directory))
+    raise SystemExit(sandbox_commands.status(directory))
 
 
 @task(name="exec", help={"directory": _SANDBOX_DIR_HELP})
 @task_guard
 def sandbox_exec(c, directory=None):
     """Run a Slurm client against the sandbox, argv kept exact: invoke sandbox.exec -- sbatch job.sbatch"""
-    from shipyard import sandbox
+    from shipyard.commands import sandbox as sandbox_commands  # lazy: start-up of every task
 
-    raise SystemExit(sandbox.exec_command(argv_after_dashdash(sys.argv), directory))
+    raise SystemExit(sandbox_commands.exec_(argv_after_dashdash(sys.argv), directory))
 
 
 sandbox_tasks = Collection("sandbox", sandbox_up, sandbox_down, sandbox_status, sandbox_exec)
@@ -326,11 +305,10 @@ sandbox_tasks = Collection("sandbox", sandbox_up, sandbox_down, sandbox_status, 
 @task_guard
 def demo(c, steps=60, timeout=600, no_install=False):
     """Sandbox up, render the default environment, run a 2-node torchrun job on it, print the training result."""
-    from shipyard import demo as dm
+    from shipyard.commands import demo as demo_commands  # lazy: start-up of every task
 
-    code = dm.demo_command(steps=int(steps), timeout=float(timeout), install=not no_install)
-    if code:
-        raise SystemExit(code)
+    raise SystemExit(demo_commands.demo(Context.load(), steps=int(steps), timeout=float(timeout),
+                                        install=not no_install))
 
 
 @task(
@@ -347,11 +325,7 @@ def demo(c, steps=60, timeout=600, no_install=False):
 @task_guard
 def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False):
     """Turn a ParallelCluster config into a cluster profile in registry.yaml (each queue a partition); shows the diff."""
-    from shipyard.registry import pcluster
-
-    code = pcluster.import_command(config, name, registry, dry_run=dry_run, yes=yes)
-    if code:
-        raise SystemExit(code)
+    raise SystemExit(registry_commands.import_pcluster(config, name, registry, dry_run=dry_run, yes=yes))
 
 
 cluster_tasks = Collection("cluster", cluster_import_pcluster)
@@ -462,9 +436,9 @@ def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="",
 @task_guard
 def lock_(c, env=None, exclude_newer=None, index_url=None):
     """Write definitions/<env>.lock: the full dependency closure, pinned with sha256 hashes (uv pip compile)."""
-    from shipyard.definitions import render
+    from shipyard.commands import definitions as definitions_commands  # lazy: start-up of every task
 
-    render.lock_command(env, exclude_newer, index_url)
+    raise SystemExit(definitions_commands.lock(Context.load(), env, exclude_newer, index_url))
 
 
 @task(

@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shipyard import demo, registry  # noqa: E402
+from shipyard import registry  # noqa: E402
+from shipyard.commands import demo  # noqa: E402
 from shipyard import sandbox as sb  # noqa: E402
 
 

@@ -8,8 +8,11 @@ It owns three things that were once spread over five wrappers:
   read from the sandbox's ``state.json``; the controller is trusted only while its PID *and* start time match.
 * **Timeouts.** One policy from ``shipyard/data/slurm.yaml``: queries and submissions end within a bound (a dead
   controller blocks a client for minutes); interactive steps (``timeout=0``) do not.
-* **States and errors.** One set of final and alive job states; a missing client, a timeout or a refusal is one
-  line naming the cluster.
+* **States and errors.** One set of final and alive job states and the one success state, all from the data file;
+  a missing client, a timeout or a refusal is one line naming the cluster.
+* **Waiting for a job.** :class:`Job` is the one handle on a submitted job: its state, waiting for its end, and
+  following its log. `build --slurm --wait`, stage's import job, `logs -f` and the demo each had their own loop,
+  with two sources of state and the success state written as a literal; now they share this one.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import IO, Callable, Sequence
 
 from shipyard import facts, procs
 from shipyard.errors import ShipyardError
@@ -40,6 +44,11 @@ def final_states() -> frozenset[str]:
 
 def alive_states() -> frozenset[str]:
     return frozenset(policy()["alive_states"])
+
+
+def succeeded(state: str | None) -> bool:
+    """The job ended in the success state (``success_state`` in shipyard/data/slurm.yaml)."""
+    return state == policy()["success_state"]
 
 
 def cluster_name(cluster) -> str:
@@ -201,6 +210,99 @@ def job_fields(cluster, jobid: str, directory=None) -> dict[str, str]:
     return dict(re.findall(r"(\S+?)=(\S*)", res.stdout)) if res.returncode == 0 else {}
 
 
-def job_state(cluster, jobid: str, directory=None) -> str | None:
-    """The job's state from scontrol (None when unknown)."""
-    return job_fields(cluster, jobid, directory).get("JobState")
+class Job:
+    """A submitted job on ``cluster`` (a Cluster or its name): its state, its end, its log.
+
+    Why one handle: four commands wait for a job (`build --slurm --wait`, stage's enroot import, `logs -f`, the
+    demo). Each had its own loop with its own idea of "ended" (scontrol's final states in one, squeue's alive states
+    in another, the success state written as a literal in three). Here the state comes from scontrol while the
+    controller keeps the job and from squeue's memory of it after that; "ended" is a final state of shipyard/data/slurm.yaml, or a
+    job the scheduler no longer knows (:meth:`state` is then None: nothing more will happen to it).
+    """
+
+    def __init__(self, cluster, job_id: str, directory=None):
+        self.cluster = cluster
+        self.id = str(job_id)
+        self.directory = directory  # the sandbox's directory, when the cluster is the sandbox
+        self.fields: dict[str, str] = {}  # the last `scontrol show job` answer (ExitCode, StdOut, ...)
+
+    def __repr__(self) -> str:
+        return f"Job({cluster_name(self.cluster)!r}, {self.id!r})"
+
+    def state(self) -> str | None:
+        """The job's state now: scontrol's JobState, else the first state squeue remembers, else None."""
+        self.fields = job_fields(self.cluster, self.id, self.directory)
+        if self.fields.get("JobState"):
+            return self.fields["JobState"]
+        res = query(self.cluster, ["squeue", "--noheader", "--states=all", f"--jobs={self.id}", "--format=%T"],
+                    directory=self.directory)
+        return (res.stdout.split() or [None])[0] if res.returncode == 0 else None
+
+    @staticmethod
+    def ended(state: str | None) -> bool:
+        """A final state, or a job the scheduler no longer knows (None)."""
+        return state is None or state in final_states()
+
+    def wait(self, timeout: float | None = None, poll: float | None = None,
+             until: Callable[[], bool] | None = None) -> str | None:
+        """Ask for the state every ``poll`` seconds (default ``poll.wait_s``) until the job ended, ``until()`` holds,
+        or ``timeout`` seconds passed (None: no limit); the last state seen. The caller tells a timeout by a state
+        that has not :meth:`ended`."""
+        poll = policy()["poll"]["wait_s"] if poll is None else poll
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.state()
+            if self.ended(state) or (until is not None and until()):
+                return state
+            if deadline is not None and time.monotonic() >= deadline:
+                return state
+            time.sleep(poll)
+
+    def cancel(self) -> None:
+        """``scancel`` the job (its answer is not checked: a job that just ended cannot be cancelled)."""
+        run(self.cluster, ["scancel", self.id], directory=self.directory)
+
+    def follow(self, log: str | os.PathLike, out: IO[str], offset: int = 0, poll: float | None = None,
+               check_every: float | None = None) -> str | None:
+        """Print what is appended to ``log`` from byte ``offset`` on, whole lines at a time, until the job ended and
+        nothing more arrives; the job's last state (None: the scheduler no longer knows it).
+
+        The file is read every ``poll`` seconds (default ``poll.log_s``), the scheduler asked every ``check_every``
+        (default ``poll.state_s``); a log that does not exist yet (a pending job) is waited for."""
+        p = policy()["poll"]
+        poll = p["log_s"] if poll is None else poll
+        check_every = p["state_s"] if check_every is None else check_every
+        path = Path(log)
+        last_check = None
+        pending = b""
+        while True:
+            chunk = _read_from(path, offset)
+            if chunk:
+                offset += len(chunk)
+                pending += chunk
+                cut = pending.rfind(b"\n") + 1
+                if cut:
+                    out.write(pending[:cut].decode("utf-8", errors="replace"))
+                    out.flush()
+                    pending = pending[cut:]
+                continue
+            now = time.monotonic()
+            if last_check is None or now - last_check >= check_every:
+                last_check = now
+                state = self.state()
+                if self.ended(state):
+                    pending += _read_from(path, offset)  # whatever arrived between the last read and the ask
+                    if pending:
+                        out.write(pending.decode("utf-8", errors="replace"))
+                        out.flush()
+                    return state
+            time.sleep(poll)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read()
+    except FileNotFoundError:
+        return b""

@@ -16,6 +16,7 @@ from shipyard.commands import launch as launch_commands
 from shipyard.commands.context import Context
 from shipyard.launch import launcher
 from shipyard.launch.options import TORCHRUN, Options
+from shipyard import slurm
 
 LAUNCH_REGISTRY = """\
 environments:
@@ -144,19 +145,14 @@ def pyxis_double(sandbox, tmp_path_factory):
 
 
 def wait_job(sandbox, job_id: str, timeout: float = 240) -> dict:
-    """Poll ``scontrol show job`` until the job is in a final state; return its fields (JobState, ExitCode, ...)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    fields: dict = {}
-    while time.monotonic() < deadline:
-        res = sandbox.run(["scontrol", "show", "job", "-o", job_id])
-        fields = dict(kv.split("=", 1) for kv in res.stdout.split() if "=" in kv)
-        if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
-            return fields
-        time.sleep(0.5)
-    sandbox.run(["scancel", job_id])
-    raise AssertionError(f"job {job_id} did not finish in {timeout} s: {fields.get('JobState')}")
+    """Wait for the job's end (shipyard's own :class:`~shipyard.slurm.Job`); its scontrol fields (JobState,
+    ExitCode, ...)."""
+    job = slurm.Job(slurm.SANDBOX, job_id, sandbox.directory)
+    state = job.wait(timeout, poll=0.5)
+    if job.fields.get("JobState") not in slurm.final_states():
+        job.cancel()
+        raise AssertionError(f"job {job_id} did not finish in {timeout} s: {state}")
+    return job.fields
 
 
 def wait_for_text(path: Path, needle: str, timeout: float = 180) -> str:

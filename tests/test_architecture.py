@@ -144,3 +144,45 @@ def test_the_slurm_check_would_notice_a_direct_call(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import subprocess\nsubprocess.run(['sbatch', '--parsable', 'x'])\n")
     assert spawned_slurm_clients(bad) == ["bad.py:2"]
+
+
+# ------------------------------------------------------------------------------------------------ stages and commands
+
+STAGES = ("registry", "definitions", "containers", "staging", "launch", "jobs", "sandbox")
+
+
+def stage_offences(path: Path) -> list[str]:
+    """What a stage module must not do: define a ``*_command``, load the registry (``registry.load`` /
+    ``loader.load``), or import the commands layer or the CLI helpers."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.endswith("_command"):
+            found.append(f"{path.name}:{node.lineno}: defines {node.name}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in ("registry", "loader"):
+            found.append(f"{path.name}:{node.lineno}: calls {node.func.value.id}.load")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+                node.module.startswith(("shipyard.commands", "shipyard.cli"))
+                or (node.module == "shipyard" and {a.name for a in node.names} & {"commands", "cli"})):
+            found.append(f"{path.name}:{node.lineno}: imports {node.module}")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and path.parent.name != "registry" \
+                and node.module in ("shipyard.registry", "shipyard.registry.loader") \
+                and "load" in {a.name for a in node.names}:  # the registry package itself re-exports it
+            found.append(f"{path.name}:{node.lineno}: imports load from {node.module}")
+    return found
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stages_leave_use_cases_to_the_commands_layer(stage):
+    """A stage takes objects and returns values: the registry is loaded, names resolved and the gate run once, in
+    shipyard/commands/ (see the package's docstring)."""
+    offenders = [hit for path in sorted((PKG / stage).rglob("*.py")) for hit in stage_offences(path)]
+    assert offenders == []
+
+
+def test_the_stage_check_would_notice_each_offence(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from shipyard import registry\nfrom shipyard.commands import gate\n"
+                   "def x_command():\n    return registry.load()\n")
+    assert stage_offences(bad) == ["bad.py:2: imports shipyard.commands", "bad.py:3: defines x_command",
+                                   "bad.py:4: calls registry.load"]

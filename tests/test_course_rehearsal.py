@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from shipyard import demo
+from shipyard.commands import demo
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE = ROOT / "examples" / "course"

@@ -1,4 +1,5 @@
-"""`invoke list`, `invoke show` and `invoke check`: the registry as tables, one environment's pins, every problem.
+"""`invoke list`, `show`, `check`, `compat.refresh` and `cluster.import-pcluster`: the registry as tables, one
+environment's pins, every problem; the compatibility facts refreshed; a cluster profile added.
 
 The pattern every command module follows: flags in (names, booleans), a :class:`Context` loaded once, names resolved
 once, the stage's pure functions called with objects, the result printed on ``ctx.out``, an exit code returned.
@@ -6,9 +7,19 @@ once, the stage's pure functions called with objects, the result printed on ``ct
 
 from __future__ import annotations
 
+import difflib
+import sys
+from pathlib import Path
+from typing import IO, Callable
+
+import yaml
+
+from shipyard import registry
 from shipyard.commands import gate
 from shipyard.commands.context import Context
-from shipyard.registry import compat, report
+from shipyard.errors import ShipyardError
+from shipyard.files import atomic_write
+from shipyard.registry import compat, pcluster, refresh, report
 
 
 def list_(ctx: Context) -> int:
@@ -32,3 +43,73 @@ def check(ctx: Context, env: str | None = None, cluster: str | None = None) -> i
     n_env = 1 if env_name else len(reg.environments)
     n_clusters = 1 if cluster_name else len(reg.clusters)
     return 1 if report.print_table(reg, problems, n_env, n_clusters, ctx.out) else 0
+
+
+def compat_refresh(torch: str | None = None, write: bool = False, companions: bool = True, path: Path | None = None,
+                   out: IO[str] | None = None) -> int:
+    """`invoke compat.refresh`: print the diff between compat.yaml and what the metadata says; write it only with
+    ``write``; 1 when it differs and was not written.
+
+    No :class:`Context`: the facts it refreshes ship with shipyard, so it runs without a registry.yaml.
+    """
+    out = out or sys.stdout
+    path = path or refresh.COMPAT_PATH
+    text = path.read_text(encoding="utf-8")
+    committed = yaml.safe_load(text)  # the committed file as it is on disk (facts.load caches the package copy)
+    patches = [p.strip() for p in torch.split(",")] if torch else compat.known_torch_versions()
+    uv = refresh.Uv.default()
+    print(f"compat refresh: reading PyPI metadata of {len(patches)} torch release(s) with uv "
+          f"({uv.platform}; default CUDA variant only)", file=out)
+    derived = refresh.derive(patches, uv, companions=companions)
+    new = refresh.refreshed_text(text, derived, committed)
+    for note in derived.notes + refresh.variant_coverage(uv, patches):
+        print(f"note: {note}", file=out)
+    d = refresh.diff(text, new)
+    if not d:
+        print(f"compat refresh: {path.name} agrees with the metadata ({uv.runs} uv runs)", file=out)
+        return 0
+    print(d, end="", file=out)
+    if not write:
+        print(f"compat refresh: {path.name} NOT written; review the diff above, then rerun with --write", file=out)
+        return 1
+    atomic_write(path, new)
+    print(f"compat refresh: wrote {path}", file=out)
+    return 0
+
+
+def import_pcluster(config: str, name: str | None = None, registry_path=None, *, dry_run: bool = False,
+                    yes: bool = False, out: IO[str] | None = None, ask: Callable[[str], str] = input) -> int:
+    """`invoke cluster.import-pcluster CONFIG`: show the diff of registry.yaml with the new cluster profile, and
+    (unless ``dry_run`` or the user says no on a terminal) write it; 1 when the user said no.
+
+    No :class:`Context`: the registry is changed as text (the user's comments and layout stay), and the result is
+    validated as a whole before anything is written.
+    """
+    out = out or sys.stdout
+    cpath = Path(config)
+    try:
+        ctext = cpath.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShipyardError(f"{cpath}: cannot read the ParallelCluster config: {exc}") from None
+    name = pcluster.check_name(name or cpath.stem)
+    prof = pcluster.profile(ctext, str(cpath))
+    rpath = registry.registry_path(registry_path)
+    try:
+        before = rpath.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShipyardError(f"{rpath}: cannot read the registry: {exc}") from None
+    after = pcluster.added(before, rpath, name, prof, cpath.name)
+    diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                str(rpath), f"{rpath} (with clusters.{name})")
+    out.write("".join(diff))
+    if dry_run:
+        print(f"dry run: {rpath} not changed", file=out)
+        return 0
+    if not yes and sys.stdin.isatty():
+        if ask(f"write clusters.{name} into {rpath}? [y/N] ").strip().lower() not in ("y", "yes"):
+            print(f"{rpath} not changed", file=out)
+            return 1
+    atomic_write(rpath, after)
+    print(f"wrote clusters.{name} into {rpath} ({len(prof['scheduler']['partitions'])} partitions); "
+          f"check it with: invoke check --cluster {name}", file=out)
+    return 0

@@ -10,7 +10,6 @@ working directory is not the submitter's).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import IO
 
@@ -18,8 +17,6 @@ from shipyard import __version__, escaping, project, slurm, templating
 from shipyard.containers.common import parse_formats
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
-
-POLL_S = 2.0
 
 
 def _directive(value, what: str):
@@ -82,27 +79,15 @@ def submit(reg, env_name: str, *, cluster_name: str | None = None, partition: st
           f"(partition {partition or cluster.build_partition}); log: {log}", file=out, flush=True)
     if not wait:
         return 0
-    state = follow(cluster.name, job_id, log, out)
-    if state != "COMPLETED":
-        raise ShipyardError(f"build job {job_id} ended {state}; see {log}", exit_code=1)
+    ended(slurm.Job(cluster, job_id), log, out, what="build job")
     return 0
 
 
-def follow(cluster_name: str, job_id: str, log: Path, out: IO[str], poll: float = POLL_S) -> str:
-    """Print the job's log as it grows until the job reaches a final state; return that state."""
-    pos = 0
-    state = None
-    while True:
-        state = slurm.job_state(cluster_name, job_id) or state
-        if log.is_file():
-            with open(log, encoding="utf-8", errors="replace") as fh:
-                fh.seek(pos)
-                chunk = fh.read()
-                pos = fh.tell()
-            if chunk:
-                print(chunk, end="", file=out, flush=True)
-        if state in slurm.final_states():
-            return state
-        if state is None:
-            raise ShipyardError(f"job {job_id}: the scheduler no longer knows it; see {log}")
-        time.sleep(poll)
+def ended(job: slurm.Job, log: Path, out: IO[str] | None, *, what: str, poll: float | None = None) -> str:
+    """Follow ``job``'s log to its end (:meth:`shipyard.slurm.Job.follow`); exit 1 unless it succeeded."""
+    state = job.follow(log, out or sys.stdout, check_every=poll)
+    if state is None:
+        raise ShipyardError(f"{what} {job.id}: the scheduler no longer knows it; see {log}")
+    if not slurm.succeeded(state):
+        raise ShipyardError(f"{what} {job.id} ended {state}; see {log}", exit_code=1)
+    return state

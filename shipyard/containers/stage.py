@@ -243,10 +243,8 @@ def import_job(reg: Registry, env: Environment, cluster: Cluster, source: str, t
     log = project.build_logs_dir(reg) / f"{env.name}-stage-{job}.out"
     print(f"enroot import of {source} runs as job {job} on partition {cluster.build_partition}; log: {log}",
           file=out, flush=True)
-    state = on_slurm.follow(cluster.name, job, log, out or open(os.devnull, "w"),
-                            poll=float(facts()["import_poll_s"]))
-    if state != "COMPLETED":
-        raise ShipyardError(f"enroot import job {job} ended {state}; see {log}", exit_code=1)
+    on_slurm.ended(slurm.Job(cluster, job), log, out or open(os.devnull, "w"), what="enroot import job",
+                   poll=float(facts()["import_poll_s"]))
     return job
 
 

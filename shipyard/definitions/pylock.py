@@ -219,7 +219,7 @@ def compile_lock(env: Environment, cutoff: str, index_url: str = DEFAULT_INDEX, 
 def lock(reg: Registry, env_name: str | None = None, exclude_newer: str | None = None,
          index_url: str | None = None) -> Path:
     """Write ``definitions/<env>.lock`` atomically and return its path. The definitions install from the lock and
-    carry its sha256 as a label, so callers re-render afterwards (:func:`shipyard.definitions.render.lock_command`).
+    carry its sha256 as a label, so callers re-render afterwards (:func:`shipyard.definitions.render.relock`).
 
     The cut-off is, in order: ``exclude_newer``; the one in the existing lock; midnight UTC today.
     """

@@ -11,16 +11,12 @@ references in registry values reach the .def unchanged; the Dockerfile renderer 
 from __future__ import annotations
 
 import hashlib
-import io
-import sys
 from pathlib import Path
 
 from shipyard import __version__, project, templating
-from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
 from shipyard.definitions import pylock
 from shipyard.definitions.recipe import BUILD_NET_MOUNT, SHIPYARD_DIR, VENV, Step, build_recipe
 from shipyard.files import atomic_write
-from shipyard.registry import load
 from shipyard.registry.model import Environment, Registry
 
 TEST_PATH = f"{SHIPYARD_DIR}/test.sh"
@@ -111,71 +107,49 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def render_command(env_name: str | None, all_envs: bool = False, check: bool = False, registry=None,
-                   out=sys.stdout, force: bool = False, checks: bool = True) -> int:
-    """`invoke render`: write (or, with check, compare) definitions; returns the exit code.
+def write(reg: Registry, envs: list[Environment]) -> list[Path]:
+    """Write every file of ``envs`` whose text differs from what the registry renders; the paths written.
 
-    Before writing, each environment passes the checks of `invoke check ENV` including its lock
-    (:func:`shipyard.definitions.enforce.require`); ``force`` writes anyway with a warning. ``checks=False`` is for
-    :func:`relock`, which re-renders because the lock it just wrote changed the definition's lock label.
-    """
-    reg = registry if isinstance(registry, Registry) else load(registry)
-    envs = list(reg.environments.values()) if all_envs else [reg.environment(env_name)]
-    if checks and not check:
-        for env in envs:
-            enforce.require(reg, env, what=f"render {env.name}", force=force, locks=True)
-    stale: list[str] = []
+    The check gate is the caller's (`invoke render` runs it first; :func:`relock` does not, since the lock it just
+    wrote is what changed the definition's lock label)."""
+    written = []
+    for env in envs:
+        for path, text in rendered_files(reg, env).items():
+            if _read(path) != text:
+                atomic_write(path, text, mode=0o755 if path.name.endswith(".sh") else 0o644)
+                written.append(path)
+    return written
+
+
+def stale(reg: Registry, envs: list[Environment], all_envs: bool = False) -> list[str]:
+    """What `invoke render --check` names: each file of ``envs`` that is missing or differs from what the registry
+    renders, each stale lock, and (``all_envs``) each definition of an environment registry.yaml no longer has;
+    ``PATH (why)`` lines relative to the project."""
+    found: list[str] = []
     known: set[Path] = set()
-    written = 0
     for env in envs:
         for path, text in rendered_files(reg, env).items():
             known.add(path)
             rel = path.relative_to(reg.root)
             current = _read(path)
-            if check:
-                if current is None:
-                    stale.append(f"{rel} (missing)")
-                elif current != text:
-                    stale.append(f"{rel} (differs from registry.yaml)")
+            if current is None:
+                found.append(f"{rel} (missing)")
             elif current != text:
-                atomic_write(path, text, mode=0o755 if path.name.endswith(".sh") else 0o644)
-                written += 1
-                print(f"wrote {rel}", file=out)
-        if check:
-            why = pylock.stale_reason(reg, env)
-            if why:
-                stale.append(f"{project.lock_path(reg, env.name).relative_to(reg.root)} ({why})")
-    if all_envs and check:
+                found.append(f"{rel} (differs from registry.yaml)")
+        why = pylock.stale_reason(reg, env)
+        if why:
+            found.append(f"{project.lock_path(reg, env.name).relative_to(reg.root)} ({why})")
+    if all_envs:
         for p in sorted(project.definitions_dir(reg).glob("*")):
             if (p.suffix in (".def", ".Dockerfile") or p.name.endswith(".test.sh")) and p not in known:
-                stale.append(f"{p.relative_to(reg.root)} (no such environment in registry.yaml)")
-    if check:
-        if stale:
-            print("stale definitions (run `invoke render --all`):", file=out)
-            for s in stale:
-                print(f"  {s}", file=out)
-            return 1
-        print(f"definitions/ is up to date ({len(envs)} environment(s))", file=out)
-        return 0
-    if not written:
-        print(f"definitions/ already up to date ({len(envs)} environment(s))", file=out)
-    return 0
+                found.append(f"{p.relative_to(reg.root)} (no such environment in registry.yaml)")
+    return found
 
 
-def relock(reg: Registry, env_name: str | None = None, exclude_newer: str | None = None,
+def relock(reg: Registry, env: Environment, exclude_newer: str | None = None,
            index_url: str | None = None) -> Path:
     """Write the environment's lock (:func:`shipyard.definitions.pylock.lock`), then re-render its definitions:
     they install from the lock and carry its sha256 as a label, so a new lock makes them stale."""
-    path = pylock.lock(reg, env_name, exclude_newer, index_url)
-    render_command(reg.environment(env_name).name, registry=reg, out=io.StringIO(), checks=False)
+    path = pylock.lock(reg, env.name, exclude_newer, index_url)
+    write(reg, [env])
     return path
-
-
-def lock_command(env_name: str | None, exclude_newer: str | None = None, index_url: str | None = None,
-                 out=sys.stdout) -> None:
-    """`invoke lock`: lock and re-render, then say what was written."""
-    reg = load()
-    path = relock(reg, env_name, exclude_newer, index_url)
-    pkgs, hashes = pylock.count_pins(path.read_text())
-    print(f"wrote {path.relative_to(reg.root)}: {pkgs} packages, {hashes} sha256 hashes, "
-          f"exclude-newer {pylock.read_header(path)['exclude-newer']}", file=out)

@@ -30,8 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from shipyard import facts as data
-from shipyard import registry, slurm
-from shipyard.errors import ShipyardError
+from shipyard import slurm
 from shipyard import runtimes
 from shipyard.launch import staged
 from shipyard.registry import compat
@@ -388,18 +387,8 @@ def images(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
     return out
 
 
-def doctor_command(cluster_name: str | None = None, env_name: str | None = None, registry_path=None,
-                   partition: str | None = None) -> int:
-    """`invoke doctor`: print the report; 1 when anything FAILs. The compute node is probed on ``partition``
-    (default: scheduler.partition) and judged by that partition's GPUs."""
-    reg = registry.load(registry_path)
-    cluster = reg.cluster(cluster_name)
-    if partition and partition not in cluster.partitions:
-        raise ShipyardError(f"--partition {partition!r}: not a partition of cluster {cluster.name} "
-                            f"(valid: {', '.join(cluster.partitions)})")
-    cluster = cluster.on(partition)
-    env = reg.environment(env_name)
+def diagnose(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
+    """Probe the login node and a compute node of ``cluster`` (its partition chosen with :meth:`Cluster.on`) and
+    judge them, and the staged image, for ``env``."""
     storage, login, node, err = run_probes(reg, cluster)
-    findings = evaluate(cluster, env, storage, login, node, err) + images(reg, cluster, env)
-    print(render(cluster, env, findings), end="")
-    return 1 if any(f.status == FAIL for f in findings) else 0
+    return evaluate(cluster, env, storage, login, node, err) + images(reg, cluster, env)

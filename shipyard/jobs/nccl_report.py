@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shipyard import nccl_transport, registry
+from shipyard import nccl_transport
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, table
 from shipyard.registry.model import Cluster
@@ -264,7 +264,7 @@ class _Parser:
 
 def parse_text(text: str, path: str = "<log>") -> Report:
     """Parse nccl-tests output (any *_perf binary, any layout). A log without result rows gives a report with no
-    runs: its transport and failures are still read (see :func:`report_command`)."""
+    runs: its transport and failures are still read (see :func:`write_report`)."""
     p = _Parser()
     for line in text.splitlines():
         p.feed(line)
@@ -449,17 +449,13 @@ def save_png(fig, path: str | Path) -> Path:
     return atomic_write(path, buf.getvalue())
 
 
-def report_command(log: str, out: str | None = None, cluster_name: str | None = None) -> tuple[str, Path]:
-    """What `invoke nccl-report` does: returns the text table and where the PNG went.
+def write_report(log: str, out: str | None = None, cluster: Cluster | None = None) -> tuple[str, Path]:
+    """The text table of nccl-tests output ``log`` and the PNG written (``out``, default LOG with .png); ``cluster``
+    (None: none known) gives the line rate and the transport verdict.
 
     A log without result rows raises :class:`NoRows` (exit 2) carrying what can still be said: the transport NCCL
     selected and its verdict for the cluster (a job that failed before its first row often failed on the fabric)."""
     report = parse_file(log)
-    # A log can be read anywhere; only the line rate and the verdict need the registry.
-    if cluster_name is None and not registry.registry_path().exists():
-        cluster = None
-    else:
-        cluster = registry.load().cluster(cluster_name)
     png = Path(out) if out else Path(log).with_suffix(".png")
     if png.suffix.lower() != ".png":
         raise ShipyardError(f"--out {out}: the plot is written as PNG; give a path ending in .png")

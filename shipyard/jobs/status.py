@@ -13,16 +13,12 @@ sacct is asked for the job-completion log instead (``sacct -c``).
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
-import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, TextIO
 
-from shipyard import project, registry, slurm
+from shipyard import project, slurm
 from shipyard.errors import ShipyardError
 from shipyard.files import table
 from shipyard.registry.model import Cluster, Registry
@@ -124,13 +120,9 @@ def _default_log(root: Path, job: Job) -> Path | None:
     return p if p.exists() else None
 
 
-def status_command(cluster_name: str | None = None, since: str = "now-2days", registry_path=None,
-                   user: str | None = None) -> str:
-    """`invoke status`: the table of the user's shipyard jobs."""
-
-    reg = registry.load(registry_path)
-    cluster = reg.cluster(cluster_name)
-    user = user or getpass.getuser()
+def shipyard_jobs(reg: Registry, cluster: Cluster, user: str, since: str) -> tuple[list[Job], str]:
+    """The user's shipyard jobs on ``cluster`` (squeue's, completed by sacct's since ``since``), oldest first, and a
+    note when finished jobs could not be listed (no sacct)."""
     res = slurm.query(cluster, squeue_argv(user))
     if res.returncode != 0:
         raise ShipyardError(f"squeue on {cluster.name}: {slurm.last_error(res)}", exit_code=1)
@@ -146,8 +138,7 @@ def status_command(cluster_name: str | None = None, since: str = "now-2days", re
         note = (f"(sacct unavailable: {slurm.last_error(acct)}; finished jobs the controller no longer keeps are not "
                 "listed)")
     launchers = launcher_names(reg.root)
-    jobs = [j for j in merge(live, done) if is_shipyard(j, launchers)]
-    return render_status(cluster.name, jobs, reg.root, note)
+    return [j for j in merge(live, done) if is_shipyard(j, launchers)], note
 
 
 # ------------------------------------------------------------------------------------------------ logs
@@ -172,8 +163,8 @@ def find_log(reg: Registry, cluster: Cluster, jobid: str, wait: bool = False) ->
         path = stdout_from_scontrol(res.stdout)
         if path:
             p = Path(path)
-            while wait and not p.exists() and job_alive(cluster, jobid):
-                time.sleep(0.5)
+            if wait and not p.exists():  # a pending job: Slurm creates the file when it starts
+                slurm.Job(cluster, jobid).wait(poll=slurm.policy()["poll"]["log_s"], until=p.exists)
             if p.exists():
                 return p
     found = sorted(project.launch_logs_dir(reg).glob(f"*-{jobid}.out"))
@@ -203,76 +194,3 @@ def tail(path: Path, lines: int, block: int = 65536) -> tuple[list[str], int]:
     text = data.decode("utf-8", errors="replace")
     out = text.splitlines(keepends=True)
     return (out[-lines:] if lines > 0 else []), size
-
-
-def job_alive(cluster: Cluster, jobid: str) -> bool:
-    res = slurm.query(cluster, ["squeue", "--noheader", "--states=all", f"--jobs={jobid}", "--format=%T"])
-    states = set(res.stdout.split()) if res.returncode == 0 else set()
-    return bool(states & slurm.alive_states())
-
-
-def follow_file(path: Path, offset: int, alive: Callable[[], bool], out: TextIO, poll: float = 0.5,
-           check_every: float = 2.0) -> None:
-    """Print what is appended to ``path`` from ``offset`` until the job ends and nothing more arrives."""
-    last_check = 0.0
-    pending = b""
-    while True:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            chunk = fh.read()
-        if chunk:
-            offset += len(chunk)
-            pending += chunk
-            cut = pending.rfind(b"\n") + 1
-            if cut:
-                out.write(pending[:cut].decode("utf-8", errors="replace"))
-                out.flush()
-                pending = pending[cut:]
-            continue
-        now = time.monotonic()
-        if now - last_check >= check_every:
-            last_check = now
-            if not alive():
-                with open(path, "rb") as fh:  # whatever arrived between the last read and the check
-                    fh.seek(offset)
-                    pending += fh.read()
-                if pending:
-                    out.write(pending.decode("utf-8", errors="replace"))
-                    out.flush()
-                return
-        time.sleep(poll)
-
-
-def logs_command(jobid: str, follow: bool = False, lines: int | str = 20, cluster_name: str | None = None,
-                 registry_path=None, out: TextIO | None = None) -> Path:
-    """`invoke logs`: print the tail of the job's output (and follow it with ``follow``). Returns the file."""
-
-    out = out or sys.stdout
-    try:
-        n = int(lines)
-    except (TypeError, ValueError):
-        raise ShipyardError(f"--num-lines {lines!r}: expected a whole number of lines (0 or more)") from None
-    if n < 0:
-        raise ShipyardError(f"--num-lines {n}: expected 0 or more")
-    reg = registry.load(registry_path)
-    cluster = reg.cluster(cluster_name)
-    path = find_log(reg, cluster, str(jobid), wait=follow)
-    last, size = tail(path, n)
-    out.write("".join(last))
-    out.flush()
-    if follow:
-        follow_file(path, size, lambda: job_alive(cluster, str(jobid)), out)
-        final_state(cluster, str(jobid))
-    return path
-
-
-def final_state(cluster: Cluster, jobid: str) -> str | None:
-    """After following a job to its end: a job that did not complete is exit 1 (a failed job, not bad input), so
-    `logs -f JOBID && next-step` stops. The state comes from scontrol, else squeue's memory of it."""
-    state = slurm.job_state(cluster, jobid)
-    if state is None:
-        res = slurm.query(cluster, ["squeue", "--noheader", "--states=all", f"--jobs={jobid}", "--format=%T"])
-        state = (res.stdout.split() or [None])[0] if res.returncode == 0 else None
-    if state and state != "COMPLETED":
-        raise ShipyardError(f"job {jobid} ended {state}", exit_code=1)
-    return state

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shipyard import project, registry
 from shipyard.errors import ShipyardError
 from shipyard.files import table
 from shipyard.jobs import nccl_report
@@ -224,11 +223,9 @@ def default_png(csv_path: Path, jobid: str) -> Path:
     return csv_path.with_name(f"{name}-{jobid}.usage.png")
 
 
-def usage_command(jobid: str, out: str | None = None, logs_dir: Path | None = None) -> tuple[str, Path]:
-    """What `invoke usage` does: the summary text, and where the PNG went."""
-
-    if logs_dir is None:
-        logs_dir = project.launch_logs_dir(registry.load())
+def write_report(logs_dir: Path, jobid: str, out: str | None = None) -> tuple[str, Path]:
+    """The summary text of job ``jobid``'s --monitor CSVs in ``logs_dir``, and the PNG written (``out``, default
+    beside the CSVs)."""
     series = load_job(logs_dir, str(jobid))
     png = Path(out) if out else default_png(series[0].source, str(jobid))
     if png.suffix.lower() != ".png":

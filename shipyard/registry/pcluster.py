@@ -13,9 +13,7 @@ atomically. An instance type missing from the data file is refused by name, and 
 
 from __future__ import annotations
 
-import difflib
 import re
-import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,7 +21,6 @@ import yaml
 
 from shipyard import facts
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
 from shipyard.registry import loader
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -192,36 +189,15 @@ def insert(registry_text: str, fname: str, name: str, prof: dict, source: str) -
     return "".join(text_lines[:end]) + block + "".join(text_lines[end:])
 
 
-def import_command(config: str, name: str | None = None, registry_path=None, *, dry_run: bool = False,
-                   yes: bool = False, out=sys.stdout, ask=input) -> int:
-    """Read CONFIG, show the diff of registry.yaml, and (unless ``dry_run`` or the user says no) write it."""
-    cpath = Path(config)
-    try:
-        ctext = cpath.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ShipyardError(f"{cpath}: cannot read the ParallelCluster config: {exc}") from None
-    name = name or cpath.stem
+def check_name(name: str) -> str:
+    """``name`` when it can name a cluster profile (``--name``); else one error line."""
     if not _NAME.match(name):
         raise ShipyardError(f"--name {name!r}: use letters, digits, '.', '_' and '-'")
-    prof = profile(ctext, str(cpath))
-    rpath = loader.registry_path(registry_path)
-    try:
-        before = rpath.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ShipyardError(f"{rpath}: cannot read the registry: {exc}") from None
-    after = insert(before, str(rpath), name, prof, cpath.name)
-    loader.load_text(after, str(rpath), rpath)  # the result must be a valid registry before anything is written
-    diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                str(rpath), f"{rpath} (with clusters.{name})")
-    out.write("".join(diff))
-    if dry_run:
-        print(f"dry run: {rpath} not changed", file=out)
-        return 0
-    if not yes and sys.stdin.isatty():
-        if ask(f"write clusters.{name} into {rpath}? [y/N] ").strip().lower() not in ("y", "yes"):
-            print(f"{rpath} not changed", file=out)
-            return 1
-    atomic_write(rpath, after)
-    print(f"wrote clusters.{name} into {rpath} ({len(prof['scheduler']['partitions'])} partitions); "
-          f"check it with: invoke check --cluster {name}", file=out)
-    return 0
+    return name
+
+
+def added(registry_text: str, rpath: Path, name: str, prof: dict, source: str) -> str:
+    """The registry text with ``clusters.NAME`` inserted, validated as a whole registry before anyone writes it."""
+    after = insert(registry_text, str(rpath), name, prof, source)
+    loader.load_text(after, str(rpath), rpath)
+    return after

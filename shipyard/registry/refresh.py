@@ -15,10 +15,10 @@ will (markers evaluated for the target platform and Python, extras, the ``cuda-t
 and needs no registry host name in this project: its default index is PyPI. It has timeouts (``UV_HTTP_TIMEOUT``
 plus a per-run limit, both in compat.yaml ``refresh:``). The price is one uv run per question, run a few at a time.
 
-Never a silent rewrite: the command prints a unified diff of compat.yaml and writes only with ``--write``. Facts it
-cannot read (NCCL linked statically, arches, nvidia/cuda images, variants on the PyTorch index when that index is
-unreachable) keep their committed values and source marks; a value it confirms keeps its mark, a value it changes
-or adds gets P (read off the metadata).
+Never a silent rewrite: the command (:func:`shipyard.commands.registry.compat_refresh`) prints a unified diff of
+compat.yaml and writes only with ``--write``. Facts it cannot read (NCCL linked statically, arches, nvidia/cuda
+images, variants on the PyTorch index when that index is unreachable) keep their committed values and source marks;
+a value it confirms keeps its mark, a value it changes or adds gets P (read off the metadata).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from pathlib import Path
 
 from shipyard import facts as data
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
 from shipyard.registry import compat
 
 COMPAT_PATH = Path(__file__).resolve().parents[1] / "data" / "compat.yaml"
@@ -316,32 +315,3 @@ def refreshed_text(text: str, derived: Derived, committed: dict) -> str:
 def diff(old: str, new: str, path: str = "shipyard/data/compat.yaml") -> str:
     return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                         f"{path} (committed)", f"{path} (from package metadata)"))
-
-
-def refresh_command(torch: str | None = None, write: bool = False, companions: bool = True,
-                    path: Path | None = None) -> int:
-    """Print the diff between compat.yaml and what the metadata says; write it only with ``write``."""
-    import yaml  # lazy: only to read the committed file as it is on disk (facts.load caches the package copy)
-
-    path = path or COMPAT_PATH
-    text = path.read_text(encoding="utf-8")
-    committed = yaml.safe_load(text)
-    patches = [p.strip() for p in torch.split(",")] if torch else compat.known_torch_versions()
-    uv = Uv.default()
-    print(f"compat refresh: reading PyPI metadata of {len(patches)} torch release(s) with uv "
-          f"({uv.platform}; default CUDA variant only)")
-    derived = derive(patches, uv, companions=companions)
-    new = refreshed_text(text, derived, committed)
-    for note in derived.notes + variant_coverage(uv, patches):
-        print(f"note: {note}")
-    d = diff(text, new)
-    if not d:
-        print(f"compat refresh: {path.name} agrees with the metadata ({uv.runs} uv runs)")
-        return 0
-    print(d, end="")
-    if not write:
-        print(f"compat refresh: {path.name} NOT written; review the diff above, then rerun with --write")
-        return 1
-    atomic_write(path, new)
-    print(f"compat refresh: wrote {path}")
-    return 0

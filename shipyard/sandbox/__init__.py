@@ -128,12 +128,6 @@ def run_client(argv: Sequence[str], directory=None, timeout: float | None = None
     return subprocess.run(client_argv(argv, directory, timeout), **kwargs)
 
 
-def exec_command(argv: Sequence[str], directory=None) -> int:
-    """``invoke sandbox.exec -- CMD ...``: run CMD (the words after ``--``, exactly as typed) against the sandbox
-    with the terminal attached; its exit code."""
-    return slurm.run(SANDBOX, list(argv), timeout=0, directory=directory, capture=False).returncode
-
-
 def status(directory=None) -> str:
     """A human summary: where the sandbox is, its nodes and partitions (sinfo) and its jobs (squeue)."""
     root = _directory(directory)
@@ -155,11 +149,11 @@ def status(directory=None) -> str:
 
 
 def up(nodes: int | None = None, gpus_per_node: int | None = None, directory=None, install: bool = True, *,
-       cluster=None) -> dict:
+       cluster) -> dict:
     """Start the sandbox (or report the one already running there) and wait until every node is idle.
 
-    ``cluster`` (a :class:`shipyard.registry.model.Cluster`) gives the shape; by default the loaded registry's
-    ``clusters.sandbox``. Returns ``{"directory", "controller": {name, ip}, "nodes": [{name, hostname, ip}],
+    ``cluster`` (a :class:`shipyard.registry.model.Cluster`, the registry's ``clusters.sandbox``) gives the shape.
+    Returns ``{"directory", "controller": {name, ip}, "nodes": [{name, hostname, ip}],
     "partition", "gpus_per_node", "env_file", "conf", "logs", "already_running", "seconds"}``; ``seconds`` is
     packages-installed to every-node-idle.
     """
@@ -167,7 +161,7 @@ def up(nodes: int | None = None, gpus_per_node: int | None = None, directory=Non
     if reason:
         raise ShipyardError(f"sandbox.up: {reason}")
     root = _directory(directory)
-    plan = make_plan(root, nodes, gpus_per_node, cluster)
+    plan = make_plan(root, nodes, gpus_per_node, cluster=cluster)
     with record.locked(root):
         state = read_sandbox_state(root)
         if sandbox_running(state):
@@ -236,5 +230,5 @@ def set_plugstack(plugins: Sequence[str | os.PathLike], directory=None) -> Path:
 
 
 __all__ = ["up", "down", "status", "is_up", "default_directory", "client_argv", "client_env", "run_client",
-           "exec_command", "make_plan", "render_configs", "render_env_sh", "cannot_run_reason", "missing_packages",
+           "make_plan", "render_configs", "render_env_sh", "cannot_run_reason", "missing_packages",
            "Plan", "Host", "CLIENTS", "DIR_ENV", "CLUSTER"]

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard import facts as data
-from shipyard import registry, templating
+from shipyard import templating
 from shipyard.errors import ShipyardError
-from shipyard.slurm import SANDBOX
 
 CLIENTS = ("sbatch", "squeue", "sacct", "scontrol", "srun", "sinfo", "scancel", "salloc")
 
@@ -72,10 +71,9 @@ class Plan:
         return self.log_dir / f"{daemon}.log"
 
 
-def make_plan(directory, nodes: int | None = None, gpus_per_node: int | None = None, cluster=None) -> Plan:
-    """Combine the registry's sandbox cluster (or explicit overrides) with the site facts."""
-    if cluster is None:
-        cluster = registry.load().cluster(SANDBOX)
+def make_plan(directory, nodes: int | None = None, gpus_per_node: int | None = None, *, cluster) -> Plan:
+    """Combine the registry's sandbox cluster (``clusters.sandbox``; ``nodes`` and ``gpus_per_node`` override its
+    shape) with the site facts."""
     f = facts()
     net = f["network"]
     nodes = (cluster.nodes or 1) if nodes is None else nodes

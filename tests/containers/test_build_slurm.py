@@ -93,7 +93,6 @@ def test_build_runs_as_a_job_on_a_sandbox_node(sandbox, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
-    monkeypatch.setattr(bs, "POLL_S", 0.5)
     reg = registry.load(root / "registry.yaml")
     assert bs.submit(reg, "tiny", wait=True) == 0
     m = mf.read_manifest(root / "containers" / "tiny.json")
@@ -124,7 +123,6 @@ def test_build_job_takes_the_submitters_ca_and_proxy_into_the_build_only(sandbox
                        ("SHIPYARD_DOUBLE_CALLS", str(calls)), ("SSL_CERT_FILE", str(ca)),
                        ("https_proxy", "http://proxy-value.invalid:3128")):
         monkeypatch.setenv(var, value)
-    monkeypatch.setattr(bs, "POLL_S", 0.5)
     reg = registry.load(root / "registry.yaml")
     assert bs.submit(reg, "tiny", wait=True) == 0
     build = [c for c in fb.read_calls(calls) if c["argv"][0] == "build"][0]

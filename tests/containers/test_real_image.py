@@ -42,11 +42,11 @@ from fixtures_build import no_build_network
 from fixtures_launch import PROBE, run_launch, wait_job
 
 from shipyard import registry
-from shipyard.containers import engine
-from shipyard.containers import stage as st
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
-from shipyard.definitions import render as definitions
+from shipyard.commands.definitions import render as render_cmd
+from shipyard.containers import engine
+from shipyard.containers import stage as st
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.double]
 
@@ -97,7 +97,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     reg = registry.load(root / "registry.yaml")
 
     assert registry_commands.check(Context(reg, out=io.StringIO()), "real", "sandbox") == 0
-    assert definitions.render_command("real", registry=reg, out=io.StringIO()) == 0
+    assert render_cmd(Context(reg, out=io.StringIO()), "real") == 0
     dockerfile = (root / "definitions" / "real.Dockerfile").read_text()
     assert f"FROM {debian12_base} AS shipyard-download" in dockerfile and "--require-hashes" in dockerfile
 

@@ -11,6 +11,8 @@ from helpers_registry import DATA, GOLDEN, ROOT, golden, sections, shellcheck
 from spython.main.parse.parsers import SingularityParser
 
 from shipyard import registry
+from shipyard.commands.context import Context
+from shipyard.commands.definitions import render as render_cmd
 from shipyard.definitions import render as definitions
 
 SHIPPED = registry.load(ROOT / "registry.yaml")
@@ -120,16 +122,16 @@ def test_render_check_detects_stale_and_render_fixes(tmp_path):
     shutil.copy(DATA / "features.yaml", tmp_path / "registry.yaml")
     reg = registry.load(tmp_path / "registry.yaml")
     out = open(tmp_path / "out.txt", "w")
-    assert definitions.render_command(None, all_envs=True, check=True, registry=reg, out=out) == 1
+    assert render_cmd(Context(reg, out=out), all_envs=True, check=True) == 1
     # no locks beside this registry, which `invoke check` refuses: --force renders anyway
-    assert definitions.render_command(None, all_envs=True, registry=reg, out=out, force=True) == 0
-    assert definitions.render_command(None, all_envs=True, check=True, registry=reg, out=out) == 0
+    assert render_cmd(Context(reg, out=out), all_envs=True, force=True) == 0
+    assert render_cmd(Context(reg, out=out), all_envs=True, check=True) == 0
     stale = tmp_path / "definitions" / "child.def"
     stale.write_text(stale.read_text().replace("2.21.5", "2.20.5"))
     (tmp_path / "definitions" / "gone.def").write_text("x")
     out.close()
     with open(tmp_path / "out2.txt", "w") as out2:
-        assert definitions.render_command(None, all_envs=True, check=True, registry=reg, out=out2) == 1
+        assert render_cmd(Context(reg, out=out2), all_envs=True, check=True) == 1
     msg = (tmp_path / "out2.txt").read_text()
     assert "definitions/child.def (differs from registry.yaml)" in msg
     assert "definitions/gone.def (no such environment in registry.yaml)" in msg
@@ -139,4 +141,4 @@ def test_render_check_detects_stale_and_render_fixes(tmp_path):
 def test_committed_definitions_are_current():
     """CI's guard: definitions/ must be what registry.yaml renders (run `invoke render --all`)."""
     with open("/dev/null", "w") as devnull:
-        assert definitions.render_command(None, all_envs=True, check=True, registry=SHIPPED, out=devnull) == 0
+        assert render_cmd(Context(SHIPPED, out=devnull), all_envs=True, check=True) == 0

@@ -16,6 +16,8 @@ from helpers_registry import sections, shellcheck
 from spython.main.parse.parsers import SingularityParser
 
 from shipyard import project as paths
+from shipyard.commands.context import Context
+from shipyard.commands.definitions import render as render_cmd
 from shipyard.definitions import pylock as lock
 from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
@@ -83,10 +85,10 @@ def _requirement_blocks(text: str) -> dict[str, list[str]]:
 @pytest.mark.pypi
 def test_lock_is_deterministic_complete_and_hashed(lock_project):
     reg = lock_project()
-    path = definitions.relock(reg, "e", exclude_newer=CUTOFF)
+    path = definitions.relock(reg, reg.environment("e"), exclude_newer=CUTOFF)
     first = path.read_bytes()
     path.unlink()
-    second = definitions.relock(reg, "e", exclude_newer=CUTOFF).read_bytes()
+    second = definitions.relock(reg, reg.environment("e"), exclude_newer=CUTOFF).read_bytes()
     assert first == second
     text = first.decode()
     blocks = _requirement_blocks(text)
@@ -105,24 +107,24 @@ def test_lock_is_deterministic_complete_and_hashed(lock_project):
 @pytest.mark.pypi
 def test_relock_keeps_the_recorded_cutoff(lock_project):
     reg = lock_project()
-    definitions.relock(reg, "tiny", exclude_newer="2025-06-01")
-    path = definitions.relock(reg, "tiny")  # no --exclude-newer: the lock's own cut-off, not today
+    definitions.relock(reg, reg.environment("tiny"), exclude_newer="2025-06-01")
+    path = definitions.relock(reg, reg.environment("tiny"))  # no --exclude-newer: the lock's own cut-off, not today
     assert lock.read_header(path)["exclude-newer"] == "2025-06-01T00:00:00Z"
 
 
 @pytest.mark.pypi
 def test_garbled_cutoff_in_header_names_the_lock(lock_project):
     reg = lock_project()
-    path = definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
+    path = definitions.relock(reg, reg.environment("tiny"), exclude_newer=CUTOFF)
     path.write_text(path.read_text().replace(CUTOFF, "last tuesday"))
     with pytest.raises(ShipyardError, match=r"tiny.lock: header exclude-newer 'last tuesday'"):
-        definitions.relock(reg, "tiny")
+        definitions.relock(reg, reg.environment("tiny"))
 
 
 @pytest.mark.pypi
 def test_nccl_override_is_locked_and_visible(lock_project):
     reg = lock_project()
-    text = definitions.relock(reg, "nccl-override", exclude_newer=CUTOFF).read_text()
+    text = definitions.relock(reg, reg.environment("nccl-override"), exclude_newer=CUTOFF).read_text()
     blocks = _requirement_blocks(text)
     assert "nvidia-nccl-cu12==2.21.5" in blocks and "nvidia-nccl-cu12==2.20.5" not in blocks
     assert "torchaudio==2.3.1" not in blocks
@@ -134,7 +136,7 @@ def test_stale_reason(lock_project):
     reg = lock_project()
     env = reg.environment("tiny")
     assert lock.stale_reason(reg, env) is None, "no lock: not stale"
-    definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
+    definitions.relock(reg, reg.environment("tiny"), exclude_newer=CUTOFF)
     assert lock.stale_reason(reg, env) is None
     reg2 = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==1.17.0"))
     reason = lock.stale_reason(reg2, reg2.environment("tiny"))
@@ -153,7 +155,7 @@ def test_unresolvable_pin_is_one_line_error_and_writes_nothing(lock_project):
     paths.lock_path(reg, "tiny").unlink()
     reg = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==99.0.0"))
     with pytest.raises(ShipyardError, match=r"environments.tiny: uv could not lock") as exc:
-        definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
+        definitions.relock(reg, reg.environment("tiny"), exclude_newer=CUTOFF)
     assert "\n" not in str(exc.value)
     assert "no version of six==99.0.0" in str(exc.value), str(exc.value)
     assert not paths.lock_path(reg, "tiny").exists()
@@ -163,7 +165,7 @@ def test_unresolvable_pin_is_one_line_error_and_writes_nothing(lock_project):
 def test_pip_installs_from_the_lock_with_require_hashes(lock_project, tmp_path):
     """The real pip accepts the lock exactly as the definition uses it (--require-hashes --no-deps)."""
     reg = lock_project()
-    path = definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
+    path = definitions.relock(reg, reg.environment("tiny"), exclude_newer=CUTOFF)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
     res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps",
@@ -182,7 +184,7 @@ def test_pip_installs_from_the_lock_with_require_hashes(lock_project, tmp_path):
 @pytest.mark.pypi
 def test_definition_from_lock_parses_and_passes_shellcheck(lock_project, tmp_path):
     reg = lock_project()
-    definitions.relock(reg, "e", exclude_newer=CUTOFF)
+    definitions.relock(reg, reg.environment("e"), exclude_newer=CUTOFF)
     env = reg.environment("e")
     text = definitions.render_definition(env, reg)
     assert "--require-hashes" in text and "e.lock" in text
@@ -217,17 +219,17 @@ def test_render_check_fails_on_a_stale_lock_alone(lock_project):
     import io
 
     reg = lock_project()
-    definitions.relock(reg, "tiny", exclude_newer=CUTOFF)
+    definitions.relock(reg, reg.environment("tiny"), exclude_newer=CUTOFF)
     reg2 = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==1.17.0"))
     with pytest.raises(ShipyardError, match="render tiny refused"):  # check refuses the stale lock ...
-        definitions.render_command("tiny", registry=reg2, out=io.StringIO())
-    assert definitions.render_command("tiny", registry=reg2, out=io.StringIO(), force=True) == 0  # ... --force renders
+        render_cmd(Context(reg2, out=io.StringIO()), "tiny")
+    assert render_cmd(Context(reg2, out=io.StringIO()), "tiny", force=True) == 0  # ... --force renders
     out = io.StringIO()
-    assert definitions.render_command("tiny", check=True, registry=reg2, out=out) == 1
+    assert render_cmd(Context(reg2, out=out), "tiny", check=True) == 1
     stale = [ln for ln in out.getvalue().splitlines() if ln.startswith("  ")]
     assert len(stale) == 1 and "tiny.lock" in stale[0] and "invoke lock tiny" in stale[0]
-    definitions.relock(reg2, "tiny")  # relock (same cut-off) -> fresh again
-    assert definitions.render_command("tiny", check=True, registry=reg2, out=io.StringIO()) == 0
+    definitions.relock(reg2, reg2.environment("tiny"))  # relock (same cut-off) -> fresh again
+    assert render_cmd(Context(reg2, out=io.StringIO()), "tiny", check=True) == 0
 
 
 @pytest.mark.pypi  # uv must try the (unreachable) index for real; offline it would not name it

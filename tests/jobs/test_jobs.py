@@ -14,6 +14,9 @@ import pytest
 from fixtures_tools import write_tools_registry
 from helpers_registry import GOLDEN, golden
 
+from shipyard import slurm
+from shipyard.commands import jobs as commands
+from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.jobs import status as jobs
 
@@ -100,12 +103,41 @@ def test_follow_prints_appended_lines_until_the_job_ends(tmp_path):
             fh.write("partial")
         state["alive"] = False
 
+    class Job(slurm.Job):  # the scheduler's answer, without a scheduler
+        def state(self):
+            return "RUNNING" if state["alive"] else "COMPLETED"
+
     out = io.StringIO()
     t = threading.Thread(target=writer)
     t.start()
-    jobs.follow_file(p, 4, lambda: state["alive"], out, poll=0.01, check_every=0.02)
+    assert Job("nowhere", "1").follow(p, out, offset=4, poll=0.01, check_every=0.02) == "COMPLETED"
     t.join()
     assert out.getvalue() == "".join(f"new {i}\n" for i in range(5)) + "partial"
+
+
+def test_follow_waits_for_a_log_that_does_not_exist_yet(tmp_path):
+    """A pending job has no output file yet: following waits for it instead of failing."""
+    p = tmp_path / "later.out"
+    asked = []
+
+    class Job(slurm.Job):
+        def state(self):
+            asked.append(1)
+            if len(asked) == 2:
+                p.write_text("hello\n")
+            return "PENDING" if len(asked) < 3 else "FAILED"
+
+    out = io.StringIO()
+    assert Job("nowhere", "1").follow(p, out, poll=0.01, check_every=0.01) == "FAILED"
+    assert out.getvalue() == "hello\n"
+
+
+def test_job_states_come_from_the_data_file():
+    """The success state is a fact of shipyard/data/slurm.yaml, and it is one of the final states."""
+    success = slurm.policy()["success_state"]
+    assert slurm.succeeded(success) and success in slurm.final_states()
+    assert not slurm.succeeded("FAILED") and not slurm.succeeded(None)
+    assert slurm.Job.ended(None) and slurm.Job.ended("TIMEOUT") and not slurm.Job.ended("RUNNING")
 
 
 # ------------------------------------------------------------------------------------------------ real Slurm
@@ -130,13 +162,9 @@ def _sbatch(sandbox, *args: str) -> str:
 
 
 def _wait_done(sandbox, jobid: str, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        res = sandbox.run(["squeue", "--noheader", "--states=all", f"--jobs={jobid}", "--format=%T"])
-        if res.stdout.strip() in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"job {jobid} did not finish")
+    job = slurm.Job(slurm.SANDBOX, jobid, sandbox.directory)
+    if not job.ended(job.wait(seconds, poll=0.2)):
+        raise AssertionError(f"job {jobid} did not finish")
 
 
 @pytest.mark.slurm
@@ -154,7 +182,9 @@ def test_status_lists_only_shipyard_jobs(sandbox, project):
         "foreign": _sbatch(sandbox, f"--job-name=foreign{tag}", f"--output={out}/f-%j.out", "--wrap", "true"),
     }
     _wait_done(sandbox, ids["prefixed"])
-    text = jobs.status_command("sandbox")
+    buf = io.StringIO()
+    assert commands.status(Context.load(out=buf), "sandbox") == 0
+    text = buf.getvalue()
     rows = {line.split()[0]: line for line in text.splitlines()[2:] if line.strip()}
     assert ids["prefixed"] in rows and "COMPLETED" in rows[ids["prefixed"]]
     assert ids["launcher"] in rows and f"launch/logs/{launcher}-{ids['launcher']}.out" in rows[ids["launcher"]]
@@ -180,8 +210,9 @@ def test_logs_follows_a_running_job_to_its_end(sandbox, project):
     script = "for i in 1 2 3 4 5 6; do echo \"step $i $(hostname)\"; sleep 0.5; done; echo 'done: ü'"
     jid = _sbatch(sandbox, "--job-name=follow", f"--output={out}/follow-%j.out", "--wrap", script)
     buf = io.StringIO()
-    path = jobs.logs_command(jid, follow=True, lines=2, cluster_name="sandbox", out=buf)
-    assert path == out / f"follow-{jid}.out"
+    ctx = Context.load(out=buf)
+    assert commands.logs(ctx, jid, follow=True, lines=2, cluster="sandbox") == 0
+    assert jobs.find_log(ctx.registry, ctx.cluster("sandbox"), jid) == out / f"follow-{jid}.out"
     text = buf.getvalue()
     lines = text.splitlines()
     assert lines[-1] == "done: ü"
@@ -189,7 +220,7 @@ def test_logs_follows_a_running_job_to_its_end(sandbox, project):
     assert len([l for l in lines if l.startswith("step")]) >= 2
     # After the job: the last 3 lines, no following.
     buf = io.StringIO()
-    jobs.logs_command(jid, lines=3, cluster_name="sandbox", out=buf)
+    commands.logs(Context.load(out=buf), jid, lines=3, cluster="sandbox")
     host = lines[-2].split()[2]
     assert buf.getvalue().splitlines() == [f"step 5 {host}", f"step 6 {host}", "done: ü"]
     assert host in sandbox.nodes
@@ -210,16 +241,18 @@ def test_logs_follow_of_a_failed_job_exits_1(sandbox, project, invoke):
 def test_logs_falls_back_to_launch_logs_and_errors_are_one_line(sandbox, project, invoke):
     (project / "launch" / "logs" / "old-987654.out").write_text("a\nb\n")
     buf = io.StringIO()
-    assert jobs.logs_command("987654", lines=1, cluster_name="sandbox", out=buf).name == "old-987654.out"
+    ctx = Context.load(out=buf)
+    assert commands.logs(ctx, "987654", lines=1, cluster="sandbox") == 0
+    assert jobs.find_log(ctx.registry, ctx.cluster("sandbox"), "987654").name == "old-987654.out"
     assert buf.getvalue() == "b\n"
     with pytest.raises(ShipyardError, match=r"job 987655: no output file .*launch/logs/\*-987655.out"):
-        jobs.logs_command("987655", cluster_name="sandbox")
+        commands.logs(ctx, "987655", cluster="sandbox")
     tag = uuid.uuid4().hex[:8]
     res = sandbox.run(["srun", f"--job-name=shipyard-{tag}", "true"])
     assert res.returncode == 0, res.stderr
     jid = sandbox.run(["squeue", "--noheader", "--states=all", f"--name=shipyard-{tag}", "--format=%i"]).stdout.split()[-1]
     with pytest.raises(ShipyardError, match="interactive srun/salloc job"):
-        jobs.logs_command(jid, cluster_name="sandbox")
+        commands.logs(ctx, jid, cluster="sandbox")
     proc = invoke("logs", "12;x", "--cluster", "sandbox", cwd=project, env=dict(os.environ))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "expected a Slurm job id" in proc.stderr
 
@@ -229,5 +262,5 @@ def test_unreachable_cluster_client_is_one_line(monkeypatch, tmp_path):
     reg = write_tools_registry(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ShipyardError, match="squeue is not on PATH: run this on a login node of cluster grete"):
-        jobs.status_command("grete", registry_path=reg)
+        commands.status(Context.load(reg), "grete")
     assert Path(reg).exists()

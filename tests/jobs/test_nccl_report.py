@@ -145,7 +145,7 @@ def test_failed_log_error_quotes_the_failure():
     report = nr.parse_file(LOGS / "all_reduce_failed.log")
     assert "Test NCCL failure common.cu:1005" in nr.no_rows_message(report)
     with pytest.raises(nr.NoRows, match="Test NCCL failure common.cu:1005"):
-        nr.report_command(str(LOGS / "all_reduce_failed.log"), cluster_name="sandbox")
+        nr.write_report(str(LOGS / "all_reduce_failed.log"), cluster=REG.cluster("sandbox"))
 
 
 @pytest.mark.parametrize("n,text", [(8, "8 B"), (1024, "1 KiB"), (1536, "1536 B"), (2**34, "16 GiB"), (2**41, "2 TiB")])

@@ -71,7 +71,7 @@ def test_plot_has_gpu_panels_only_when_present(tmp_path):
 
 def test_command_writes_png_beside_the_logs(tmp_path):
     write_samples(tmp_path, name="my-run")
-    text, png = usage.usage_command("4242", logs_dir=tmp_path)
+    text, png = usage.write_report(tmp_path, "4242")
     assert png == tmp_path / "my-run-4242.usage.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert text.startswith("usage of job 4242: 2 node(s)")

@@ -11,6 +11,7 @@ import shutil
 import pytest
 import yaml
 
+from shipyard.commands import registry as registry_commands
 from shipyard.errors import ShipyardError
 from shipyard.registry import compat, refresh
 
@@ -80,10 +81,10 @@ def test_pypi_refresh_command_shows_a_diff_and_writes_only_with_write(tmp_path, 
     text = path.read_text().replace('"2.10.0": {nccl: "2.27.5"', '"2.10.0": {nccl: "2.27.1"')
     assert text != refresh.COMPAT_PATH.read_text()
     path.write_text(text)
-    assert refresh.refresh_command("2.10.0", companions=False, path=path) == 1
+    assert registry_commands.compat_refresh("2.10.0", companions=False, path=path) == 1
     out = capsys.readouterr().out
     assert '-  "2.10.0": {nccl: "2.27.1"' in out and '+  "2.10.0": {nccl: "2.27.5"' in out
     assert "NOT written" in out and path.read_text() == text
     assert "PyTorch index" in out  # the non-default variants are named as not refreshed (unreachable here)
-    assert refresh.refresh_command("2.10.0", companions=False, path=path, write=True) == 0
+    assert registry_commands.compat_refresh("2.10.0", companions=False, path=path, write=True) == 0
     assert path.read_text() == refresh.COMPAT_PATH.read_text()

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from helpers_registry import GOLDEN, ROOT, golden
 
-from shipyard import demo, registry, sandbox
+from shipyard import registry, sandbox
+from shipyard.commands import demo
+from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 
 GOLD = GOLDEN / "sandbox"
@@ -124,7 +126,7 @@ def test_cannot_run_reason_names_root(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert "needs root" in sandbox.cannot_run_reason()
     with pytest.raises(ShipyardError, match="needs root"):
-        sandbox.up(directory="/nonexistent-sandbox")
+        sandbox.up(directory="/nonexistent-sandbox", cluster=registry.load(ROOT / "registry.yaml").cluster("sandbox"))
 
 
 def test_client_env_puts_this_python_first(tmp_path):
@@ -172,7 +174,7 @@ def test_demo_falls_back_to_rendering_only(tmp_path, monkeypatch, capsys):
     shutil.copy(ROOT / "definitions" / "pytorch-2.3.lock", tmp_path / "definitions")
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert demo.demo_command() == 0
+    assert demo.demo(Context.load()) == 0
     out = capsys.readouterr().out
     assert list((tmp_path / "definitions").glob("pytorch-2.3.def"))
     last = out.strip().splitlines()[-1]

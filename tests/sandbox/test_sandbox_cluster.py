@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from helpers_registry import ROOT
 
-from shipyard import demo, procs, registry
+from shipyard import procs, registry
 from shipyard import sandbox as sb
+from shipyard.commands import demo
 from shipyard.errors import ShipyardError
 from shipyard.sandbox import start as sandbox_start
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers_registry import ROOT
 
-from shipyard import demo
+from shipyard.commands import demo
 
 TRAIN = ROOT / "examples" / "train.py"
 # every test here imports torch and trains (seconds each, the bulk of the fast suite): `-m "not slow"` skips them

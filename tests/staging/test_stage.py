@@ -18,12 +18,12 @@ from fixtures_launch import run_launch
 from helpers_registry import shellcheck
 
 from shipyard import registry
-from shipyard.containers import engine
-from shipyard.containers import stage as st
 from shipyard.commands import launch as launch_commands
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
-from shipyard.definitions import render as definitions
+from shipyard.commands.definitions import render as render_cmd
+from shipyard.containers import engine
+from shipyard.containers import stage as st
 from shipyard.errors import ShipyardError
 from shipyard.jobs import doctor
 from shipyard.launch import staged
@@ -80,7 +80,7 @@ def proj(tmp_path, monkeypatch):
 @pytest.fixture
 def built(proj, apptainer_double):
     """`tiny` built through the apptainer double (a real SIF file holding the definition)."""
-    definitions.render_command("tiny", registry=proj, out=io.StringIO())
+    render_cmd(Context(proj, out=io.StringIO()), "tiny")
     engine.build(proj, "tiny", out=io.StringIO())
     return proj
 
@@ -108,11 +108,11 @@ def test_check_reports_a_missing_and_a_stale_lock_as_errors(proj):
 
 def test_render_refuses_what_check_refuses_and_force_writes_with_a_warning(proj, capsys):
     with pytest.raises(ShipyardError, match=r"render tiny-py313 refused: 1 error\(s\).*--force"):
-        definitions.render_command("tiny-py313", registry=proj, out=io.StringIO())
+        render_cmd(Context(proj, out=io.StringIO()), "tiny-py313")
     err = capsys.readouterr().err
     assert "severity" in err and "no wheel for Python 3.13" in err  # the same table as `invoke check`
     assert not (proj.root / "definitions" / "tiny-py313.def").exists()
-    assert definitions.render_command("tiny-py313", registry=proj, out=io.StringIO(), force=True) == 0
+    assert render_cmd(Context(proj, out=io.StringIO()), "tiny-py313", force=True) == 0
     assert "WARNING: --force: render tiny-py313 goes on" in capsys.readouterr().err
     assert (proj.root / "definitions" / "tiny-py313.def").exists()
 

@@ -16,11 +16,11 @@ from fixtures_build import PROJECT_REGISTRY
 from fixtures_launch import PROBE, run_launch, wait_job
 
 from shipyard import registry
-from shipyard.containers import engine
-from shipyard.containers import stage as st
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
-from shipyard.definitions import render as definitions
+from shipyard.commands.definitions import render as render_cmd
+from shipyard.containers import engine
+from shipyard.containers import stage as st
 
 pytestmark = [pytest.mark.slurm, pytest.mark.double]
 
@@ -58,7 +58,7 @@ def _execs(calls) -> list[dict]:
 def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project):
     reg, calls = flow_project
     assert registry_commands.check(Context(reg, out=io.StringIO()), "tiny", "sandbox") == 0
-    assert definitions.render_command("tiny", registry=reg, out=io.StringIO()) == 0
+    assert render_cmd(Context(reg, out=io.StringIO()), "tiny") == 0
     assert engine.build_command("tiny", registry=reg.path, out=io.StringIO()) == 0
     rec = st.stage_command("tiny", "sandbox", registry=reg, out=io.StringIO())
     image = reg.root / ".sandbox" / "images" / "tiny.sif"

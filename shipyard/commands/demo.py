@@ -21,8 +21,9 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from shipyard import registry, sandbox, slurm
-from shipyard.definitions import render as definitions
+from shipyard import sandbox, slurm
+from shipyard.commands import definitions
+from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import launcher as launch
 
@@ -30,11 +31,6 @@ JOB_NAME = "shipyard-demo"
 TRAIN = Path("examples") / "train.py"
 _RESULT = re.compile(r"result: world_size=(\d+) start_step=(\d+) end_step=(\d+) first_loss=([0-9.]+) "
                      r"last_loss=([0-9.]+)")
-
-
-def render_environment(out=sys.stdout) -> int:
-    """Render the default environment's definition (the registry area's ``invoke render``)."""
-    return definitions.render_command(None, all_envs=False, check=False, out=out)
 
 
 def unsatisfied(requirements, version_of=importlib.metadata.version) -> list[str]:
@@ -89,26 +85,16 @@ def write_launcher(reg, info: dict, steps: int) -> tuple[Path, str, Path]:
     return script, f"{spec.log_dir}/{spec.name}-%j.out", ckpt
 
 
-def submit(script: Path, directory=None) -> str:
-    """sbatch the launcher against the sandbox; the job id."""
-    return slurm.submit(slurm.SANDBOX, script, directory=directory)
-
-
-def wait(job: str, directory=None, timeout: float = 600) -> dict:
-    """Poll ``scontrol show job`` until the job finishes; its JobState, ExitCode and the seconds waited."""
+def wait(job: slurm.Job, timeout: float = 600) -> dict:
+    """Wait for the job's end (:meth:`shipyard.slurm.Job.wait`); its state, ExitCode and the seconds waited. A job
+    still running after ``timeout`` seconds is cancelled and is exit 1."""
     t0 = time.monotonic()
-    fields: dict[str, str] = {}
-    while time.monotonic() - t0 < timeout:
-        fields = slurm.job_fields(slurm.SANDBOX, job, directory)
-        if fields.get("JobState") in slurm.final_states():
-            break
-        time.sleep(0.25)
-    else:
-        slurm.run(slurm.SANDBOX, ["scancel", job], directory=directory)
-        raise ShipyardError(f"demo: job {job} did not finish within {timeout:.0f} s (state "
-                            f"{fields.get('JobState', 'unknown')}); cancelled it", exit_code=1)
-    return {"state": fields["JobState"], "exit": fields.get("ExitCode", "?"),
-            "seconds": round(time.monotonic() - t0, 2)}
+    state = job.wait(timeout)
+    if not job.ended(state):
+        job.cancel()
+        raise ShipyardError(f"demo: job {job.id} did not finish within {timeout:.0f} s (state {state or 'unknown'}); "
+                            "cancelled it", exit_code=1)
+    return {"state": state or "unknown", "exit": job.fields.get("ExitCode", "?"), "seconds": round(time.monotonic() - t0, 2)}
 
 
 def parse_result(log_text: str) -> dict | None:
@@ -126,11 +112,12 @@ def run_job(reg, info: dict, steps: int = 60, timeout: float = 600) -> dict:
     script, log_pattern, ckpt = write_launcher(reg, info, steps)
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     ckpt.unlink(missing_ok=True)  # the demo trains from scratch each time, so the loss visibly goes down
-    job = submit(script, info["directory"])
-    done = wait(job, info["directory"], timeout)
-    log = Path(log_pattern.replace("%j", job))
+    job = slurm.Job(slurm.SANDBOX, slurm.submit(slurm.SANDBOX, script, directory=info["directory"]),
+                    info["directory"])
+    done = wait(job, timeout)
+    log = Path(log_pattern.replace("%j", job.id))
     text = log.read_text(errors="replace") if log.exists() else ""
-    return {"job": job, "script": str(script), "log": str(log), **done, "result": parse_result(text)}
+    return {"job": job.id, "script": str(script), "log": str(log), **done, "result": parse_result(text)}
 
 
 def report(job: dict, nodes: int, gpus_per_node: int) -> tuple[str, bool]:
@@ -146,27 +133,26 @@ def report(job: dict, nodes: int, gpus_per_node: int) -> tuple[str, bool]:
     lines.append(f"training: world size {r['world_size']} (ranks {', '.join(map(str, r['ranks']))} reported), "
                  f"steps {r['start_step']}->{r['end_step']}, loss {r['first_loss']:.4f} -> {r['last_loss']:.4f} "
                  f"({'going down' if down else 'NOT going down'})")
-    ok = job["state"] == "COMPLETED" and r["world_size"] == want and down
+    ok = slurm.succeeded(job["state"]) and r["world_size"] == want and down
     if r["world_size"] != want:
         lines.append(f"demo: expected world size {want} ({nodes} nodes x {gpus_per_node} GPUs)")
     return "\n".join(lines), ok
 
 
-def demo_command(steps: int = 60, timeout: float = 600, install: bool = True) -> int:
+def demo(ctx: Context, steps: int = 60, timeout: float = 600, install: bool = True) -> int:
     """``invoke demo``; returns the exit code (0: the job ran and trained; 1: it did not)."""
-
-    reg = registry.load()
-    code = render_environment()
+    code = definitions.render(ctx)  # the default environment, through the gate as `invoke render` does it
     if code:
         return code
     reason = sandbox.cannot_run_reason()
     if reason:
-        print(f"demo: rendered only; not starting the local Slurm sandbox: {reason}")
+        ctx.say(f"demo: rendered only; not starting the local Slurm sandbox: {reason}")
         return 0
-    info = sandbox.up(install=install)
-    print(sandbox.info_line(info), flush=True)
-    ensure_host_requirements(reg.cluster(sandbox.CLUSTER))
-    job = run_job(reg, info, steps, timeout)
+    cluster = ctx.cluster(sandbox.CLUSTER)
+    info = sandbox.up(install=install, cluster=cluster)
+    print(sandbox.info_line(info), file=ctx.out, flush=True)
+    ensure_host_requirements(cluster)
+    job = run_job(ctx.registry, info, steps, timeout)
     text, ok = report(job, len(info["nodes"]), info["gpus_per_node"])
-    print(text)
+    ctx.say(text)
     return 0 if ok else 1
