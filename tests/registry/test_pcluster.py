@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures_launch import build_launcher
 
 from shipyard import registry
 from shipyard.commands import registry as registry_commands
@@ -141,7 +142,7 @@ def test_three_queues_launch_with_their_own_gpus_cpus_and_fabric(imported, tmp_p
     (tmp_path / "train.py").write_text("")
     got = {}
     for part in ("cpu", "a10", "h100"):
-        l = launch.build(reg, cluster="pc", partition=part, command=("train.py",), workdir=tmp_path)
+        l = build_launcher(reg, cluster="pc", partition=part, command=("train.py",), workdir=tmp_path)
         text = launch.render(l)
         got[part] = (l.gpus_per_node, l.cpus_per_task, l.fabric, l.exclusive, "FI_PROVIDER" in text,
                      "#SBATCH --exclusive" in text, f"#SBATCH --partition={part}" in text)
@@ -151,9 +152,9 @@ def test_three_queues_launch_with_their_own_gpus_cpus_and_fabric(imported, tmp_p
         "h100": (8, 192, "efa", True, True, True, True),
     }
     # a 4-GPU job on the p5 queue still gets whole nodes (JobExclusiveAllocation); nccl-test follows the fabric
-    half = launch.build(reg, cluster="pc", partition="h100", gpus_per_node=4, command=("train.py",), workdir=tmp_path)
+    half = build_launcher(reg, cluster="pc", partition="h100", gpus_per_node=4, command=("train.py",), workdir=tmp_path)
     assert (half.cpus_per_task, half.exclusive, half.mem) == (192, True, None)
-    nccl = launch.build(reg, cluster="pc", partition="a10", kind="nccl-test")
+    nccl = build_launcher(reg, cluster="pc", partition="a10", kind="nccl-test")
     assert nccl.fabric == "socket" and not any(v.name.startswith("FI_") for v in nccl.env)
 
 
