@@ -42,7 +42,7 @@ def project_with_artifact(base: Path, size: int, env: dict) -> Path:
     root = fb.make_project(base)
     os.environ.update(env)
     reg = registry.load(root / "registry.yaml")
-    b.build(reg, "tiny", quiet=True)
+    b.build(reg, reg.environment("tiny"), quiet=True)
     sif = root / "containers" / "tiny.sif"
     head = sif.read_bytes()
     with open(sif, "r+b") as fh:  # keep the SIF header, grow it sparsely to the size under test

@@ -26,7 +26,8 @@ import fixtures_build as fb  # noqa: E402
 
 from shipyard import registry  # noqa: E402
 from shipyard.containers import common, engine  # noqa: E402
-from shipyard.containers import stage as st  # noqa: E402
+from shipyard.commands import stage as stage_commands  # noqa: E402
+from shipyard.commands.context import Context  # noqa: E402
 
 CLUSTER = """\
   lab:
@@ -68,7 +69,7 @@ def main() -> None:
         # every run recompile shipyard and its generated schema validator from source)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         reg = registry.load(root / "registry.yaml")
-        engine.build(reg, "tiny", quiet=True, out=io.StringIO())
+        engine.build(reg, reg.environment("tiny"), quiet=True, out=io.StringIO())
         sif = root / "containers" / "tiny.sif"
         head = sif.read_bytes()
         with open(sif, "r+b") as fh:
@@ -76,7 +77,7 @@ def main() -> None:
             fh.seek(0)
             fh.write(head)
         common.record_artifact(reg, "tiny", "sif")
-        st.stage_command("tiny", "lab", link=True, registry=reg, out=io.StringIO())
+        stage_commands.stage(Context(reg, out=io.StringIO()), "tiny", "lab", link=True)
         py = sys.executable
         base = timed([py, "-m", "invoke", "-r", str(REPO), "--list"], env, args.runs, root)
         noop = timed([py, "-m", "invoke", "-r", str(REPO), "stage", "tiny", "--cluster", "lab", "--link"], env,

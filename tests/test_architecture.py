@@ -144,3 +144,26 @@ def test_the_slurm_check_would_notice_a_direct_call(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import subprocess\nsubprocess.run(['sbatch', '--parsable', 'x'])\n")
     assert spawned_slurm_clients(bad) == ["bad.py:2"]
+
+
+# the packages that sit above containers in the import order and that it must never reach: staging reads the build
+# manifest and launch reads the stage record; the build knows neither
+ABOVE_CONTAINERS = ("shipyard.launch", "shipyard.staging")
+
+
+def from_above(imports: set[str], above=ABOVE_CONTAINERS) -> list[str]:
+    return sorted(m for m in imports if any(m == a or m.startswith(a + ".") for a in above))
+
+
+def test_containers_imports_nothing_from_launch_or_staging():
+    """Images are made below staging and launch: ``containers`` imports neither (issue 17's import order)."""
+    known = set(modules())
+    offenders = [f"{name} imports {', '.join(hits)}" for name, path in modules().items()
+                 if name == "shipyard.containers" or name.startswith("shipyard.containers.")
+                 for hits in [from_above(imported(path, known))] if hits]
+    assert offenders == []
+
+
+def test_the_containers_check_would_notice_an_import_of_staging():
+    imports = {"shipyard.staging.record", "shipyard.launch", "shipyard.launchpad", "shipyard.registry"}
+    assert from_above(imports) == ["shipyard.launch", "shipyard.staging.record"]

@@ -98,8 +98,8 @@ class DockerBackend:
             tools[tool] = tool_version(tool) if shutil.which(tool) else "missing"
         return tools
 
-    def still_there(self, m: dict) -> bool:
-        image = m.get("image") or {}
+    def still_there(self, m) -> bool:
+        image = m.image or {}
         try:
             return self.api.inspect_image(image["tag"])["Id"] == image["id"]
         except Exception:
