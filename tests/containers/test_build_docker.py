@@ -51,7 +51,7 @@ def test_tiny_builds_runs_its_test_and_is_cached(dproject, docker_env, capsys):
     out = capsys.readouterr().out
     assert m.status == "ok" and m.backend == "docker"
     tag = m.image["tag"]
-    assert tag == f"shipyard/tiny:{m['input_hash'][:12]}"
+    assert tag == f"shipyard/tiny:{m.input_hash[:12]}"
     info = api.inspect_image(tag)
     assert info["Id"] == m.image["id"]
     labels = info["Config"]["Labels"]
@@ -79,7 +79,7 @@ def test_failing_test_leaves_no_tag_and_manifest_failed(dproject, docker_env):
     m = mf.read_manifest(dproject.root / "containers" / "tiny-mismatch.json")
     assert m.status == "failed"
     assert "torch is 2.3.1, expected 2.3.0" in (dproject.root / m.log).read_text()
-    assert not _tag_exists(api, f"shipyard/tiny-mismatch:{m['input_hash'][:12]}")
+    assert not _tag_exists(api, f"shipyard/tiny-mismatch:{m.input_hash[:12]}")
 
 
 @pytest.mark.double
@@ -123,7 +123,7 @@ def test_kill_9_during_docker_build_leaves_no_partial_target(dproject, docker_en
     m = mf.read_manifest(dproject.root / "containers" / "tiny.json")
     assert m.status == "building"
     time.sleep(3)  # let the daemon finish or abandon the orphaned build
-    assert not _tag_exists(api, f"shipyard/tiny:{m['input_hash'][:12]}")
+    assert not _tag_exists(api, f"shipyard/tiny:{m.input_hash[:12]}")
     assert not (dproject.root / "containers" / "tiny.sif").exists()
     res = invoke_cli("build", "tiny", "--backend", "docker", "--formats", "sif", cwd=dproject.root, timeout=None)
     assert res.returncode == 0, res.stdout + res.stderr
