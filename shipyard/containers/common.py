@@ -57,7 +57,7 @@ def intact_or_signed(reg, env_name: str, m: mf.Manifest, fmt: str) -> bool:
         return False
     if record.intact(reg.root):
         return True
-    signed = (m.signature or {}).get("image_sha256")
+    signed = m.signed_sha256
     path = Path(reg.root) / record.path
     if fmt != "sif" or not signed or not path.is_file() or sha256_file(path) != signed:
         return False

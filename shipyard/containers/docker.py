@@ -99,9 +99,8 @@ class DockerBackend:
         return tools
 
     def still_there(self, m) -> bool:
-        image = m.image or {}
         try:
-            return self.api.inspect_image(image["tag"])["Id"] == image["id"]
+            return self.api.inspect_image(m.docker_tag)["Id"] == m.docker_id
         except Exception:
             return False
 

@@ -97,7 +97,7 @@ def build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, force
                 and all(intact_or_signed(reg, env.name, m, f) for f in m.artifacts or {}) \
                 and be.still_there(m):
             m = mf.read_manifest(mpath)
-            what = ", ".join(a.path for a in (m.artifacts or {}).values()) or (m.image or {}).get("tag", "")
+            what = ", ".join(a.path for a in (m.artifacts or {}).values()) or m.docker_tag or ""
             print(f"{env.name}: up to date ({what}; input hash {key[:12]}); --force rebuilds", file=out)
             return m
         for path, text in inputs.items():

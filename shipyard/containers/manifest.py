@@ -57,6 +57,24 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class Pushed:
+    """What the manifest remembers of a push, as pull and stage read it: the reference, its manifest digest, and
+    the input hash of the image that was pushed."""
+
+    reference: str  # oras://HOST/REPO:TAG or docker://HOST/REPO:TAG
+    digest: str | None
+    input_hash: str | None
+
+    @property
+    def tag(self) -> str:
+        return self.reference.rsplit(":", 1)[1]
+
+    def digest_for(self, tag: str) -> str | None:
+        """The digest to expect when pulling ``tag``: known only when it is the tag that was pushed."""
+        return self.digest if self.reference.endswith(f":{tag}") else None
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A build manifest. Every field is optional: a manifest grows as build, sign, push and pull add to it; ``None``
     means "not recorded" (and is not written). Nested records the manifest only carries (the docker image, the
@@ -93,11 +111,34 @@ class Manifest:
         """The last build finished (``status: ok``)."""
         return self.status == "ok"
 
-    def pushed_to(self, registry_name: str) -> dict:
-        return (self.pushed or {}).get(registry_name) or {}
+    def pushed_to(self, registry_name: str) -> Pushed | None:
+        """The last push to ``registry_name``, when one is recorded."""
+        rec = (self.pushed or {}).get(registry_name)
+        return Pushed(rec["reference"], rec.get("digest"), rec.get("input_hash")) if rec else None
 
-    def pulled_from(self, registry_name: str) -> dict:
-        return (self.pulled or {}).get(registry_name) or {}
+    @property
+    def pushed_digests(self) -> list[str]:
+        """Every digest this image was pushed under, sorted, once each."""
+        return sorted({p["digest"] for p in (self.pushed or {}).values() if p.get("digest")})
+
+    @property
+    def docker_tag(self) -> str | None:
+        """The docker-backend image's tag (None: no docker image was built)."""
+        return (self.image or {}).get("tag")
+
+    @property
+    def docker_id(self) -> str | None:
+        return (self.image or {}).get("id")
+
+    @property
+    def signed_sha256(self) -> str | None:
+        """The sha256 the SIF had when `invoke sign` signed it (None: never signed)."""
+        return (self.signature or {}).get("image_sha256")
+
+    @property
+    def signer(self) -> str | None:
+        """The fingerprint of the key `invoke sign` used (None: never signed)."""
+        return (self.signature or {}).get("fingerprint")
 
     def to_dict(self) -> dict:
         out: dict = {"schema": SCHEMA}

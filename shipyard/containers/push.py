@@ -508,9 +508,9 @@ def pull(reg, env, registry_name: str | None = None, tag: str | None = None,
         if not known:
             raise ShipyardError(f"{mpath}: no push of {env.name} to registry '{target.name}' is recorded; "
                                 "give the tag with --tag")
-        tag = known["reference"].rsplit(":", 1)[1]
+        tag = known.tag
     check_tag(tag)
-    expect = known.get("digest") if known.get("reference", "").endswith(f":{tag}") else None
+    expect = known.digest_for(tag) if known else None
     root = Path(reg.root)
     what = f"pull {reference(target, env.name, tag)}"
     if target.scheme == "docker":

@@ -142,7 +142,7 @@ def verify(reg: Registry, env: Environment) -> dict:
     """``apptainer verify --local`` the image; fail (exit 1) unless it verifies with the recorded signer's key."""
     apptainer = find_apptainer()
     image = _existing_image(reg, env)
-    recorded = read_manifest(project.manifest_path(reg, env.name)).signature or {}
+    signer = read_manifest(project.manifest_path(reg, env.name)).signer
     proc = _run([apptainer, "verify", "--local", str(image)])
     signers = parse_verify(proc.stdout + "\n" + proc.stderr)
     fingerprints = [s["fingerprint"] for s in signers]
@@ -151,9 +151,9 @@ def verify(reg: Registry, env: Environment) -> dict:
     if not ok:
         detail = next((ln.strip() for ln in proc.stderr.splitlines() if "FATAL" in ln or "rror" in ln), "")
         problem = f"apptainer verify failed (exit {proc.returncode}){': ' + detail if detail else ''}"
-    elif recorded.get("fingerprint") and recorded["fingerprint"] not in fingerprints:
+    elif signer and signer not in fingerprints:
         ok = False
-        problem = (f"signed by {', '.join(fingerprints)}, but the manifest records key {recorded['fingerprint']} "
+        problem = (f"signed by {', '.join(fingerprints)}, but the manifest records key {signer} "
                    "from `invoke sign`")
     result = {"ok": ok, "fingerprints": fingerprints, "verified_at": _now(), "tool": "apptainer",
               "image_sha256": file_sha256(image)}
@@ -168,11 +168,11 @@ def verify(reg: Registry, env: Environment) -> dict:
 def signature_problem(reg: Registry, env_name: str) -> str | None:
     """None when the manifest's signature belongs to the current image file; else why not (for push)."""
     path = project.artifact_path(reg, env_name, "sif")
-    sig = read_manifest(project.manifest_path(reg, env_name)).signature
-    if not sig:
+    signed = read_manifest(project.manifest_path(reg, env_name)).signed_sha256
+    if not signed:
         return f"{path}: not signed; run `invoke sign {env_name}`"
     if not path.is_file():
         return f"{path}: image missing"
-    if sig.get("image_sha256") != file_sha256(path):
+    if signed != file_sha256(path):
         return f"{path}: changed since `invoke sign` (sha256 differs); sign it again"
     return None

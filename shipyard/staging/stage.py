@@ -141,8 +141,7 @@ def _manifest(reg: Registry, env: Environment) -> tuple[Path, mf.Manifest]:
 
 
 def _pushed_digest(m: mf.Manifest) -> str | None:
-    digests = sorted({p.get("digest") for p in (m.pushed or {}).values() if p.get("digest")})
-    return ", ".join(digests) or None
+    return ", ".join(m.pushed_digests) or None
 
 
 def from_containers(reg: Registry, env: Environment, fmt: str, link: bool) -> Source:
@@ -187,8 +186,8 @@ def from_registry(reg: Registry, env: Environment, registry_name: str | None, ta
     if tag is None:
         if not known:
             raise ShipyardError(f"no push of {env.name} to registry '{target.name}' is recorded here; give --tag")
-        tag = known["reference"].rsplit(":", 1)[1]
-    expect = known.get("digest") if known.get("reference", "").endswith(f":{tag}") else None
+        tag = known.tag
+    expect = known.digest_for(tag) if known else None
     ref = "oras://" + registry_io.reference(target, env.name, tag)
     info: dict = {}
 
@@ -197,14 +196,14 @@ def from_registry(reg: Registry, env: Environment, registry_name: str | None, ta
         b.check_sif(tmp)
         return {"pulled": info.get("pulled")}
 
-    return Source("registry", ref, known.get("input_hash") or "", m.spec_hash, 0, write,
+    return Source("registry", ref, (known.input_hash if known else None) or "", m.spec_hash, 0, write,
                   pushed_digest=expect, after=info)
 
 
 def from_docker(reg: Registry, env: Environment, cluster: Cluster, out: IO[str] | None) -> Source:
     """``enroot import dockerd://IMAGE`` of the docker-backend build, as a batch job on the build partition."""
     _, m = _manifest(reg, env)
-    image = (m.image or {}).get("tag")
+    image = m.docker_tag
     if not image:
         raise ShipyardError(f"{env.name} has no docker image (it was built with --backend apptainer); build it with "
                             f"`invoke build {env.name} --backend docker`")
