@@ -12,7 +12,8 @@ The rules this module enforces, whatever the backend:
   run, so the next build, once it holds the lock, removes the leftovers and records that the last build was killed.
 * **Cache without re-hashing.** The input hash covers the resolved spec, the rendered definition text, the backend,
   the tool versions and the formats. A build is skipped when the manifest holds the same hash, says ``ok``, and each
-  recorded artifact still has its recorded size and mtime (a stat, not a read of a multi-GB file).
+  recorded artifact is still the file it was (shipyard/identity.py: size and mtime_ns, a stat, not a read of a
+  multi-GB file).
 * **Provenance.** ``containers/<env>.json`` (see :mod:`shipyard.containers.manifest`) records the hash, each artifact's sha256
   and size, backend and tool versions, the pins, host, times and the log path.
 """
