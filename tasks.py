@@ -354,12 +354,11 @@ cluster_tasks = Collection("cluster", cluster_import_pcluster)
 def build(c, env=None, backend="apptainer", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
           cluster="", partition="", wait=False):
     """Build containers/ENV.sif (and .sqsh / a docker image) when its inputs changed; record containers/ENV.json."""
-    from shipyard.containers import engine as b
+    from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
-    code = b.build_command(env, backend=backend, fakeroot=fakeroot, force=force, formats=formats or None,
-                           block=not no_block, slurm=slurm, cluster=cluster, partition=partition, wait=wait)
-    if code:
-        raise SystemExit(code)
+    raise SystemExit(container_commands.build(
+        Context.load(), env, backend=backend, fakeroot=fakeroot, force=force, formats=formats or None,
+        block=not no_block, slurm=slurm, cluster=cluster, partition=partition, wait=wait))
 
 
 @task(
@@ -374,10 +373,9 @@ def build(c, env=None, backend="apptainer", fakeroot=False, force=False, formats
 @task_guard
 def push(c, env=None, registry="", tag=""):
     """Push ENV's image and verify the pushed digest by reading the manifest back; record it in containers/ENV.json."""
-    from shipyard.containers import push as p
-    from shipyard.registry import load
+    from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
-    p.push(load(), env or None, registry or None, tag or None)
+    raise SystemExit(container_commands.push(Context.load(), env, registry, tag))
 
 
 @task(
@@ -392,10 +390,9 @@ def push(c, env=None, registry="", tag=""):
 @task_guard
 def pull(c, env=None, registry="", tag="", force=False):
     """Fetch ENV's image from a registry and verify its digest (SIF lands in containers/ENV.sif)."""
-    from shipyard.containers import push as p
-    from shipyard.registry import load
+    from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
-    p.pull(load(), env or None, registry or None, tag or None, force=force)
+    raise SystemExit(container_commands.pull(Context.load(), env, registry, tag, force=force))
 
 
 @task(
@@ -415,9 +412,10 @@ def pull(c, env=None, registry="", tag="", force=False):
 @task_guard
 def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="", link=False, force=False):
     """Put ENV's image into the cluster's storage atomically, verified, with a record launchers check."""
-    from shipyard.containers import stage as st
+    from shipyard.commands import stage as stage_commands  # lazy: the build backends cost ~0.1 s
 
-    st.stage_command(env, cluster, source=from_, registry_name=registry, tag=tag, mode=mode, link=link, force=force)
+    raise SystemExit(stage_commands.stage(Context.load(), env, cluster, source=from_, registry=registry, tag=tag,
+                                          mode=mode, link=link, force=force))
 
 
 # ----------------------------------------------------------------------------------------------- locks, modules, signing
@@ -466,18 +464,18 @@ def modules(c, env=None, cluster=None, prefix=None, force=False):
 @task_guard
 def sign(c, env=None, keyidx=0):
     """Sign containers/<env>.sif with apptainer sign (your keyring) and record the signature in the manifest."""
-    from shipyard.containers import sign as s
+    from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
-    s.sign_command(env, int(keyidx))
+    raise SystemExit(container_commands.sign(Context.load(), env, int(keyidx)))
 
 
 @task(positional=["env"], help={"env": "environment whose containers/<env>.sif to verify (default: defaults.environment)"})
 @task_guard
 def verify(c, env=None):
     """Verify containers/<env>.sif with apptainer verify --local against the key recorded by invoke sign."""
-    from shipyard.containers import sign as s
+    from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
-    s.verify_command(env)
+    raise SystemExit(container_commands.verify(Context.load(), env))
 
 
 # ----------------------------------------------------------------------------------------------- namespace

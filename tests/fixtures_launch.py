@@ -94,12 +94,11 @@ def run_launch(command=(), *, registry_path=None, kind: str = TORCHRUN, **flags)
 def fake_build_manifest(root: Path, env: str, fmt: str, sha256: str = "a" * 64, input_hash: str = "b" * 64) -> Path:
     """``containers/ENV.json`` as `invoke build` leaves it after a successful build (only the fields a launcher
     binds to), so that launchers of a container runtime can be written without building an image."""
-    import json
+    from shipyard.containers import manifest as mf
 
     path = root / "containers" / f"{env}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"environment": env, "status": "ok", "input_hash": input_hash,
-                                "artifacts": {fmt: {"path": f"containers/{env}.{fmt}", "sha256": sha256}}}))
+    artifact = mf.Artifact(f"containers/{env}.{fmt}", sha256, size=0, mtime_ns=0)  # no file: never "intact"
+    mf.update_manifest(path, environment=env, status="ok", input_hash=input_hash, artifacts={fmt: artifact})
     return path
 
 
@@ -175,14 +174,14 @@ def probes(project: Path, job_id: str) -> list[dict]:
 
 
 def stage_record(image: Path, input_hash: str = "b" * 64) -> Path:
-    """The record `invoke stage` writes beside an image (real sha256, size and mtime of ``image``), for launcher tests
+    """The record `invoke stage` writes beside an image (real sha256 and identity stamp of ``image``), for launcher tests
     whose cluster runtime stages nothing itself; launchers of a container runtime bind to it."""
-    from shipyard.files import atomic_write, sha256_file
-    from shipyard.launch import staged
+    from shipyard import identity
+    from shipyard.files import sha256_file
+    from shipyard.staging import record
 
-    st = image.stat()
-    return atomic_write(staged.record_path(image), staged.render_record(
-        {"sha256": sha256_file(image), "input_hash": input_hash, "size": st.st_size, "mtime": int(st.st_mtime)}))
+    st = identity.stamp(image)
+    return record.write_record(image, record.StageRecord(sha256_file(image), input_hash, st.size, st.mtime_ns))
 
 
 def make_sif(path: Path) -> Path:

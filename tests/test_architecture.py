@@ -186,3 +186,26 @@ def test_the_stage_check_would_notice_each_offence(tmp_path):
                    "def x_command():\n    return registry.load()\n")
     assert stage_offences(bad) == ["bad.py:2: imports shipyard.commands", "bad.py:3: defines x_command",
                                    "bad.py:4: calls registry.load"]
+
+
+# the packages that sit above containers in the import order and that it must never reach: staging reads the build
+# manifest and launch reads the stage record; the build knows neither
+ABOVE_CONTAINERS = ("shipyard.launch", "shipyard.staging")
+
+
+def from_above(imports: set[str], above=ABOVE_CONTAINERS) -> list[str]:
+    return sorted(m for m in imports if any(m == a or m.startswith(a + ".") for a in above))
+
+
+def test_containers_imports_nothing_from_launch_or_staging():
+    """Images are made below staging and launch: ``containers`` imports neither (issue 17's import order)."""
+    known = set(modules())
+    offenders = [f"{name} imports {', '.join(hits)}" for name, path in modules().items()
+                 if name == "shipyard.containers" or name.startswith("shipyard.containers.")
+                 for hits in [from_above(imported(path, known))] if hits]
+    assert offenders == []
+
+
+def test_the_containers_check_would_notice_an_import_of_staging():
+    imports = {"shipyard.staging.record", "shipyard.launch", "shipyard.launchpad", "shipyard.registry"}
+    assert from_above(imports) == ["shipyard.launch", "shipyard.staging.record"]

@@ -100,7 +100,7 @@ class ApptainerBackend:
     def tools(self, formats) -> dict[str, str]:
         return {"apptainer": tool_version("apptainer")}
 
-    def still_there(self, m: dict) -> bool:
+    def still_there(self, m) -> bool:
         return True
 
     def run(self, job: Job) -> tuple[dict[str, Path], dict]:

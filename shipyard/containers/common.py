@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
-from shipyard import project
+from shipyard import identity, project
 from shipyard.containers import manifest as mf
 from shipyard.containers.log import BuildLog
 from shipyard.definitions.render import BUILD_NET_CONTEXT
@@ -42,48 +42,37 @@ class BuildInterrupted(KeyboardInterrupt):
 # ----------------------------------------------------------------------------------------------- paths and records
 
 
-def file_record(root: Path, path: Path) -> dict:
-    """What the manifest keeps about one artifact: path (relative to the project), sha256, size and mtime_ns."""
-    st = path.stat()
-    return {"path": str(path.relative_to(root)), "sha256": sha256_file(path), "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns}
+def file_record(root: Path, path: Path) -> mf.Artifact:
+    """What the manifest keeps about one artifact: path (relative to the project), sha256 and identity stamp."""
+    return mf.Artifact.of(Path(root), path)
 
 
-def intact(root: Path, record: dict) -> bool:
-    """Fast path: the file still has the recorded size and mtime. No read of its content."""
-    try:
-        st = (Path(root) / record["path"]).stat()
-    except (OSError, KeyError, TypeError):
-        return False
-    return st.st_size == record.get("size") and st.st_mtime_ns == record.get("mtime_ns")
-
-
-def intact_or_signed(reg, env_name: str, m: dict, fmt: str) -> bool:
-    """Like :func:`intact`, but a SIF that ``invoke sign`` changed in place (signing appends a signature object)
-    still counts: when its sha256 is the one the signature recorded, the artifact is re-recorded once and kept,
-    instead of being rebuilt (which would throw the signature away)."""
-    record = (m.get("artifacts") or {}).get(fmt)
+def intact_or_signed(reg, env_name: str, m: mf.Manifest, fmt: str) -> bool:
+    """The artifact is still the recorded one (:meth:`Artifact.intact`, the rule of :mod:`shipyard.identity`), or a
+    SIF that ``invoke sign`` changed in place (signing appends a signature object): when its sha256 is the one the
+    signature recorded, the artifact is re-recorded once and kept, instead of being rebuilt (which would throw the
+    signature away)."""
+    record = m.artifact(fmt)
     if not record:
         return False
-    if intact(reg.root, record):
+    if record.intact(reg.root):
         return True
-    sig = m.get("signature") or {}
-    path = Path(reg.root) / record["path"]
-    if fmt != "sif" or not sig.get("image_sha256") or not path.is_file() \
-            or sha256_file(path) != sig["image_sha256"]:
+    signed = m.signed_sha256
+    path = Path(reg.root) / record.path
+    if fmt != "sif" or not signed or not path.is_file() or sha256_file(path) != signed:
         return False
     record_artifact(reg, env_name, fmt)
     return True
 
 
-def record_artifact(reg, env_name: str, fmt: str) -> dict:
+def record_artifact(reg, env_name: str, fmt: str) -> mf.Manifest:
     """Re-record an artifact that another step changed in place (e.g. ``apptainer sign`` adds a signature to the
-    SIF): new sha256, size and mtime, so the cache stays valid. Returns the updated manifest."""
+    SIF): new sha256 and stamp, so the cache stays valid. Returns the updated manifest."""
     path = project.artifact_path(reg, env_name, fmt)
     if not path.is_file():
         raise ShipyardError(f"{path}: no {fmt} artifact; run `invoke build {env_name}` first")
     mpath = project.manifest_path(reg, env_name)
-    artifacts = dict(mf.read_manifest(mpath).get("artifacts", {}))
+    artifacts = dict(mf.read_manifest(mpath).artifacts or {})
     artifacts[fmt] = file_record(Path(reg.root), path)
     return mf.update_manifest(mpath, artifacts=artifacts)
 
@@ -171,8 +160,8 @@ def recover_stale(reg, env_name: str, out: IO[str] | None = None) -> list[Path]:
             removed.append(p)
     mpath = project.manifest_path(reg, env_name)
     m = mf.read_manifest(mpath)
-    if m.get("status") == "building":
-        why = (f"the previous build (pid {m.get('pid')} on {m.get('host')}, started {m.get('started')}) "
+    if m.status == "building":
+        why = (f"the previous build (pid {m.pid} on {m.host}, started {m.started}) "
                "was killed before it finished")
         mf.update_manifest(mpath, status="failed", error=why, finished=None, pid=None)
         print(f"{env_name}: {why}; removed its partial output", file=out)
@@ -260,15 +249,15 @@ tool_ids: dict[str, str] = {}
 
 def tool_identity(path: str) -> str:
     real = os.path.realpath(path)
-    st = os.stat(real)
-    return f"{real}:{st.st_size}:{st.st_mtime_ns}"
+    st = identity.stamp(real)
+    return f"{real}:{st.size}:{st.mtime_ns}"
 
 
 def tool_version(tool: str) -> str:
     """``apptainer --version`` / ``enroot version`` as one string (the cache key changes when the tool does).
 
     Asked once per tool binary: a binary with the same resolved path, size and mtime as last time reports the
-    version recorded then (the same stat-not-read rule as for artifacts)."""
+    version recorded then (a stat, not a run; the version cache's own key)."""
     path = shutil.which(tool)
     if not path:
         raise ShipyardError(f"{tool}: not found on PATH")
@@ -285,10 +274,10 @@ def tool_version(tool: str) -> str:
     return version
 
 
-def seed_tool_versions(m: dict) -> None:
-    for tool, ident in (m.get("tool_ids") or {}).items():
-        if tool in (m.get("tools") or {}):
-            _known_versions.setdefault(ident, m["tools"][tool])
+def seed_tool_versions(m: mf.Manifest) -> None:
+    for tool, ident in (m.tool_ids or {}).items():
+        if tool in (m.tools or {}):
+            _known_versions.setdefault(ident, m.tools[tool])
 
 
 def check_sif(path: Path, why: str = "the tool exited 0 but wrote no SIF image") -> None:

@@ -98,10 +98,9 @@ class DockerBackend:
             tools[tool] = tool_version(tool) if shutil.which(tool) else "missing"
         return tools
 
-    def still_there(self, m: dict) -> bool:
-        image = m.get("image") or {}
+    def still_there(self, m) -> bool:
         try:
-            return self.api.inspect_image(image["tag"])["Id"] == image["id"]
+            return self.api.inspect_image(m.docker_tag)["Id"] == m.docker_id
         except Exception:
             return False
 

@@ -12,7 +12,8 @@ The rules this module enforces, whatever the backend:
   run, so the next build, once it holds the lock, removes the leftovers and records that the last build was killed.
 * **Cache without re-hashing.** The input hash covers the resolved spec, the rendered definition text, the backend,
   the tool versions and the formats. A build is skipped when the manifest holds the same hash, says ``ok``, and each
-  recorded artifact still has its recorded size and mtime (a stat, not a read of a multi-GB file).
+  recorded artifact is still the file it was (shipyard/identity.py: size and mtime_ns, a stat, not a read of a
+  multi-GB file).
 * **Provenance.** ``containers/<env>.json`` (see :mod:`shipyard.containers.manifest`) records the hash, each artifact's sha256
   and size, backend and tool versions, the pins, host, times and the log path.
 """
@@ -30,7 +31,6 @@ from typing import IO
 
 from shipyard import project
 from shipyard.containers import manifest as mf
-from shipyard.containers import on_slurm as build_slurm
 from shipyard.containers.apptainer import ApptainerBackend
 from shipyard.containers.common import (
     BACKENDS,
@@ -48,10 +48,8 @@ from shipyard.containers.common import (
 )
 from shipyard.containers.docker import DockerBackend
 from shipyard.containers.log import BuildLog
-from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, now_iso
-from shipyard.registry import load
 
 
 def input_hash(spec: dict, texts: dict[str, str], backend: str, tools: dict[str, str], formats: tuple[str, ...],
@@ -76,12 +74,11 @@ def backend_for(name: str, fakeroot: bool):
 # ----------------------------------------------------------------------------------------------- the build
 
 
-def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
+def build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
           formats: str | tuple[str, ...] | None = None, block: bool = True, out: IO[str] | None = None,
-          quiet: bool = False, forced: list[str] | None = None) -> dict:
-    """Build ``env_name`` (or skip it when the cache says it is current) and return the manifest. ``forced``: the
-    `invoke check` errors that ``--force`` overrode, recorded in the manifest (``forced_checks``)."""
-    env = reg.environment(env_name)
+          quiet: bool = False, forced: list[str] | None = None) -> mf.Manifest:
+    """Build the environment ``env`` (or skip it when the cache says it is current) and return the manifest.
+    ``forced``: the `invoke check` errors that ``--force`` overrode, recorded in the manifest (``forced_checks``)."""
     fmts = formats if isinstance(formats, tuple) else parse_formats(formats, backend)
     if fakeroot and backend != "apptainer":
         raise ShipyardError(f"--fakeroot applies to `apptainer build` only, not to --backend {backend}")
@@ -97,11 +94,11 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
     with build_lock(project.build_lock_path(root, env.name), block=block, out=out):
         recover_stale(reg, env.name, out)
         m = mf.read_manifest(mpath)
-        if not force and m.get("status") == "ok" and m.get("input_hash") == key \
-                and all(intact_or_signed(reg, env.name, m, f) for f in m.get("artifacts", {})) \
+        if not force and m.built and m.input_hash == key \
+                and all(intact_or_signed(reg, env.name, m, f) for f in m.artifacts or {}) \
                 and be.still_there(m):
             m = mf.read_manifest(mpath)
-            what = ", ".join(r["path"] for r in m.get("artifacts", {}).values()) or m.get("image", {}).get("tag", "")
+            what = ", ".join(a.path for a in (m.artifacts or {}).values()) or m.docker_tag or ""
             print(f"{env.name}: up to date ({what}; input hash {key[:12]}); --force rebuilds", file=out)
             return m
         for path, text in inputs.items():
@@ -141,7 +138,7 @@ def build(reg, env_name: str, *, backend: str = "apptainer", fakeroot: bool = Fa
             # a docker image from an earlier docker-backend build no longer describes this build
             m = mf.update_manifest(mpath, status="ok", finished=now_iso(), pid=None, artifacts=records,
                                    **{"image": None, **extra})
-            done = ", ".join(r["path"] for r in records.values()) or extra.get("image", {}).get("tag", "")
+            done = ", ".join(a.path for a in records.values()) or extra.get("image", {}).get("tag", "")
             log.write(f"built {done}")
     return m
 
@@ -161,23 +158,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def build_command(env_name: str | None, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
-                  formats: str | None = None, block: bool = True, slurm: bool = False, cluster: str | None = None,
-                  partition: str | None = None, wait: bool = False, registry=None, out: IO[str] | None = None) -> int:
-    """`invoke build`: locally, or as a batch job on a cluster's build partition with ``slurm=True``."""
-
-    reg = load(registry)
-    env = reg.environment(env_name or None)
-    # the checks of `invoke check ENV` (its lock included) first: a refused environment never starts a build
-    forced = enforce.require(reg, env, what=f"build {env.name}", force=force, locks=True)
-    if slurm:
-        return build_slurm.submit(reg, env.name, cluster_name=cluster or None, partition=partition or None,
-                                  backend=backend, fakeroot=fakeroot, force=force, formats=formats, wait=wait,
-                                  out=out)
-    if wait or partition or cluster:
-        raise ShipyardError("--wait, --partition and --cluster only apply with --slurm")
-    build(reg, env.name, backend=backend, fakeroot=fakeroot, force=force, formats=formats, block=block, out=out,
-          forced=forced)
-    return 0

@@ -1,5 +1,13 @@
 """The build manifest ``containers/<env>.json``: what an image is, what made it, and where it went.
 
+One reader (:func:`read_manifest`) and one writer (:func:`update_manifest`), both typed: every stage that reads the
+manifest (build, sign, push, pull, stage, the launcher binding, doctor) gets a :class:`Manifest`, never a raw dict,
+so a field is spelled once, here.
+
+Versioned: the writer stamps ``"schema": SCHEMA``. A file without the field is read as version 1, the layout shipyard
+wrote before the field existed (the same keys); a file of another version is one error line that says which version
+this shipyard reads (a newer shipyard wrote it, or it was edited by hand).
+
 Several writers touch one manifest (build, sign, push), sometimes from different processes. Every change is
 therefore a read-modify-write under an exclusive ``fcntl`` lock on a sidecar file, finished with an atomic rename
 (``shipyard.files.atomic_write``): a reader never sees a half-written manifest, and two writers never lose each other's
@@ -9,23 +17,168 @@ fields.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from shipyard import identity
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
+from shipyard.files import atomic_write, sha256_file
+
+SCHEMA = 1
 
 
-def read_manifest(path: str | os.PathLike) -> dict:
-    """The manifest as a dict; ``{}`` when it does not exist yet. A corrupt manifest is a one-line user error."""
+@dataclass(frozen=True)
+class Artifact:
+    """One image file of a build: where it is (relative to the project), its sha256, and its identity stamp."""
+
+    path: str
+    sha256: str
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, root: Path, path: Path) -> Artifact:
+        """Record ``path`` as it is now (hashes the file)."""
+        st = identity.stamp(path)
+        return cls(str(path.relative_to(root)), sha256_file(path), st.size, st.mtime_ns)
+
+    @property
+    def stamp(self) -> identity.Stamp:
+        return identity.Stamp(self.size, self.mtime_ns)
+
+    def intact(self, root: Path) -> bool:
+        """The file is still the one recorded, by :mod:`shipyard.identity`'s rule (a stat, no read)."""
+        return identity.changed(Path(root) / self.path, self.stamp) is None
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """What the manifest remembers of a push, as pull and stage read it: the reference, its manifest digest, and
+    the input hash of the image that was pushed."""
+
+    reference: str  # oras://HOST/REPO:TAG or docker://HOST/REPO:TAG
+    digest: str | None
+    input_hash: str | None
+
+    @property
+    def tag(self) -> str:
+        return self.reference.rsplit(":", 1)[1]
+
+    def digest_for(self, tag: str) -> str | None:
+        """The digest to expect when pulling ``tag``: known only when it is the tag that was pushed."""
+        return self.digest if self.reference.endswith(f":{tag}") else None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A build manifest. Every field is optional: a manifest grows as build, sign, push and pull add to it; ``None``
+    means "not recorded" (and is not written). Nested records the manifest only carries (the docker image, the
+    signature, pushes and pulls) stay mappings, owned by the module that writes them."""
+
+    environment: str | None = None
+    status: str | None = None  # building | ok | failed | pulled
+    error: str | None = None
+    input_hash: str | None = None
+    spec_hash: str | None = None
+    backend: str | None = None
+    tools: dict | None = None  # tool -> version string
+    tool_ids: dict | None = None  # tool -> "realpath:size:mtime_ns" (the version cache's key)
+    formats: list | None = None
+    pins: dict | None = None
+    host: str | None = None
+    pid: int | None = None
+    started: str | None = None
+    finished: str | None = None
+    log: str | None = None
+    forced_checks: list | None = None
+    artifacts: dict[str, Artifact] | None = None  # format (sif, sqsh) -> artifact
+    image: dict | None = None  # docker backend: {"tag", "id"}
+    signature: dict | None = None  # shipyard.containers.sign
+    verification: dict | None = None  # shipyard.containers.sign
+    pushed: dict | None = None  # registry name -> push record (shipyard.containers.push)
+    pulled: dict | None = None  # registry name -> pull record
+
+    def artifact(self, fmt: str) -> Artifact | None:
+        return (self.artifacts or {}).get(fmt)
+
+    @property
+    def built(self) -> bool:
+        """The last build finished (``status: ok``)."""
+        return self.status == "ok"
+
+    def pushed_to(self, registry_name: str) -> Pushed | None:
+        """The last push to ``registry_name``, when one is recorded."""
+        rec = (self.pushed or {}).get(registry_name)
+        return Pushed(rec["reference"], rec.get("digest"), rec.get("input_hash")) if rec else None
+
+    @property
+    def pushed_digests(self) -> list[str]:
+        """Every digest this image was pushed under, sorted, once each."""
+        return sorted({p["digest"] for p in (self.pushed or {}).values() if p.get("digest")})
+
+    @property
+    def docker_tag(self) -> str | None:
+        """The docker-backend image's tag (None: no docker image was built)."""
+        return (self.image or {}).get("tag")
+
+    @property
+    def docker_id(self) -> str | None:
+        return (self.image or {}).get("id")
+
+    @property
+    def signed_sha256(self) -> str | None:
+        """The sha256 the SIF had when `invoke sign` signed it (None: never signed)."""
+        return (self.signature or {}).get("image_sha256")
+
+    @property
+    def signer(self) -> str | None:
+        """The fingerprint of the key `invoke sign` used (None: never signed)."""
+        return (self.signature or {}).get("fingerprint")
+
+    def to_dict(self) -> dict:
+        out: dict = {"schema": SCHEMA}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name == "artifacts":
+                value = {fmt: dataclasses.asdict(a) for fmt, a in value.items()}
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str) -> Manifest:
+        schema = data.get("schema", 1)
+        if schema != SCHEMA:
+            raise ShipyardError(f"{where}: build manifest schema {schema!r}, this shipyard reads schema {SCHEMA}; "
+                                "rebuild with `invoke build ENV --force` (or use the shipyard that wrote it)")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names - {"schema"})
+        if unknown:
+            raise ShipyardError(f"{where}: not a shipyard build manifest of schema {SCHEMA} (unknown field "
+                                f"{unknown[0]!r}); delete it and rebuild with `invoke build ENV --force`")
+        fields = {k: v for k, v in data.items() if k in names}
+        try:
+            if fields.get("artifacts") is not None:
+                fields["artifacts"] = {fmt: Artifact(**a) for fmt, a in fields["artifacts"].items()}
+        except (TypeError, AttributeError):
+            raise ShipyardError(f"{where}: corrupt build manifest (artifacts need path, sha256, size, mtime_ns); "
+                                "delete it and rebuild with `invoke build ENV --force`") from None
+        return cls(**fields)
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    """The manifest at ``path``; an empty one when it does not exist yet. A corrupt manifest is a one-line error."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return {}
+        return Manifest()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -33,7 +186,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
                             "delete it and rebuild with `invoke build ENV --force`") from None
     if not isinstance(data, dict):
         raise ShipyardError(f"{path}: corrupt build manifest (expected a JSON object)")
-    return data
+    return Manifest.from_dict(data, str(path))
 
 
 @contextlib.contextmanager
@@ -49,24 +202,20 @@ def _merge_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the flock
 
 
-def render(data: dict) -> str:
+def render(m: Manifest | dict) -> str:
     """Canonical text of a manifest: sorted keys, stable indentation, trailing newline (diff- and golden-friendly)."""
+    data = m.to_dict() if isinstance(m, Manifest) else m
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def update_manifest(path: str | os.PathLike, **fields) -> dict:
-    """Merge ``fields`` into the manifest at ``path`` atomically and return the new content.
+def update_manifest(path: str | os.PathLike, **fields) -> Manifest:
+    """Set ``fields`` (names of :class:`Manifest` fields) in the manifest at ``path`` atomically; return the result.
 
-    A field set to ``None`` is removed. Top-level merge only: a caller that owns a nested dict (``signature``,
-    ``push``) passes the whole dict.
+    A field set to ``None`` is removed. Top-level merge only: a caller that owns a nested mapping (``signature``,
+    ``pushed``) passes the whole mapping.
     """
     path = Path(path)
     with _merge_lock(path):
-        data = read_manifest(path)
-        for key, value in fields.items():
-            if value is None:
-                data.pop(key, None)
-            else:
-                data[key] = value
-        atomic_write(path, render(data))
-    return data
+        m = dataclasses.replace(read_manifest(path), **fields)
+        atomic_write(path, render(m))
+    return m

@@ -444,74 +444,73 @@ def one_line(target, what: str):
         raise ShipyardError(f"registry '{target.name}' ({target.host}): {what}: {_first_line(exc)}") from None
 
 
-def push(reg, env_name: str, registry_name: str | None = None, tag: str | None = None,
+def push(reg, env, registry_name: str | None = None, tag: str | None = None,
          out: IO[str] | None = None) -> dict:
-    """Push ``env_name``'s SIF (``oras://`` registries) or docker image (``docker://``); record it in the manifest."""
-    env = reg.environment(env_name)
+    """Push the environment ``env``'s SIF (``oras://`` registries) or docker image (``docker://``); record it in the
+    manifest."""
     target = reg.registry_target(registry_name)
     mpath = project.manifest_path(reg, env.name)
     m = mf.read_manifest(mpath)
-    if m.get("status") != "ok":
-        state = f"the last build {m['status']}" if m.get("status") else "it was never built"
+    if not m.built:
+        state = f"the last build {m.status}" if m.status else "it was never built"
         raise ShipyardError(f"{mpath}: cannot push {env.name}: {state}; run `invoke build {env.name}` first")
     if target.require_signed:
         problem = signature_problem(reg, env.name)
         if problem:
             raise ShipyardError(f"registries.{target.name}: require_signed is true: {problem}")
-    tag = check_tag(tag) if tag else m["input_hash"][:12]
-    annotations = {"org.opencontainers.image.title": env.name, "org.shipyard.input-hash": m["input_hash"],
-                   "org.shipyard.spec-sha256": m.get("spec_hash", ""), "org.opencontainers.image.created":
-                   m.get("finished", "")}
+    tag = check_tag(tag) if tag else m.input_hash[:12]
+    annotations = {"org.opencontainers.image.title": env.name, "org.shipyard.input-hash": m.input_hash,
+                   "org.shipyard.spec-sha256": m.spec_hash or "", "org.opencontainers.image.created":
+                   m.finished or ""}
     if target.scheme == "oras":
-        rec = m.get("artifacts", {}).get("sif")
+        rec = m.artifact("sif")
         if not rec:
             raise ShipyardError(f"{mpath}: {env.name} has no SIF to push (docker-backend builds make one only where "
                                 "apptainer exists); push the image to a docker:// registry instead")
         if not b.intact_or_signed(reg, env.name, m, "sif"):
-            raise ShipyardError(f"{rec['path']} changed since it was built (size/mtime differ from {mpath.name}); "
+            raise ShipyardError(f"{rec.path} changed since it was built (size/mtime differ from {mpath.name}); "
                                 f"rebuild with `invoke build {env.name} --force`")
-        rec = mf.read_manifest(mpath)["artifacts"]["sif"]  # re-recorded if signing changed the file
-        sif = Path(reg.root) / rec["path"]
+        rec = mf.read_manifest(mpath).artifact("sif")  # re-recorded if signing changed the file
+        sif = Path(reg.root) / rec.path
         if not sif.resolve().is_relative_to(project.containers_dir(reg).resolve()):
-            raise ShipyardError(f"{mpath}: the recorded SIF {rec['path']} is not inside containers/; rebuild")
+            raise ShipyardError(f"{mpath}: the recorded SIF {rec.path} is not inside containers/; rebuild")
         b.check_sif(sif, "not a SIF image; rebuild it")
         with one_line(target, f"push {reference(target, env.name, tag)}"):
-            record = push_sif(target, env.name, sif, rec["sha256"], tag, annotations, out)
+            record = push_sif(target, env.name, sif, rec.sha256, tag, annotations, out)
     else:
-        image = m.get("image")
+        image = m.image
         if not image:
             raise ShipyardError(f"{mpath}: {env.name} has no docker image (it was built with --backend apptainer); "
                                 "push its SIF to an oras:// registry instead")
         with one_line(target, f"push {reference(target, env.name, tag)}"):
             record = push_image(target, env.name, image, tag, out)
-    record.update(registry=target.name, input_hash=m["input_hash"])
-    pushed = dict(m.get("pushed", {}))
+    record.update(registry=target.name, input_hash=m.input_hash)
+    pushed = dict(m.pushed or {})
     pushed[target.name] = record
     mf.update_manifest(mpath, pushed=pushed)
     print(f"pushed {record['reference']} ({record['digest']}), verified by reading the manifest back", file=out)
     return record
 
 
-def pull(reg, env_name: str, registry_name: str | None = None, tag: str | None = None,
+def pull(reg, env, registry_name: str | None = None, tag: str | None = None,
          out: IO[str] | None = None, force: bool = False) -> dict:
-    """Fetch ``env_name`` from a registry and verify its digest (against the push record when there is one).
+    """Fetch the environment ``env``'s image from a registry and verify its digest (against the push record when there is one).
 
     A local SIF that differs from the pulled one is replaced only with ``force``. Afterwards the manifest describes
     the file on disk: its record, and the input hash the pushed artifact was built from (its
     ``org.shipyard.input-hash`` annotation), so `build` reuses it only for the same inputs and `push` tags it truly.
     """
-    env = reg.environment(env_name)
     target = reg.registry_target(registry_name)
     mpath = project.manifest_path(reg, env.name)
     m = mf.read_manifest(mpath)
-    known = m.get("pushed", {}).get(target.name, {})
+    known = m.pushed_to(target.name)
     if tag is None:
         if not known:
             raise ShipyardError(f"{mpath}: no push of {env.name} to registry '{target.name}' is recorded; "
                                 "give the tag with --tag")
-        tag = known["reference"].rsplit(":", 1)[1]
+        tag = known.tag
     check_tag(tag)
-    expect = known.get("digest") if known.get("reference", "").endswith(f":{tag}") else None
+    expect = known.digest_for(tag) if known else None
     root = Path(reg.root)
     what = f"pull {reference(target, env.name, tag)}"
     if target.scheme == "docker":
@@ -531,13 +530,13 @@ def pull(reg, env_name: str, registry_name: str | None = None, tag: str | None =
                 os.replace(tmp, dest)
             finally:
                 tmp.unlink(missing_ok=True)
-            artifacts = dict(mf.read_manifest(mpath).get("artifacts", {}))
+            artifacts = dict(mf.read_manifest(mpath).artifacts or {})
             artifacts["sif"] = b.file_record(root, dest)
             made_by = record.get("input_hash")
             mf.update_manifest(mpath, artifacts=artifacts, input_hash=made_by, status="ok" if made_by else "pulled",
                                error=None)
     record["registry"] = target.name
-    pulled = dict(mf.read_manifest(mpath).get("pulled", {}))
+    pulled = dict(mf.read_manifest(mpath).pulled or {})
     pulled[target.name] = record
     with one_line(target, what):
         mf.update_manifest(mpath, environment=env.name, pulled=pulled)

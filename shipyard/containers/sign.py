@@ -21,14 +21,12 @@ import hashlib
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from shipyard import project
 from shipyard.containers.manifest import read_manifest, update_manifest
 from shipyard.errors import ShipyardError
-from shipyard.registry import load
-from shipyard.registry.model import Registry
+from shipyard.registry.model import Environment, Registry
 
 
 def find_apptainer() -> str:
@@ -97,21 +95,19 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _existing_image(reg: Registry, env_name: str) -> Path:
-    env = reg.environment(env_name)
+def _existing_image(reg: Registry, env: Environment) -> Path:
     path = project.artifact_path(reg, env.name, "sif")  # the local SIF, not the copy on cluster storage
     if not path.is_file():
         raise ShipyardError(f"{path}: no image to sign/verify; build it first with `invoke build {env.name}`")
     return path
 
 
-def sign(reg: Registry, env_name: str | None = None, keyidx: int = 0) -> dict:
+def sign(reg: Registry, env: Environment, keyidx: int = 0) -> dict:
     """Sign ``containers/<env>.sif`` with private key ``keyidx`` of the user's keyring; record and return the signature."""
-    env = reg.environment(env_name)
     if keyidx < 0:
         raise ShipyardError(f"--keyidx {keyidx}: must be >= 0 (an index from `apptainer key list --secret`)")
     apptainer = find_apptainer()
-    image = _existing_image(reg, env.name)
+    image = _existing_image(reg, env)
     listing = _run([apptainer, "key", "list", "--secret"])
     if listing.returncode != 0:
         raise ShipyardError(f"`apptainer key list --secret` failed: {listing.stderr.strip()[:300]}")
@@ -142,12 +138,11 @@ def sign(reg: Registry, env_name: str | None = None, keyidx: int = 0) -> dict:
     return signature
 
 
-def verify(reg: Registry, env_name: str | None = None) -> dict:
+def verify(reg: Registry, env: Environment) -> dict:
     """``apptainer verify --local`` the image; fail (exit 1) unless it verifies with the recorded signer's key."""
-    env = reg.environment(env_name)
     apptainer = find_apptainer()
-    image = _existing_image(reg, env.name)
-    recorded = read_manifest(project.manifest_path(reg, env.name)).get("signature") or {}
+    image = _existing_image(reg, env)
+    signer = read_manifest(project.manifest_path(reg, env.name)).signer
     proc = _run([apptainer, "verify", "--local", str(image)])
     signers = parse_verify(proc.stdout + "\n" + proc.stderr)
     fingerprints = [s["fingerprint"] for s in signers]
@@ -156,9 +151,9 @@ def verify(reg: Registry, env_name: str | None = None) -> dict:
     if not ok:
         detail = next((ln.strip() for ln in proc.stderr.splitlines() if "FATAL" in ln or "rror" in ln), "")
         problem = f"apptainer verify failed (exit {proc.returncode}){': ' + detail if detail else ''}"
-    elif recorded.get("fingerprint") and recorded["fingerprint"] not in fingerprints:
+    elif signer and signer not in fingerprints:
         ok = False
-        problem = (f"signed by {', '.join(fingerprints)}, but the manifest records key {recorded['fingerprint']} "
+        problem = (f"signed by {', '.join(fingerprints)}, but the manifest records key {signer} "
                    "from `invoke sign`")
     result = {"ok": ok, "fingerprints": fingerprints, "verified_at": _now(), "tool": "apptainer",
               "image_sha256": file_sha256(image)}
@@ -173,21 +168,11 @@ def verify(reg: Registry, env_name: str | None = None) -> dict:
 def signature_problem(reg: Registry, env_name: str) -> str | None:
     """None when the manifest's signature belongs to the current image file; else why not (for push)."""
     path = project.artifact_path(reg, env_name, "sif")
-    sig = read_manifest(project.manifest_path(reg, env_name)).get("signature")
-    if not sig:
+    signed = read_manifest(project.manifest_path(reg, env_name)).signed_sha256
+    if not signed:
         return f"{path}: not signed; run `invoke sign {env_name}`"
     if not path.is_file():
         return f"{path}: image missing"
-    if sig.get("image_sha256") != file_sha256(path):
+    if signed != file_sha256(path):
         return f"{path}: changed since `invoke sign` (sha256 differs); sign it again"
     return None
-
-
-def sign_command(env_name: str | None, keyidx: int, out=sys.stdout) -> None:
-    sig = sign(load(), env_name, keyidx)
-    print(f"signed with {sig['fingerprint']} ({sig['signer']}); recorded in the build manifest", file=out)
-
-
-def verify_command(env_name: str | None, out=sys.stdout) -> None:
-    res = verify(load(), env_name)
-    print(f"verified: signed by {', '.join(res['fingerprints'])}", file=out)

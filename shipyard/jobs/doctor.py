@@ -32,7 +32,7 @@ from pathlib import Path
 from shipyard import facts as data
 from shipyard import slurm
 from shipyard import runtimes
-from shipyard.launch import staged
+from shipyard.staging import record as staged
 from shipyard.registry import compat
 from shipyard.registry.model import Cluster, Environment, Gpu, Registry
 
@@ -378,8 +378,8 @@ def images(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
             out.append(Finding(bad, LOGIN, "image", f"{name}: {changed}", f"run `{stage}` again"))
             continue
         built = staged.binding(reg.root, name, None, rt.suffix)  # the build manifest's image
-        detail = f"{name}: {image} present, readable, matches its stage record (sha256 {rec['sha256'][:12]})"
-        if built and built.sha256 != rec["sha256"]:
+        detail = f"{name}: {image} present, readable, matches its stage record (sha256 {rec.sha256[:12]})"
+        if built and built.sha256 != rec.sha256:
             out.append(Finding(WARN, LOGIN, "image", detail + f"; the build in containers/ is sha256 "
                                f"{built.sha256[:12]}", f"run `{stage}` to publish the newer build"))
         else:

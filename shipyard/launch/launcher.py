@@ -24,12 +24,13 @@ from dataclasses import dataclass, field, fields as fields_of, replace
 from pathlib import Path
 from typing import Sequence
 
-from shipyard import __version__, project, slurm, templating
+from shipyard import __version__, identity, project, slurm, templating
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join
 from shipyard.files import atomic_write
 from shipyard import runtimes
-from shipyard.launch import options, staged
+from shipyard.launch import options
+from shipyard.staging import record as staged
 from shipyard.launch.fabric import (
     EnvVar,
     check_forbidden,
@@ -91,7 +92,7 @@ class Launcher:
     nccl_test_mpi: str
     nccl_test_args: tuple[str, ...]
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
-    image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/launch/staged.py)
+    image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/staging/record.py)
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
     image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
@@ -421,6 +422,7 @@ def render(l: Launcher) -> str:
     return templating.render("shipyard.launch", "sbatch.sh.j2", trim_blocks=True,
         l=l,
         record=str(staged.record_path(l.image)) if l.image_sha256 else "",
+        identity=identity,  # the job's "image unchanged" check: shipyard/identity.py's stat format and fields
         version=__version__,
         regenerate=shell_join(l.regenerate),
         container=container_argv(l),

@@ -33,7 +33,7 @@ def _files(root: Path) -> list[str]:
 
 
 def test_build_renames_temp_into_place_and_records_manifest(project, apptainer_double, capsys):
-    m = b.build(project, "tiny")
+    m = b.build(project, project.environment("tiny"))
     root = project.root
     sif = root / "containers" / "tiny.sif"
     calls = read_calls(apptainer_double)
@@ -48,30 +48,30 @@ def test_build_renames_temp_into_place_and_records_manifest(project, apptainer_d
         "Bootstrap:" in (root / "definitions" / "tiny.def").read_text()
     on_disk = mf.read_manifest(root / "containers" / "tiny.json")
     assert on_disk == m
-    assert m["status"] == "ok" and m["backend"] == "apptainer"
-    assert m["tools"] == {"apptainer": "apptainer version 1.3.6"}
-    assert m["pins"]["torch"] == "2.3.1" and m["spec_hash"] == project.environment("tiny").spec_hash
-    assert m["artifacts"]["sif"]["sha256"] == common.sha256_file(sif)
-    assert m["artifacts"]["sif"]["size"] == sif.stat().st_size
-    assert m["started"] <= m["finished"] and m["host"] and "pid" not in m
-    log = root / m["log"]
+    assert m.status == "ok" and m.backend == "apptainer"
+    assert m.tools == {"apptainer": "apptainer version 1.3.6"}
+    assert m.pins["torch"] == "2.3.1" and m.spec_hash == project.environment("tiny").spec_hash
+    assert m.artifacts["sif"].sha256 == common.sha256_file(sif)
+    assert m.artifacts["sif"].size == sif.stat().st_size
+    assert m.started <= m.finished and m.host and m.pid is None
+    log = root / m.log
     assert "INFO:    Build complete" in log.read_text()
     out = capsys.readouterr().out
     assert "[00:00] INFO:    Starting build..." in out  # streamed with the elapsed-time progress prefix
 
 
 def test_second_build_is_cache_hit_without_rehash_and_force_rebuilds(project, apptainer_double, capsys, monkeypatch):
-    b.build(project, "tiny")
+    b.build(project, project.environment("tiny"))
     hashed = []
     real = common.sha256_file
     monkeypatch.setattr(common, "sha256_file", lambda p: hashed.append(p) or real(p))
-    m = b.build(project, "tiny")
+    m = b.build(project, project.environment("tiny"))
     assert "up to date" in capsys.readouterr().out
     assert hashed == []  # fast path: stat only, the SIF is not read
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 1
-    b.build(project, "tiny", force=True)
+    b.build(project, project.environment("tiny"), force=True)
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 2
-    assert mf.read_manifest(project.root / "containers" / "tiny.json")["finished"] >= m["finished"]
+    assert mf.read_manifest(project.root / "containers" / "tiny.json").finished >= m.finished
 
 
 def test_cache_misses_when_artifact_changed_or_tool_upgraded(project, apptainer_double, monkeypatch, tmp_path):
@@ -80,26 +80,26 @@ def test_cache_misses_when_artifact_changed_or_tool_upgraded(project, apptainer_
     tool = tooldir / "apptainer"
     shutil.copy2(fb.APPTAINER_DOUBLE / "apptainer", tool)
     monkeypatch.setenv("PATH", f"{tooldir}{os.pathsep}{os.environ['PATH']}")
-    b.build(project, "tiny")
+    b.build(project, project.environment("tiny"))
     sif = project.root / "containers" / "tiny.sif"
     with open(sif, "ab") as fh:  # same path, different size: not intact
         fh.write(b"x")
-    b.build(project, "tiny")
+    b.build(project, project.environment("tiny"))
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 2
-    b.build(project, "tiny")  # same binary: its recorded version is reused, nothing rebuilt
+    b.build(project, project.environment("tiny"))  # same binary: its recorded version is reused, nothing rebuilt
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 2
     # the tool is upgraded in place (new binary: other size and mtime) and reports another version
     tool.write_text(tool.read_text().replace('"SHIPYARD_DOUBLE_APPTAINER_VERSION", "1.3.6"',
                                              '"SHIPYARD_DOUBLE_APPTAINER_VERSION", "1.4.0"'))
-    b.build(project, "tiny")
+    b.build(project, project.environment("tiny"))
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 3
     m = mf.read_manifest(project.root / "containers" / "tiny.json")
-    assert m["tools"]["apptainer"] == "apptainer version 1.4.0"
-    assert m["tool_ids"]["apptainer"].startswith(str(tool) + ":")
+    assert m.tools["apptainer"] == "apptainer version 1.4.0"
+    assert m.tool_ids["apptainer"].startswith(str(tool) + ":")
 
 
 def test_fakeroot_is_passed(project, apptainer_double):
-    b.build(project, "tiny", fakeroot=True)
+    b.build(project, project.environment("tiny"), fakeroot=True)
     build = [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"][0]
     assert build["argv"][:2] == ["build", "--fakeroot"]
 
@@ -107,31 +107,31 @@ def test_fakeroot_is_passed(project, apptainer_double):
 def test_failed_build_leaves_no_artifact_and_manifest_says_failed(project, apptainer_double, monkeypatch):
     monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_FAIL", "255")
     with pytest.raises(ShipyardError, match=r"`apptainer build` exited with 255"):
-        b.build(project, "tiny")
+        b.build(project, project.environment("tiny"))
     assert _files(project.root) == ["tiny.json", "tiny.json.lock", "tiny.lock"]
     m = mf.read_manifest(project.root / "containers" / "tiny.json")
-    assert m["status"] == "failed" and "exited with 255" in m["error"]
-    assert "test double told to fail" in (project.root / m["log"]).read_text()
+    assert m.status == "failed" and "exited with 255" in m.error
+    assert "test double told to fail" in (project.root / m.log).read_text()
 
 
 def test_failed_rebuild_keeps_previous_good_image(project, apptainer_double, monkeypatch):
-    b.build(project, "tiny")
+    b.build(project, project.environment("tiny"))
     before = (project.root / "containers" / "tiny.sif").read_bytes()
     monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_FAIL", "1")
     with pytest.raises(ShipyardError):
-        b.build(project, "tiny", force=True)
+        b.build(project, project.environment("tiny"), force=True)
     assert (project.root / "containers" / "tiny.sif").read_bytes() == before
     assert not list((project.root / "containers").glob("*.tmp*"))
-    assert mf.read_manifest(project.root / "containers" / "tiny.json")["status"] == "failed"
+    assert mf.read_manifest(project.root / "containers" / "tiny.json").status == "failed"
     monkeypatch.delenv("SHIPYARD_DOUBLE_APPTAINER_FAIL")
-    b.build(project, "tiny")  # a failed last build is never a cache hit
+    b.build(project, project.environment("tiny"))  # a failed last build is never a cache hit
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 2
 
 
 def test_tool_that_writes_no_sif_is_a_failure(project, apptainer_double, monkeypatch):
     monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_NOSIF", "1")
     with pytest.raises(ShipyardError, match="no SIF magic"):
-        b.build(project, "tiny")
+        b.build(project, project.environment("tiny"))
     assert not (project.root / "containers" / "tiny.sif").exists()
 
 
@@ -203,7 +203,7 @@ def test_interrupt_leaves_no_partial_and_manifest_failed(project, apptainer_doub
     assert "interrupted" in out
     assert not list(containers.glob("*.tmp*")) and not (containers / "tiny.sif").exists()
     m = mf.read_manifest(containers / "tiny.json")
-    assert m["status"] == "failed" and "interrupted" in m["error"]
+    assert m.status == "failed" and "interrupted" in m.error
 
 
 def test_sigkill_of_builder_is_detected_and_cleaned_by_next_build(project, apptainer_double, monkeypatch):
@@ -214,7 +214,7 @@ def test_sigkill_of_builder_is_detected_and_cleaned_by_next_build(project, appta
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=REACT_S)
     assert not (containers / "tiny.sif").exists()  # never a partial file at the target path
-    assert mf.read_manifest(containers / "tiny.json")["status"] == "building"  # nobody could write "failed"
+    assert mf.read_manifest(containers / "tiny.json").status == "building"  # nobody could write "failed"
     # the orphaned tool got SIGTERM through PR_SET_PDEATHSIG instead of writing on
     assert _wait_for(lambda: not _processes_writing(containers), 10)
     monkeypatch.delenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP")
@@ -222,7 +222,7 @@ def test_sigkill_of_builder_is_detected_and_cleaned_by_next_build(project, appta
     assert res.returncode == 0, res.stderr
     assert "was killed before it finished" in res.stdout
     assert not list(containers.glob("*.tmp*"))
-    assert mf.read_manifest(containers / "tiny.json")["status"] == "ok"
+    assert mf.read_manifest(containers / "tiny.json").status == "ok"
 
 
 def test_second_build_waits_for_the_first_and_they_serialize(project, apptainer_double, monkeypatch):
@@ -301,30 +301,30 @@ def test_build_without_apptainer_fails_in_preflight_with_one_line(project, monke
 
 def test_bad_flags_are_one_line_errors(project, apptainer_double):
     with pytest.raises(ShipyardError, match="the apptainer backend makes only sif"):
-        b.build(project, "tiny", formats="sif,sqsh")
+        b.build(project, project.environment("tiny"), formats="sif,sqsh")
     with pytest.raises(ShipyardError, match="unknown format tar"):
-        b.build(project, "tiny", backend="docker", formats="tar")
+        b.build(project, project.environment("tiny"), backend="docker", formats="tar")
     with pytest.raises(ShipyardError, match="--fakeroot applies to `apptainer build` only"):
-        b.build(project, "tiny", backend="docker", fakeroot=True)
+        b.build(project, project.environment("tiny"), backend="docker", fakeroot=True)
     with pytest.raises(ShipyardError, match="--backend podman: unknown backend"):
-        b.build(project, "tiny", backend="podman")
+        b.build(project, project.environment("tiny"), backend="podman")
 
 
 def test_record_artifact_rerecords_after_in_place_change(project, apptainer_double):
-    b.build(project, "tiny")
+    b.build(project, project.environment("tiny"))
     sif = project.root / "containers" / "tiny.sif"
     with open(sif, "ab") as fh:
         fh.write(b"signature block")
     m = common.record_artifact(project, "tiny", "sif")
-    assert m["artifacts"]["sif"]["sha256"] == common.sha256_file(sif)
-    assert common.intact(project.root, m["artifacts"]["sif"])
+    assert m.artifacts["sif"].sha256 == common.sha256_file(sif)
+    assert m.artifacts["sif"].intact(project.root)
 
 
 def test_manifest_json_is_valid_and_has_no_credentials(project, apptainer_double, monkeypatch, capsys):
     secret = "pa55-w0rd-never-in-files"
     monkeypatch.setenv("SHIPYARD_REGISTRY_PASSWORD", secret)
     monkeypatch.setenv("SHIPYARD_REGISTRY_USERNAME", "alice")
-    b.build(project, "tiny")
+    b.build(project, project.environment("tiny"))
     json.loads((project.root / "containers" / "tiny.json").read_text())
     for p in project.root.rglob("*"):
         if p.is_file():
@@ -348,13 +348,13 @@ def test_copied_files_are_part_of_the_cache_key(project, apptainer_double):
 
     src = _with_files(project)
     reg = registry.load(project.root / "registry.yaml")
-    b.build(reg, "tiny")
-    b.build(reg, "tiny")
+    b.build(reg, reg.environment("tiny"))
+    b.build(reg, reg.environment("tiny"))
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 1
     src.write_text("lr: 0.2\n")  # same definition text, other content copied in: a rebuild
-    b.build(reg, "tiny")
+    b.build(reg, reg.environment("tiny"))
     assert len([c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]) == 2
     src.unlink()
     with pytest.raises(ShipyardError, match="data/config.txt: the definition copies it into the image, but it "
                                             "does not exist"):
-        b.build(reg, "tiny")
+        b.build(reg, reg.environment("tiny"))

@@ -47,52 +47,52 @@ def _tag_exists(api, tag: str) -> bool:
 
 def test_tiny_builds_runs_its_test_and_is_cached(dproject, docker_env, capsys):
     api = docker_env.client().api
-    m = b.build(dproject, "tiny", backend="docker")
+    m = b.build(dproject, dproject.environment("tiny"), backend="docker")
     out = capsys.readouterr().out
-    assert m["status"] == "ok" and m["backend"] == "docker"
-    tag = m["image"]["tag"]
-    assert tag == f"shipyard/tiny:{m['input_hash'][:12]}"
+    assert m.status == "ok" and m.backend == "docker"
+    tag = m.image["tag"]
+    assert tag == f"shipyard/tiny:{m.input_hash[:12]}"
     info = api.inspect_image(tag)
-    assert info["Id"] == m["image"]["id"]
+    assert info["Id"] == m.image["id"]
     labels = info["Config"]["Labels"]
     assert labels["org.shipyard.spec-sha256"] == dproject.environment("tiny").spec_hash
-    log = (dproject.root / m["log"]).read_text()
+    log = (dproject.root / m.log).read_text()
     assert "shipyard: %test passed for tiny" in log  # printed by the test script inside the built image
     assert "sif: skipped: apptainer is not on PATH" in out and "sqsh: skipped: enroot is not on PATH" in out
-    assert m["tools"]["docker"].startswith("docker engine ") and m["tools"]["apptainer"] == "missing"
+    assert m.tools["docker"].startswith("docker engine ") and m.tools["apptainer"] == "missing"
     assert (dproject.root / "definitions" / "tiny.Dockerfile").is_file()
 
-    again = b.build(dproject, "tiny", backend="docker")
-    assert "up to date" in capsys.readouterr().out and again["log"] == m["log"]
-    forced = b.build(dproject, "tiny", backend="docker", force=True)
-    assert forced["log"] != m["log"] and "%test passed" in (dproject.root / forced["log"]).read_text()
+    again = b.build(dproject, dproject.environment("tiny"), backend="docker")
+    assert "up to date" in capsys.readouterr().out and again.log == m.log
+    forced = b.build(dproject, dproject.environment("tiny"), backend="docker", force=True)
+    assert forced.log != m.log and "%test passed" in (dproject.root / forced.log).read_text()
 
     api.remove_image(tag)  # the image vanished from the daemon: not a cache hit any more
-    rebuilt = b.build(dproject, "tiny", backend="docker")
-    assert rebuilt["log"] != forced["log"] and _tag_exists(api, tag)
+    rebuilt = b.build(dproject, dproject.environment("tiny"), backend="docker")
+    assert rebuilt.log != forced.log and _tag_exists(api, tag)
 
 
 def test_failing_test_leaves_no_tag_and_manifest_failed(dproject, docker_env):
     api = docker_env.client().api
     with pytest.raises(ShipyardError, match=r"%test failed in the built image of tiny-mismatch"):
-        b.build(dproject, "tiny-mismatch", backend="docker")
+        b.build(dproject, dproject.environment("tiny-mismatch"), backend="docker")
     m = mf.read_manifest(dproject.root / "containers" / "tiny-mismatch.json")
-    assert m["status"] == "failed"
-    assert "torch is 2.3.1, expected 2.3.0" in (dproject.root / m["log"]).read_text()
-    assert not _tag_exists(api, f"shipyard/tiny-mismatch:{m['input_hash'][:12]}")
+    assert m.status == "failed"
+    assert "torch is 2.3.1, expected 2.3.0" in (dproject.root / m.log).read_text()
+    assert not _tag_exists(api, f"shipyard/tiny-mismatch:{m.input_hash[:12]}")
 
 
 @pytest.mark.double
 def test_sif_and_sqsh_come_from_the_tagged_image(dproject, docker_env, apptainer_double, enroot_double, tmp_path):
-    m = b.build(dproject, "tiny", backend="docker")
+    m = b.build(dproject, dproject.environment("tiny"), backend="docker")
     calls = fb.read_calls(apptainer_double)
-    tag = m["image"]["tag"]
+    tag = m.image["tag"]
     pid = os.getpid()
     assert [c["argv"] for c in calls if c["tool"] == "apptainer" and c["argv"][0] == "build"] == \
         [["build", f"containers/tiny.sif.tmp-{pid}", f"docker-daemon://{tag}"]]
     assert [c["argv"] for c in calls if c["tool"] == "enroot" and c["argv"][0] == "import"] == \
         [["import", "-o", f"containers/tiny.sqsh.tmp-{pid}", f"dockerd://{tag}"]]
-    assert set(m["artifacts"]) == {"sif", "sqsh"}
+    assert set(m.artifacts) == {"sif", "sqsh"}
     sqsh = dproject.root / "containers" / "tiny.sqsh"
     listing = subprocess.run(["unsquashfs", "-l", str(sqsh)], capture_output=True, text=True).stdout
     assert "/opt/shipyard/test.sh" in listing  # the image's files, exported from the daemon
@@ -121,41 +121,41 @@ def test_kill_9_during_docker_build_leaves_no_partial_target(dproject, docker_en
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     m = mf.read_manifest(dproject.root / "containers" / "tiny.json")
-    assert m["status"] == "building"
+    assert m.status == "building"
     time.sleep(3)  # let the daemon finish or abandon the orphaned build
-    assert not _tag_exists(api, f"shipyard/tiny:{m['input_hash'][:12]}")
+    assert not _tag_exists(api, f"shipyard/tiny:{m.input_hash[:12]}")
     assert not (dproject.root / "containers" / "tiny.sif").exists()
     res = invoke_cli("build", "tiny", "--backend", "docker", "--formats", "sif", cwd=dproject.root, timeout=None)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "was killed before it finished" in res.stdout
     m = mf.read_manifest(dproject.root / "containers" / "tiny.json")
-    assert m["status"] == "ok" and (dproject.root / "containers" / "tiny.sif").is_file()
+    assert m.status == "ok" and (dproject.root / "containers" / "tiny.sif").is_file()
 
 
 def test_docker_image_push_and_pull_same_digest(dproject, docker_env, docker_services):
     _, regd = docker_services
     api = docker_env.client().api
-    m = b.build(dproject, "tiny", backend="docker")
-    rec = p.push(dproject, "tiny", "local-docker")
-    tag = m["input_hash"][:12]
+    m = b.build(dproject, dproject.environment("tiny"), backend="docker")
+    rec = p.push(dproject, dproject.environment("tiny"), "local-docker")
+    tag = m.input_hash[:12]
     assert rec["reference"] == f"docker://{regd.address}/shipyard/tiny:{tag}"
     # remove every local name of the image, so the pull must really fetch it
     remote = f"{regd.address}/shipyard/tiny:{tag}"
     api.remove_image(remote)
-    api.remove_image(m["image"]["tag"])
+    api.remove_image(m.image["tag"])
     assert not _tag_exists(api, remote)
-    got = p.pull(dproject, "tiny", "local-docker")
+    got = p.pull(dproject, dproject.environment("tiny"), "local-docker")
     assert got["digest"] == rec["digest"]
     assert f"{regd.address}/shipyard/tiny@{rec['digest']}" in api.inspect_image(remote)["RepoDigests"]
-    assert got["image_id"] == m["image"]["id"]  # same content, same image ID
+    assert got["image_id"] == m.image["id"]  # same content, same image ID
     man = mf.read_manifest(dproject.root / "containers" / "tiny.json")
-    assert man["pushed"]["local-docker"]["digest"] == man["pulled"]["local-docker"]["digest"]
+    assert man.pushed["local-docker"]["digest"] == man.pulled["local-docker"]["digest"]
 
 
 def test_no_docker_engine_is_one_line_error(project, monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     with pytest.raises(ShipyardError, match="docker backend: .*does not answer|no Docker engine"):
-        b.build(project, "tiny", backend="docker")
+        b.build(project, project.environment("tiny"), backend="docker")
 
 
 def test_files_reach_the_image_through_the_build_context(dproject, docker_env):
@@ -166,9 +166,10 @@ def test_files_reach_the_image_through_the_build_context(dproject, docker_env):
     (dproject.root / "data" / "config.txt").write_text("lr: 0.1\n")
     (dproject.root / "containers").mkdir(exist_ok=True)
     (dproject.root / "containers" / "huge.sif").write_bytes(b"\0" * 1024)  # never sent to the daemon
-    m = b.build(registry.load(reg_file), "tiny", backend="docker")
+    reg = registry.load(reg_file)
+    m = b.build(reg, reg.environment("tiny"), backend="docker")
     client = docker_env.client()
-    out = client.containers.run(m["image"]["tag"], ["/bin/cat", "/opt/config.txt"], remove=True, network_mode="none")
+    out = client.containers.run(m.image["tag"], ["/bin/cat", "/opt/config.txt"], remove=True, network_mode="none")
     assert out == b"lr: 0.1\n"
-    ls = client.containers.run(m["image"]["tag"], ["/bin/ls", "/"], remove=True, network_mode="none").decode()
+    ls = client.containers.run(m.image["tag"], ["/bin/ls", "/"], remove=True, network_mode="none").decode()
     assert "containers" not in ls.split()

@@ -96,8 +96,8 @@ def test_build_runs_as_a_job_on_a_sandbox_node(sandbox, tmp_path, monkeypatch):
     reg = registry.load(root / "registry.yaml")
     assert bs.submit(reg, "tiny", wait=True) == 0
     m = mf.read_manifest(root / "containers" / "tiny.json")
-    assert m["status"] == "ok"
-    assert m["host"] in sandbox.nodes  # built on a compute node, not on this (login) host
+    assert m.status == "ok"
+    assert m.host in sandbox.nodes  # built on a compute node, not on this (login) host
     assert (root / "containers" / "tiny.sif").read_bytes()[32:41] == b"SIF_MAGIC"
     logs = list((root / "containers" / "logs").glob("tiny-build-*.out"))
     assert len(logs) == 1 and "built containers/tiny.sif" in logs[0].read_text()

@@ -52,20 +52,20 @@ def test_apptainer_build_binds_the_settings_and_keeps_them_out_of_manifest_and_l
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     monkeypatch.setenv("SSL_CERT_FILE", str(ca))
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy-value.invalid:3128")
-    m = b.build(project, "tiny", out=io.StringIO())
+    m = b.build(project, project.environment("tiny"), out=io.StringIO())
     build = [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"][0]
     # the double checked the bind: DIR:/mnt holding the env file (export lines only) and the CA copy it names,
     # and a definition whose %post sources it
     assert build["argv"][1] == "--bind" and build["argv"][2].endswith(":/mnt")
     assert build["net_ca"] is True and "HTTPS_PROXY" in build["net_env"] and "SSL_CERT_FILE" in build["net_env"]
-    log = (project.root / m["log"]).read_text()
-    for text in (log, json.dumps(m)):
+    log = (project.root / m.log).read_text()
+    for text in (log, json.dumps(m.to_dict())):
         assert str(ca) not in text and "proxy-value.invalid" not in text
     assert "build network: the host's CA bundle and HTTPS_PROXY passed" in log
 
 
 def test_apptainer_build_without_settings_passes_no_bind(project, apptainer_double):
-    b.build(project, "tiny", out=io.StringIO())
+    b.build(project, project.environment("tiny"), out=io.StringIO())
     build = [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"][0]
     assert "--bind" not in build["argv"] and "bind" not in build
 

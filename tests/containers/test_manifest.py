@@ -1,4 +1,5 @@
-"""Build manifest: absent -> {}, atomic merge, concurrent writers lose nothing, corrupt -> one-line error."""
+"""Build manifest: absent -> empty, atomic merge, concurrent writers lose nothing, corrupt or of another schema ->
+one-line error."""
 
 import json
 import multiprocessing
@@ -11,15 +12,15 @@ from shipyard.errors import ShipyardError
 
 
 def test_absent_manifest_reads_empty(tmp_path):
-    assert manifest.read_manifest(tmp_path / "nope.json") == {}
+    assert manifest.read_manifest(tmp_path / "nope.json") == manifest.Manifest()
 
 
 def test_update_merges_and_removes(tmp_path):
     p = tmp_path / "containers" / "e.json"
-    manifest.update_manifest(p, a=1, b={"x": 2})
-    out = manifest.update_manifest(p, b=None, c="z")
-    assert out == {"a": 1, "c": "z"}
-    assert json.loads(p.read_text()) == {"a": 1, "c": "z"}
+    manifest.update_manifest(p, environment="e", image={"tag": "x"})
+    out = manifest.update_manifest(p, image=None, status="ok")
+    assert out == manifest.Manifest(environment="e", status="ok")
+    assert json.loads(p.read_text()) == {"schema": 1, "environment": "e", "status": "ok"}
     assert p.read_text().endswith("\n")
     # no temp files left beside it
     assert sorted(x.name for x in p.parent.iterdir()) == ["e.json", "e.json.lock"]
@@ -32,6 +33,22 @@ def test_manifest_path(tmp_path):
     assert paths.manifest_path(Reg, "pytorch-2.3") == tmp_path / "containers" / "pytorch-2.3.json"
 
 
+def test_schema_field_is_written_and_checked(tmp_path):
+    """The writer stamps the schema; a file without it reads as schema 1 (the layout before the field); another
+    version is one error line naming both versions."""
+    p = tmp_path / "e.json"
+    manifest.update_manifest(p, status="ok")
+    assert json.loads(p.read_text())["schema"] == manifest.SCHEMA == 1
+    p.write_text(json.dumps({"status": "ok", "input_hash": "a" * 64}))
+    assert manifest.read_manifest(p).input_hash == "a" * 64
+    p.write_text(json.dumps({"schema": 2, "status": "ok"}))
+    with pytest.raises(ShipyardError, match="build manifest schema 2, this shipyard reads schema 1"):
+        manifest.read_manifest(p)
+    p.write_text(json.dumps({"schema": 1, "colour": "red"}))
+    with pytest.raises(ShipyardError, match="unknown field 'colour'"):
+        manifest.read_manifest(p)
+
+
 def test_corrupt_manifest_is_user_error(tmp_path):
     p = tmp_path / "e.json"
     p.write_text("{not json")
@@ -40,8 +57,11 @@ def test_corrupt_manifest_is_user_error(tmp_path):
 
 
 def _writer(path, i):
+    """Each writer owns one field (as build, sign and push do) and grows it 20 times; the others must keep theirs."""
+    field = ("pushed", "pulled", "pins", "tools")[i]
     for j in range(20):
-        manifest.update_manifest(path, **{f"w{i}_{j}": j})
+        current = getattr(manifest.read_manifest(path), field) or {}
+        manifest.update_manifest(path, **{field: {**current, f"w{j}": j}})
 
 
 def test_concurrent_writers_lose_no_field(tmp_path):
@@ -53,17 +73,18 @@ def test_concurrent_writers_lose_no_field(tmp_path):
     for pr in procs:
         pr.join()
         assert pr.exitcode == 0
-    data = manifest.read_manifest(p)
-    assert len(data) == 80
+    m = manifest.read_manifest(p)
+    assert [len(getattr(m, f)) for f in ("pushed", "pulled", "pins", "tools")] == [20, 20, 20, 20]
 
 
-def _normalized(m: dict) -> dict:
+def _normalized(m: manifest.Manifest) -> dict:
     """The manifest with values that differ per run (times, host, hashes of run-specific files) replaced."""
-    out = json.loads(json.dumps(m))
+    out = m.to_dict()
     for k in ("started", "finished", "host", "input_hash", "spec_hash"):
         out[k] = f"<{k}>"
     out["log"] = "containers/logs/<env>-<utc time>.log" if out["log"].startswith("containers/logs/") else out["log"]
     out["tool_ids"] = {t: "<path>:<size>:<mtime_ns>" for t in out["tool_ids"]}
+    out["artifacts"] = {fmt: dict(rec) for fmt, rec in out["artifacts"].items()}
     for rec in out["artifacts"].values():
         rec.update(sha256="<sha256>", mtime_ns="<mtime_ns>", size="<size>")
     return out
@@ -76,8 +97,8 @@ def test_build_manifest_golden(project, apptainer_double):
 
     from shipyard.containers import engine as build
 
-    m = build.build(project, "tiny")
-    assert m["spec_hash"] == project.environment("tiny").spec_hash and len(m["input_hash"]) == 64
+    m = build.build(project, project.environment("tiny"))
+    assert m.spec_hash == project.environment("tiny").spec_hash and len(m.input_hash) == 64
     golden(GOLDEN / "build" / "manifest-apptainer.json", manifest.render(_normalized(m)))
 
 

@@ -130,7 +130,7 @@ def test_push_faults_end_in_one_line(mode, tmp_path, monkeypatch, fast_net):
         built(reg)
         t0 = time.monotonic()
         with pytest.raises(ShipyardError) as ei:
-            p.push(reg, "tiny", tag="v1")
+            p.push(reg, reg.environment("tiny"), tag="v1")
         assert time.monotonic() - t0 < 20
         one_line(ei.value, srv.address, "tiny:v1")
         if mode != "hang":
@@ -144,7 +144,7 @@ def test_pull_from_unreachable_registry_is_one_line_and_releases_the_lock(tmp_pa
     try:
         reg = project(tmp_path, monkeypatch, srv.address)
         with pytest.raises(ShipyardError) as ei:
-            p.pull(reg, "tiny", tag="v1")
+            p.pull(reg, reg.environment("tiny"), tag="v1")
         one_line(ei.value, "tiny:v1")
         with common.build_lock(paths.build_lock_path(reg.root, "tiny"), block=False):
             pass  # the lock was released
@@ -157,7 +157,7 @@ def test_truncated_blob_is_refused_and_nothing_is_written(tmp_path, monkeypatch,
     try:
         reg = project(tmp_path, monkeypatch, srv.address)
         with pytest.raises(ShipyardError) as ei:
-            p.pull(reg, "tiny", tag="v1")
+            p.pull(reg, reg.environment("tiny"), tag="v1")
         one_line(ei.value)
         assert not paths.artifact_path(reg, "tiny", "sif").exists()
         assert not list(paths.artifact_path(reg, "tiny", "sif").parent.glob("*.tmp-*"))
@@ -175,7 +175,7 @@ def test_credentials_never_follow_an_upload_to_another_host(tmp_path, monkeypatc
         reg = project(tmp_path, monkeypatch, srv.address)
         built(reg)
         with pytest.raises(ShipyardError):
-            p.push(reg, "tiny", tag="v1")
+            p.push(reg, reg.environment("tiny"), tag="v1")
         assert foreign.auth_seen, "the upload never reached the foreign host: the test proves nothing"
         assert foreign.auth_seen == [""] * len(foreign.auth_seen)
     finally:
@@ -188,10 +188,10 @@ def test_bad_tags_are_refused_before_any_request(tag, tmp_path, monkeypatch):
     reg = project(tmp_path, monkeypatch, "127.0.0.1:9")
     built(reg)
     with pytest.raises(ShipyardError) as ei:
-        p.push(reg, "tiny", tag=tag)
+        p.push(reg, reg.environment("tiny"), tag=tag)
     one_line(ei.value, "--tag")
     with pytest.raises(ShipyardError):
-        p.pull(reg, "tiny", tag=tag)
+        p.pull(reg, reg.environment("tiny"), tag=tag)
 
 
 def test_push_refuses_a_file_that_is_not_a_sif(tmp_path, monkeypatch):
@@ -202,7 +202,7 @@ def test_push_refuses_a_file_that_is_not_a_sif(tmp_path, monkeypatch):
     sif.write_bytes(bytes(data))
     common.record_artifact(reg, "tiny", "sif")  # even when re-recorded: the content is checked, not the record
     with pytest.raises(ShipyardError) as ei:
-        p.push(reg, "tiny", tag="v1")
+        p.push(reg, reg.environment("tiny"), tag="v1")
     one_line(ei.value, "SIF")
 
 

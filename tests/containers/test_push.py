@@ -75,8 +75,8 @@ def test_oras_push_and_pull_real_sif(docker_services, tmp_path, monkeypatch, cap
     reg = project_at(tmp_path, monkeypatch, regd.address)
     sif = built_sif(reg)
     original = sif.read_bytes()
-    rec = p.push(reg, "tiny")
-    tag = mf.read_manifest(paths.manifest_path(reg, "tiny"))["input_hash"][:12]
+    rec = p.push(reg, reg.environment("tiny"))
+    tag = mf.read_manifest(paths.manifest_path(reg, "tiny")).input_hash[:12]
     assert rec["reference"] == f"oras://{regd.address}/shipyard/tiny:{tag}"
     # what the registry holds, read independently of shipyard: the media types apptainer pull oras:// accepts
     manifest, digest = registry_manifest(regd.address, "shipyard/tiny", tag)
@@ -86,17 +86,17 @@ def test_oras_push_and_pull_real_sif(docker_services, tmp_path, monkeypatch, cap
     assert manifest["layers"][0]["digest"] == "sha256:" + hashlib.sha256(original).hexdigest()
     assert manifest["layers"][0]["size"] == len(original)
     m = mf.read_manifest(paths.manifest_path(reg, "tiny"))
-    assert m["pushed"]["local"]["digest"] == digest and m["pushed"]["local"]["reference"] == rec["reference"]
+    assert m.pushed["local"]["digest"] == digest and m.pushed["local"]["reference"] == rec["reference"]
     assert "verified by reading the manifest back" in capsys.readouterr().out
 
     sif.unlink()
-    got = p.pull(reg, "tiny")
+    got = p.pull(reg, reg.environment("tiny"))
     assert sif.read_bytes() == original
     assert got["digest"] == digest
     assert subprocess.run(["siftool", "list", str(sif)], capture_output=True, text=True).returncode == 0
     m = mf.read_manifest(paths.manifest_path(reg, "tiny"))
-    assert m["pulled"]["local"]["digest"] == digest
-    assert common.intact(reg.root, m["artifacts"]["sif"]) and m["artifacts"]["sif"]["sha256"] == \
+    assert m.pulled["local"]["digest"] == digest
+    assert common.intact(reg.root, m.artifacts["sif"]) and m.artifacts["sif"].sha256 == \
         hashlib.sha256(original).hexdigest()
     assert not list((reg.root / "containers").glob("*.tmp*"))
 
@@ -105,18 +105,18 @@ def test_pull_refuses_a_tag_that_now_points_elsewhere(docker_services, tmp_path,
     _, regd = docker_services
     reg = project_at(tmp_path, monkeypatch, regd.address)
     built_sif(reg, payload=b"first")
-    first = p.push(reg, "tiny", tag="moving")
+    first = p.push(reg, reg.environment("tiny"), tag="moving")
     # someone else pushes different content under the same tag
     other = tmp_path / "other"
     other.mkdir()
     reg2 = project_at(other, monkeypatch, regd.address)
     built_sif(reg2, payload=b"second")
-    second = p.push(reg2, "tiny", tag="moving")
+    second = p.push(reg2, reg2.environment("tiny"), tag="moving")
     assert second["digest"] != first["digest"]
     monkeypatch.chdir(reg.root)
     before = (reg.root / "containers" / "tiny.sif").read_bytes()
     with pytest.raises(ShipyardError, match="differs from the pushed digest"):
-        p.pull(reg, "tiny", tag="moving")
+        p.pull(reg, reg.environment("tiny"), tag="moving")
     assert (reg.root / "containers" / "tiny.sif").read_bytes() == before  # nothing replaced
     assert not list((reg.root / "containers").glob("*.tmp*"))
 
@@ -125,14 +125,14 @@ def test_push_refuses_unbuilt_changed_or_unsigned(docker_services, tmp_path, mon
     _, regd = docker_services
     reg = project_at(tmp_path, monkeypatch, regd.address)
     with pytest.raises(ShipyardError, match="never built"):
-        p.push(reg, "tiny")
+        p.push(reg, reg.environment("tiny"))
     sif = built_sif(reg)
     with pytest.raises(ShipyardError, match="require_signed is true: .*not signed; run `invoke sign tiny`"):
-        p.push(reg, "tiny", "signed-only")
+        p.push(reg, reg.environment("tiny"), "signed-only")
     with open(sif, "ab") as fh:
         fh.write(b"tampered")
     with pytest.raises(ShipyardError, match="changed since it was built"):
-        p.push(reg, "tiny")
+        p.push(reg, reg.environment("tiny"))
 
 
 def test_transient_failures_are_retried(docker_services, registry_proxy, tmp_path, monkeypatch, capsys):
@@ -140,7 +140,7 @@ def test_transient_failures_are_retried(docker_services, registry_proxy, tmp_pat
     proxy = registry_proxy(fail_first=2)
     reg = project_at(tmp_path, monkeypatch, proxy.address)
     built_sif(reg)
-    rec = p.push(reg, "tiny")
+    rec = p.push(reg, reg.environment("tiny"))
     out = capsys.readouterr().out
     assert "transient error" in out and "retry 1/3" in out and "retry 2/3" in out
     assert [r[2] for r in proxy.requests[:2]] == [503, 503]
@@ -153,9 +153,9 @@ def test_persistent_failure_gives_up_after_the_last_attempt(docker_services, reg
     reg = project_at(tmp_path, monkeypatch, proxy.address)
     built_sif(reg)
     with pytest.raises(Exception):
-        p.push(reg, "tiny")
+        p.push(reg, reg.environment("tiny"))
     assert len(proxy.requests) == p.ATTEMPTS  # one failing request per attempt, then it stops
-    assert "pushed" not in mf.read_manifest(paths.manifest_path(reg, "tiny"))
+    assert mf.read_manifest(paths.manifest_path(reg, "tiny")).pushed is None
 
 
 def _all_bytes_under(root: Path) -> list[tuple[Path, bytes]]:
@@ -169,20 +169,20 @@ def test_credentials_from_env_are_used_and_never_written_or_logged(docker_servic
     built_sif(reg)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no docker config to fall back on
     with pytest.raises(Exception):
-        p.push(reg, "tiny")  # the registry demands credentials
+        p.push(reg, reg.environment("tiny"))  # the registry demands credentials
     monkeypatch.setenv("SHIPYARD_REGISTRY_USERNAME", "alice")
     monkeypatch.setenv("SHIPYARD_REGISTRY_PASSWORD", SECRET)
-    rec = p.push(reg, "tiny")
+    rec = p.push(reg, reg.environment("tiny"))
     basic = "Basic " + __import__("base64").b64encode(f"alice:{SECRET}".encode()).decode()
     assert basic in proxy.seen_auth  # the credential really went to the registry's token endpoint
     (reg.root / "containers" / "tiny.sif").unlink()
-    p.pull(reg, "tiny")
-    assert rec["digest"] == mf.read_manifest(paths.manifest_path(reg, "tiny"))["pulled"]["local"]["digest"]
+    p.pull(reg, reg.environment("tiny"))
+    assert rec["digest"] == mf.read_manifest(paths.manifest_path(reg, "tiny")).pulled["local"]["digest"]
     # a build with the credential in its environment, too: its log and manifest must not carry it
     monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
-    b.build(reg, "pytorch-2.3")
+    b.build(reg, reg.environment("pytorch-2.3"))
     # and a launcher written with the credential in the environment (the launch area's CLI, as a user runs it)
     (reg.root / "t.py").write_text("")  # launch checks that the script exists where the job will look
     res = invoke_cli("launch", "--environment", "tiny", "--name", "t", "--", "t.py", cwd=reg.root, timeout=None)
@@ -209,7 +209,7 @@ def test_credentials_from_docker_config(docker_services, registry_proxy, tmp_pat
     for var in ("SHIPYARD_REGISTRY_USERNAME", "SHIPYARD_REGISTRY_PASSWORD", "APPTAINER_DOCKER_USERNAME",
                 "APPTAINER_DOCKER_PASSWORD"):
         monkeypatch.delenv(var, raising=False)
-    rec = p.push(reg, "tiny")
+    rec = p.push(reg, reg.environment("tiny"))
     assert rec["digest"].startswith("sha256:")
     assert json.dumps(mf.read_manifest(paths.manifest_path(reg, "tiny"))).find(SECRET) == -1
 
@@ -234,11 +234,11 @@ def test_many_chunks_through_an_authenticating_registry(docker_services, registr
     reg = project_at(tmp_path, monkeypatch, proxy.address)
     sif = built_sif(reg, payload=os.urandom(1 << 20))
     original = sif.read_bytes()
-    p.push(reg, "tiny")
+    p.push(reg, reg.environment("tiny"))
     patches = [r for r in proxy.requests if r[0] == "PATCH"]
     assert len(patches) == -(-len(original) // (64 << 10)) and all(r[2] == 202 for r in patches)
     sif.unlink()
-    p.pull(reg, "tiny")
+    p.pull(reg, reg.environment("tiny"))
     assert sif.read_bytes() == original
 
 
@@ -249,16 +249,16 @@ def test_signed_sif_is_kept_by_build_and_pushed_to_signed_only(docker_services, 
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
     reg = project_at(tmp_path, monkeypatch, regd.address)
-    first = b.build(reg, "tiny")
+    first = b.build(reg, reg.environment("tiny"))
     sif = reg.root / "containers" / "tiny.sif"
     with open(sif, "ab") as fh:  # what signing does to the file, as the signing area records it
         fh.write(b"signature object")
     mf.update_manifest(paths.manifest_path(reg, "tiny"), signature={"image_sha256": common.sha256_file(sif)})
-    again = b.build(reg, "tiny")
-    assert again["finished"] == first["finished"]  # a cache hit: not rebuilt, the signature survives
-    assert again["artifacts"]["sif"]["sha256"] == common.sha256_file(sif)
-    rec = p.push(reg, "tiny", "signed-only")
+    again = b.build(reg, reg.environment("tiny"))
+    assert again.finished == first["finished"]  # a cache hit: not rebuilt, the signature survives
+    assert again.artifacts["sif"].sha256 == common.sha256_file(sif)
+    rec = p.push(reg, reg.environment("tiny"), "signed-only")
     assert rec["reference"].startswith(f"oras://{regd.address}/signed/tiny:")
-    b.build(reg, "tiny", force=True)  # a new, unsigned image
+    b.build(reg, reg.environment("tiny"), force=True)  # a new, unsigned image
     with pytest.raises(ShipyardError, match="require_signed is true: .*changed since `invoke sign`"):
-        p.push(reg, "tiny", "signed-only")
+        p.push(reg, reg.environment("tiny"), "signed-only")

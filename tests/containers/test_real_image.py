@@ -42,11 +42,11 @@ from fixtures_build import no_build_network
 from fixtures_launch import PROBE, run_launch, wait_job
 
 from shipyard import registry
+import helpers_stage
+from shipyard.containers import manifest as mf
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.commands.definitions import render as render_cmd
-from shipyard.containers import engine
-from shipyard.containers import stage as st
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.double]
 
@@ -103,11 +103,11 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
 
     out = io.StringIO()
     t0 = time.monotonic()
-    assert engine.build_command("real", backend="docker", formats="sif", registry=reg.path, out=out) == 0
+    assert helpers_stage.build(reg.path, "real", backend="docker", formats="sif", out=out) == 0
     build_s = time.monotonic() - t0
-    m = json.loads((root / "containers" / "real.json").read_text())
-    log = (root / m["log"]).read_text()
-    assert m["status"] == "ok", log[-3000:]
+    m = mf.read_manifest(root / "containers" / "real.json")
+    log = (root / m.log).read_text()
+    assert m.status == "ok", log[-3000:]
     # the downloads went through the proxy (pip -> PyPI over CONNECT) and trusted the site's CA bundle
     assert connect_proxy.tunnels, "no download went through the proxy"
     assert "build network: the host's CA bundle and HTTPS_PROXY, NO_PROXY passed" in log
@@ -116,15 +116,15 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
 
     # nothing of the site's settings in the image: history, config, labels, file system; nor manifest, nor log
     api = docker_env.client().api
-    image = api.inspect_image(m["image"]["tag"])
-    history = json.dumps(api.history(m["image"]["tag"]))
+    image = api.inspect_image(m.image["tag"])
+    history = json.dumps(api.history(m.image["tag"]))
     config = json.dumps(image["Config"]) + json.dumps(image.get("ContainerConfig") or {})
-    for text, what in ((history, "history"), (config, "config/labels"), (json.dumps(m), "manifest"), (log, "log")):
+    for text, what in ((history, "history"), (config, "config/labels"), (mf.render(m), "manifest"), (log, "log")):
         for s in secrets:
             assert s not in text, f"{s!r} is in the image's {what}"
     assert image["Config"]["Labels"]["org.shipyard.os"] == "debian12"
     res = docker_env.client().containers.run(
-        m["image"]["tag"], ["/bin/sh", "-c", "ls -A /mnt; find / -xdev -name 'shipyard-build*' -print; "
+        m.image["tag"], ["/bin/sh", "-c", "ls -A /mnt; find / -xdev -name 'shipyard-build*' -print; "
                             "python -c 'import torch; print(torch.__version__, torch.version.cuda)'"],
         network_mode="none", remove=True).decode()
     assert res.split() == ["1.13.1+cu117", "11.7"], res
@@ -139,9 +139,9 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     assert scan.split() == ["grep-exit=1"], f"site settings in the image's files: {scan}"
 
     # stage the SIF the double made from that image; a job verifies its record before its step
-    rec = st.stage_command("real", "sandbox", registry=reg, out=io.StringIO())
+    rec = helpers_stage.stage(reg, "real", "sandbox", out=io.StringIO())
     staged = root / ".sandbox" / "images" / "real.sif"
-    assert rec["sha256"] == m["artifacts"]["sif"]["sha256"] and staged.is_file()
+    assert rec.sha256 == m.artifacts["sif"].sha256 and staged.is_file()
 
     def submit(name):
         text = run_launch([str(root / "probe.py")], submit=True, registry_path=reg.path, environment="real",
@@ -151,7 +151,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
 
     info, text = submit("real-bound")
     assert info["ExitCode"] == "0:0", text[-3000:]
-    assert f"image {staged} matches its stage record (sha256 {rec['sha256'][:12]}" in text
+    assert f"image {staged} matches its stage record (sha256 {rec.sha256[:12]}" in text
     execs = [c for c in map(json.loads, calls.read_text().splitlines()) if c.get("command") == "exec"]
     assert sorted(c["host"] for c in execs) == ["node1", "node2"] and all(c["image"] == str(staged) for c in execs)
 
@@ -165,7 +165,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     baseline_s = _pip_download_seconds(root / "definitions" / "real.lock", tmp_path / "wheels", site_ca)
     # pytest keeps the last runs' temp dirs: leave no multi-GB image or wheels behind
     shutil.rmtree(tmp_path / "wheels")
-    for name in (m["image"]["tag"], m["image"]["id"]):
+    for name in (m.image["tag"], m.image["id"]):
         try:
             api.remove_image(name, force=True)
         except Exception:

@@ -25,81 +25,83 @@ pytestmark = pytest.mark.double
 def test_sign_calls_apptainer_exactly_and_records_signature(sign_project):
     reg = registry.load(sign_project.registry)
     update_manifest(paths.manifest_path(reg, "course"), image="containers/course.sif", backend="apptainer")
-    sig = sign.sign(reg, "course", keyidx=1)
+    sig = sign.sign(reg, reg.environment("course"), keyidx=1)
     image = str(sign_project.image)
     assert sign_project.calls() == [["key", "list", "--secret"], ["--version"], ["sign", "--keyidx", "1", image]]
     assert sig["fingerprint"] == KEYS[1]["fingerprint"] and sig["signer"] == KEYS[1]["user"]
     assert sig["tool"] == "apptainer" and sig["tool_version"] == "1.3.6" and sig["keyidx"] == 1
     assert sig["image_sha256"] == sign.file_sha256(sign_project.image)
     data = read_manifest(paths.manifest_path(reg, "course"))
-    assert data["signature"] == sig
-    assert data["image"] == "containers/course.sif" and data["backend"] == "apptainer", "other fields were lost"
+    assert data.signature == sig
+    assert data.image == "containers/course.sif" and data.backend == "apptainer", "other fields were lost"
     assert sign.signature_problem(reg, "course") is None
 
 
 def test_verify_after_sign_passes_and_is_recorded(sign_project):
     reg = registry.load(sign_project.registry)
-    sign.sign(reg, "course")
-    res = sign.verify(reg, "course")
+    sign.sign(reg, reg.environment("course"))
+    res = sign.verify(reg, reg.environment("course"))
     assert sign_project.calls()[-1] == ["verify", "--local", str(sign_project.image)]
     assert res["ok"] and res["fingerprints"] == [KEYS[0]["fingerprint"]]
-    assert read_manifest(paths.manifest_path(reg, "course"))["verification"]["ok"] is True
+    assert read_manifest(paths.manifest_path(reg, "course")).verification["ok"] is True
 
 
 def test_verify_fails_when_image_changed_after_signing(sign_project):
     reg = registry.load(sign_project.registry)
-    sign.sign(reg, "course")
+    sign.sign(reg, reg.environment("course"))
     with open(sign_project.image, "ab") as fh:
         fh.write(b"tampered")
     assert "changed since `invoke sign`" in sign.signature_problem(reg, "course")
     with pytest.raises(ShipyardError, match="hash mismatch") as exc:
-        sign.verify(reg, "course")
+        sign.verify(reg, reg.environment("course"))
     assert exc.value.exit_code == 1
-    assert read_manifest(paths.manifest_path(reg, "course"))["verification"]["ok"] is False
+    assert read_manifest(paths.manifest_path(reg, "course")).verification["ok"] is False
 
 
 def test_verify_fails_when_signer_differs_from_recorded_key(sign_project):
     reg = registry.load(sign_project.registry)
-    sign.sign(reg, "course", keyidx=0)
+    sign.sign(reg, reg.environment("course"), keyidx=0)
     # someone re-signs outside shipyard with another key: apptainer verifies, but not with the key we recorded
     subprocess.run(["apptainer", "sign", "--keyidx", "1", str(sign_project.image)], check=True, capture_output=True)
     with pytest.raises(ShipyardError, match=f"signed by {KEYS[1]['fingerprint']}.*records key {KEYS[0]['fingerprint']}"):
-        sign.verify(reg, "course")
+        sign.verify(reg, reg.environment("course"))
 
 
 def test_verify_fails_for_unknown_public_key(sign_project):
     reg = registry.load(sign_project.registry)
-    sign.sign(reg, "course")
+    sign.sign(reg, reg.environment("course"))
     sign_project.keyring.write_text(json.dumps({"secret": KEYS, "public": []}))
     with pytest.raises(ShipyardError, match="unknown entity"):
-        sign.verify(reg, "course")
+        sign.verify(reg, reg.environment("course"))
 
 
 def test_unsigned_image_is_reported_for_push(sign_project):
     reg = registry.load(sign_project.registry)
     assert "not signed; run `invoke sign course`" in sign.signature_problem(reg, "course")
     with pytest.raises(ShipyardError, match="signature not found"):
-        sign.verify(reg, "course")
+        sign.verify(reg, reg.environment("course"))
 
 
 def test_bad_keyidx_names_valid_indexes_and_never_signs(sign_project):
     reg = registry.load(sign_project.registry)
     with pytest.raises(ShipyardError, match=r"--keyidx 5: no such private key \(valid: 0, 1"):
-        sign.sign(reg, "course", keyidx=5)
+        sign.sign(reg, reg.environment("course"), keyidx=5)
     assert ["sign"] not in [c[:1] for c in sign_project.calls()]
-    assert "signature" not in read_manifest(paths.manifest_path(reg, "course"))
+    assert read_manifest(paths.manifest_path(reg, "course")).signature is None
 
 
 def test_empty_keyring_says_how_to_make_a_key(sign_project):
     sign_project.keyring.write_text(json.dumps({"secret": [], "public": []}))
     with pytest.raises(ShipyardError, match="apptainer key newpair"):
-        sign.sign(registry.load(sign_project.registry), "course")
+        reg = registry.load(sign_project.registry)
+        sign.sign(reg, reg.environment("course"))
 
 
 def test_missing_image_says_build_first(sign_project):
     sign_project.image.unlink()
     with pytest.raises(ShipyardError, match="invoke build course"):
-        sign.sign(registry.load(sign_project.registry), "course")
+        reg = registry.load(sign_project.registry)
+        sign.sign(reg, reg.environment("course"))
     assert sign_project.calls() == []
 
 

@@ -16,17 +16,19 @@ import pytest
 from fixtures_build import PROJECT_REGISTRY
 from fixtures_launch import run_launch
 from helpers_registry import shellcheck
+import helpers_stage
 
 from shipyard import registry
 from shipyard.commands import launch as launch_commands
+from shipyard.containers import engine
+from shipyard.containers import manifest as mf
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.commands.definitions import render as render_cmd
-from shipyard.containers import engine
-from shipyard.containers import stage as st
 from shipyard.errors import ShipyardError
 from shipyard.jobs import doctor
-from shipyard.launch import staged
+from shipyard.staging import record as staged
+from shipyard.staging import stage as stage_module
 
 pytestmark = pytest.mark.double
 
@@ -81,7 +83,7 @@ def proj(tmp_path, monkeypatch):
 def built(proj, apptainer_double):
     """`tiny` built through the apptainer double (a real SIF file holding the definition)."""
     render_cmd(Context(proj, out=io.StringIO()), "tiny")
-    engine.build(proj, "tiny", out=io.StringIO())
+    engine.build(proj, proj.environment("tiny"), out=io.StringIO())
     return proj
 
 
@@ -126,10 +128,10 @@ def test_cli_build_refuses_before_building_and_exits_2(proj, invoke):
 
 
 def test_forced_build_records_the_overridden_errors_in_the_manifest(proj, apptainer_double, capsys):
-    assert engine.build_command("tiny-py313", force=True, registry=proj.path, out=io.StringIO()) == 0
-    m = json.loads((proj.root / "containers" / "tiny-py313.json").read_text())
-    assert m["status"] == "ok"
-    assert any("Python 3.13" in f for f in m["forced_checks"])
+    assert helpers_stage.build(proj.path, "tiny-py313", force=True, out=io.StringIO()) == 0
+    m = mf.read_manifest(proj.root / "containers" / "tiny-py313.json")
+    assert m.status == "ok"
+    assert any("Python 3.13" in f for f in m.forced_checks)
     assert "WARNING: --force: build tiny-py313" in capsys.readouterr().err
 
 
@@ -137,12 +139,12 @@ def test_forced_build_records_the_overridden_errors_in_the_manifest(proj, apptai
 
 
 def test_stage_copies_verifies_and_writes_a_readable_record(built, capsys):
-    rec = st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     dest = storage(built) / "tiny.sif"
-    m = json.loads((built.root / "containers" / "tiny.json").read_text())
+    m = mf.read_manifest(built.root / "containers" / "tiny.json")
     assert dest.read_bytes() == (built.root / "containers" / "tiny.sif").read_bytes()
-    assert rec["sha256"] == m["artifacts"]["sif"]["sha256"] and rec["input_hash"] == m["input_hash"]
-    assert rec["spec_sha256"] == m["spec_hash"] and rec["source"]["kind"] == "containers"
+    assert rec.sha256 == m.artifacts["sif"].sha256 and rec.input_hash == m.input_hash
+    assert rec.spec_sha256 == m.spec_hash and rec.source["kind"] == "containers"
     on_disk, why = staged.read_record(dest)
     assert on_disk == rec, why
     assert dest.stat().st_mode & 0o777 == 0o640 and staged.record_path(dest).stat().st_mode & 0o777 == 0o640
@@ -152,19 +154,19 @@ def test_stage_copies_verifies_and_writes_a_readable_record(built, capsys):
 
 
 def test_identical_restage_is_a_no_op_and_mode_world_restages(built):
-    st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     dest = storage(built) / "tiny.sif"
     before = (dest.stat().st_ino, dest.stat().st_mtime_ns, staged.record_path(dest).stat().st_mtime_ns)
     out = io.StringIO()
-    st.stage_command("tiny", "lab", registry=built, out=out)
+    helpers_stage.stage(built, "tiny", "lab", out=out)
     assert "nothing to do" in out.getvalue()
     assert (dest.stat().st_ino, dest.stat().st_mtime_ns, staged.record_path(dest).stat().st_mtime_ns) == before
-    st.stage_command("tiny", "lab", mode="world", registry=built, out=io.StringIO())
+    helpers_stage.stage(built, "tiny", "lab", mode="world", out=io.StringIO())
     assert dest.stat().st_mode & 0o777 == 0o644
 
 
 def test_stage_link_hard_links_on_the_same_filesystem(built):
-    st.stage_command("tiny", "lab", link=True, registry=built, out=io.StringIO())
+    helpers_stage.stage(built, "tiny", "lab", link=True, out=io.StringIO())
     assert os.stat(storage(built) / "tiny.sif").st_ino == os.stat(built.root / "containers" / "tiny.sif").st_ino
 
 
@@ -173,19 +175,19 @@ def test_tampered_source_is_refused(built):
     with open(sif, "ab") as fh:
         fh.write(b"x")
     with pytest.raises(ShipyardError, match="changed since it was built"):
-        st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+        helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
 
 
 @pytest.mark.parametrize("mode", ["0666", "0755", "rw", "0600x"])
 def test_bad_modes_are_refused(built, mode):
     with pytest.raises(ShipyardError, match="--mode"):
-        st.stage_command("tiny", "lab", mode=mode, registry=built, out=io.StringIO())
+        helpers_stage.stage(built, "tiny", "lab", mode=mode, out=io.StringIO())
 
 
 def test_stage_refuses_missing_storage_in_one_line(built):
     shutil.rmtree(storage(built))
     with pytest.raises(ShipyardError, match=r"does not exist \(clusters\.lab\.storage\); create it"):
-        st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+        helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
 
 
 def _mount_tmpfs(path: Path, *opts: str) -> None:
@@ -204,35 +206,35 @@ def mounted(built):
 def test_stage_refuses_read_only_storage_in_one_line(mounted, built):
     _mount_tmpfs(mounted, "size=64m", "ro")  # a real read-only filesystem: even root cannot write there
     with pytest.raises(ShipyardError, match="no permission to write there"):
-        st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+        helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
 
 
 def test_stage_refuses_too_little_space_in_one_line(mounted, built):
     _mount_tmpfs(mounted, "size=1m")
     with pytest.raises(ShipyardError, match=r"too little space: .* free, the image needs"):
-        st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+        helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     assert os.listdir(mounted) == []
 
 
 def test_stage_runs_the_checks_and_force_records_them(built, capsys):
     with pytest.raises(ShipyardError, match="stage tiny refused: .* on cluster lab-old"):
-        st.stage_command("tiny", "lab-old", registry=built, out=io.StringIO())
+        helpers_stage.stage(built, "tiny", "lab-old", out=io.StringIO())
     assert "driver 470.57.02 is too old" in capsys.readouterr().err
-    rec = st.stage_command("tiny", "lab-old", force=True, registry=built, out=io.StringIO())
-    assert any("driver 470.57.02 is too old" in f for f in rec["forced_checks"])
+    rec = helpers_stage.stage(built, "tiny", "lab-old", force=True, out=io.StringIO())
+    assert any("driver 470.57.02 is too old" in f for f in rec.forced_checks)
 
 
 def test_stage_refuses_a_cluster_without_images_and_an_unbuilt_env(built):
     with pytest.raises(ShipyardError, match="runs no image: nothing to stage"):
-        st.stage_command("tiny", "sandbox", registry=built, out=io.StringIO())
+        helpers_stage.stage(built, "tiny", "sandbox", out=io.StringIO())
     with pytest.raises(ShipyardError, match="it was never built; run `invoke build tiny-mismatch`"):
-        st.stage_command("tiny-mismatch", "lab", registry=built, out=io.StringIO())
+        helpers_stage.stage(built, "tiny-mismatch", "lab", out=io.StringIO())
     with pytest.raises(ShipyardError, match="--from registry: cluster lab-pyxis runs pyxis"):
-        st.stage_command("tiny", "lab-pyxis", source="registry", registry=built, out=io.StringIO())
+        helpers_stage.stage(built, "tiny", "lab-pyxis", source="registry", out=io.StringIO())
 
 
 def test_import_job_script_runs_enroot_on_the_build_partition(built, tmp_path):
-    text = st.render_import_job(built, built.environment("tiny"), built.cluster("lab"), "dockerd://shipyard/tiny:abc",
+    text = stage_module.render_import_job(built, built.environment("tiny"), built.cluster("lab"), "dockerd://shipyard/tiny:abc",
                                 tmp_path / "it's here" / "tiny.sqsh.tmp-1")
     assert "#SBATCH --partition=gpu" in text
     assert "exec enroot import -o '" in text and "dockerd://shipyard/tiny:abc" in text
@@ -260,9 +262,9 @@ def _launch(reg, **flags) -> str:
 
 
 def test_launcher_names_the_staged_image_and_checks_it_before_srun(built):
-    rec = st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     text = _launch(built, environment="tiny", cluster="lab", dry_run=True)
-    assert f"# image sha256 {rec['sha256']}, input hash {rec['input_hash']}" in text
+    assert f"# image sha256 {rec.sha256}, input hash {rec.input_hash}" in text
     assert f"stage record {storage(built) / 'tiny.sif.json'}" in text
     check = text.index("matches its stage record")
     assert check < text.index("\nsrun ")
@@ -270,10 +272,27 @@ def test_launcher_names_the_staged_image_and_checks_it_before_srun(built):
     assert res.returncode == 0, res.stdout
 
 
-def test_launcher_binds_to_the_build_manifest_before_staging(built):
-    m = json.loads((built.root / "containers" / "tiny.json").read_text())
+def test_the_jobs_shell_check_and_python_apply_one_unchanged_rule(built):
+    """The pre-srun block, run by bash on the staged image, agrees with :mod:`shipyard.identity`: it passes on the
+    staged image, and refuses it once its mtime moved by a nanosecond with the size unchanged (as Python does)."""
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     text = _launch(built, environment="tiny", cluster="lab", dry_run=True)
-    assert f"# image sha256 {m['artifacts']['sif']['sha256']}" in text and "build manifest" in text
+    start = text.index("\nimage=")
+    block = text[start:text.index("\n", text.index("matches its stage record", start))]
+    dest = storage(built) / "tiny.sif"
+    ok = subprocess.run(["bash", "-c", block], capture_output=True, text=True)
+    assert ok.returncode == 0 and "matches its stage record" in ok.stdout, ok.stderr
+    st = dest.stat()
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert staged.image_changed(dest, rec) is not None
+    moved = subprocess.run(["bash", "-c", block], capture_output=True, text=True)
+    assert moved.returncode == 3 and "changed after it was staged" in moved.stderr, (moved.stdout, moved.stderr)
+
+
+def test_launcher_binds_to_the_build_manifest_before_staging(built):
+    m = mf.read_manifest(built.root / "containers" / "tiny.json")
+    text = _launch(built, environment="tiny", cluster="lab", dry_run=True)
+    assert f"# image sha256 {m.artifacts['sif'].sha256}" in text and "build manifest" in text
 
 
 def test_unbound_launcher_is_refused_and_image_opts_out(proj):
@@ -341,7 +360,7 @@ def test_doctor_reports_each_environment_image(built):
     finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}
     assert finds["tiny"].status == doctor.FAIL and "is not there" in finds["tiny"].detail
     assert finds["tiny-mismatch"].status == doctor.WARN  # not the environment being checked
-    st.stage_command("tiny", "lab", registry=built, out=io.StringIO())
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}
     assert finds["tiny"].status == doctor.PASS and "matches its stage record" in finds["tiny"].detail
     with open(storage(built) / "tiny.sif", "ab") as fh:
@@ -355,3 +374,21 @@ def test_doctor_read_only_storage_is_not_a_failure():
     probe = {"storage": ["present"], "storage_writable": ["no"], "user": ["student"]}
     finds = doctor._storage(cl, "login", probe, "/course/images")
     assert [f.status for f in finds] == [doctor.WARN] and "read-only for student" in finds[0].detail
+
+
+def test_a_record_without_or_with_another_schema_means_stage_again(built):
+    """An unversioned record (older shipyard, whole-second mtime) or one of another schema is one line saying to
+    stage again; `invoke stage` then replaces it instead of calling the image up to date."""
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    path = staged.record_path(dest)
+    data = json.loads(path.read_text())
+    assert data["schema"] == staged.SCHEMA == 1 and "mtime_ns" in data and "mtime" not in data
+    for schema, why in ((None, "has no schema field"), (2, "stage record schema 2, this shipyard reads schema 1")):
+        old = {k: v for k, v in data.items() if k != "schema"} | ({"schema": schema} if schema else {})
+        path.write_text(json.dumps(old))
+        rec, msg = staged.read_record(dest)
+        assert rec is None and why in msg and msg.endswith("stage the image again")
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out)
+    assert out.getvalue().startswith("staged tiny") and json.loads(path.read_text())["schema"] == 1

@@ -16,11 +16,11 @@ from fixtures_build import PROJECT_REGISTRY
 from fixtures_launch import PROBE, run_launch, wait_job
 
 from shipyard import registry
+import helpers_stage
+from shipyard.containers import manifest as mf
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.commands.definitions import render as render_cmd
-from shipyard.containers import engine
-from shipyard.containers import stage as st
 
 pytestmark = [pytest.mark.slurm, pytest.mark.double]
 
@@ -59,17 +59,17 @@ def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project
     reg, calls = flow_project
     assert registry_commands.check(Context(reg, out=io.StringIO()), "tiny", "sandbox") == 0
     assert render_cmd(Context(reg, out=io.StringIO()), "tiny") == 0
-    assert engine.build_command("tiny", registry=reg.path, out=io.StringIO()) == 0
-    rec = st.stage_command("tiny", "sandbox", registry=reg, out=io.StringIO())
+    assert helpers_stage.build(reg.path, "tiny", out=io.StringIO()) == 0
+    rec = helpers_stage.stage(reg, "tiny", "sandbox", out=io.StringIO())
     image = reg.root / ".sandbox" / "images" / "tiny.sif"
-    assert image.is_file() and rec["sha256"] == json.loads((reg.root / "containers" / "tiny.json").read_text())[
-        "artifacts"]["sif"]["sha256"]
+    assert image.is_file() and rec.sha256 == mf.read_manifest(reg.root / "containers" / "tiny.json").artifacts[
+        "sif"].sha256
 
     job, log = _submit(reg, "bound")
     info = wait_job(sandbox, job)
     text = open(log).read()
     assert info["ExitCode"] == "0:0", text[-3000:]
-    assert f"image {image} matches its stage record (sha256 {rec['sha256'][:12]}" in text
+    assert f"image {image} matches its stage record (sha256 {rec.sha256[:12]}" in text
     execs = _execs(calls)
     assert sorted(c["host"] for c in execs) == ["node1", "node2"] and all(c["image"] == str(image) for c in execs)
 
@@ -80,12 +80,12 @@ def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project
     info = wait_job(sandbox, job)
     text = open(log).read()
     assert info["ExitCode"] == "3:0", text[-3000:]
-    assert "changed after it was staged" in text and rec["sha256"] in text
+    assert "changed after it was staged" in text and rec.sha256 in text
     assert "job step exit code" not in text  # srun never ran
     assert len(_execs(calls)) == 2  # no new apptainer exec
 
     # restaged from containers/ (an identical image again): the same launcher's check passes
-    st.stage_command("tiny", "sandbox", registry=reg, out=io.StringIO())
+    helpers_stage.stage(reg, "tiny", "sandbox", out=io.StringIO())
     job, log = _submit(reg, "restaged")
     assert wait_job(sandbox, job)["ExitCode"] == "0:0", open(log).read()[-3000:]
 

@@ -4,12 +4,12 @@ read it (``<storage>/ENV.sif`` for apptainer clusters, ``<storage>/ENV.sqsh`` fo
 Why a stage of its own: `build` and `pull` write ``containers/ENV.sif`` in the project, the launchers run
 ``<cluster storage>/ENV.sif``, and nothing connected the two. A course instructor publishes with this command; the
 students' launchers then check, before ``srun``, that what lies there is what they were written for
-(:mod:`shipyard.launch.staged`).
+(:mod:`shipyard.staging.record`).
 
 Rules, whatever the source:
 
-* **Checks first.** The environment on this cluster passes `invoke check` (:func:`shipyard.definitions.enforce.require`);
-  ``--force`` overrides and the overridden errors go into the record.
+* **Checks first.** The environment on this cluster passes `invoke check` (the command runs the check gate,
+  :mod:`shipyard.commands.stage`); ``--force`` overrides and the overridden errors go into the record.
 * **Atomic.** The image is written to ``ENV.sif.tmp-PID`` in the storage directory itself (a rename across
   filesystems is a copy), verified, given its permissions, then renamed over the old one; the record follows, also
   by temp-then-rename. A job starting in between sees a record that does not match and stops -- never half an image.
@@ -20,7 +20,8 @@ Rules, whatever the source:
 * **Readable by the course.** ``--mode group`` (0640, the default), ``world`` (0644) or an octal mode, for the image
   and its record; data: ``shipyard/data/stage.yaml``.
 * **Idempotent and cheap.** When the record beside the image already names the same sha256 and input hash, the image
-  still has the recorded size and mtime and the mode is the one asked for, nothing is read or written.
+  is still the file it describes (:mod:`shipyard.identity`'s rule) and the mode is the one asked for, nothing is read
+  or written.
 * **One line for what goes wrong on the storage:** missing, not writable, too little space.
 """
 
@@ -35,18 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
 
-from shipyard import __version__, project, slurm, templating
+from shipyard import __version__, identity, project, slurm, templating
 from shipyard import facts as data
 from shipyard.containers import common as b
 from shipyard.containers import manifest as mf
 from shipyard.containers import on_slurm
 from shipyard.containers import push as registry_io
-from shipyard.commands import gate as enforce  # TEMPORARY: moves to shipyard/commands
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, now_iso, sha256_file
 from shipyard import runtimes
-from shipyard.launch import staged
-from shipyard.registry import load
+from shipyard.staging import record as staged
 from shipyard.registry.model import Cluster, Environment, Registry
 
 SOURCES = ("auto", "containers", "registry", "docker")
@@ -131,24 +130,23 @@ class Source:
     after: dict = field(default_factory=dict)  # what write() learnt: a pulled digest, an input hash annotation
 
 
-def _manifest(reg: Registry, env: Environment) -> tuple[Path, dict]:
+def _manifest(reg: Registry, env: Environment) -> tuple[Path, mf.Manifest]:
     mpath = project.manifest_path(reg, env.name)
     m = mf.read_manifest(mpath)
-    if m.get("status") != "ok":
-        state = f"the last build {m['status']}" if m.get("status") else "it was never built"
+    if not m.built:
+        state = f"the last build {m.status}" if m.status else "it was never built"
         raise ShipyardError(f"{mpath}: cannot stage {env.name}: {state}; run `invoke build {env.name}` first "
                             "(or stage from a registry with --from registry)")
     return mpath, m
 
 
-def _pushed_digest(m: dict) -> str | None:
-    digests = sorted({p.get("digest") for p in (m.get("pushed") or {}).values() if p.get("digest")})
-    return ", ".join(digests) or None
+def _pushed_digest(m: mf.Manifest) -> str | None:
+    return ", ".join(m.pushed_digests) or None
 
 
 def from_containers(reg: Registry, env: Environment, fmt: str, link: bool) -> Source:
     mpath, m = _manifest(reg, env)
-    art = (m.get("artifacts") or {}).get(fmt)
+    art = m.artifact(fmt)
     src = project.artifact_path(reg, env.name, fmt)
     if not art or not src.is_file():
         how = "--backend docker builds .sqsh where enroot exists; or stage with --from docker" if fmt == "sqsh" else \
@@ -157,7 +155,7 @@ def from_containers(reg: Registry, env: Environment, fmt: str, link: bool) -> So
     if not b.intact_or_signed(reg, env.name, m, fmt):
         raise ShipyardError(f"{src} changed since it was built (size/mtime differ from {mpath.name}); rebuild with "
                             f"`invoke build {env.name} --force`")
-    art = mf.read_manifest(mpath)["artifacts"][fmt]  # re-recorded if signing changed the file
+    art = mf.read_manifest(mpath).artifact(fmt)  # re-recorded if signing changed the file
 
     def write(tmp: Path) -> dict:
         if link:
@@ -172,8 +170,8 @@ def from_containers(reg: Registry, env: Environment, fmt: str, link: bool) -> So
             shutil.copyfile(src, tmp)
         return {"linked": bool(link)}
 
-    return Source("containers", str(src.relative_to(reg.root)), m["input_hash"], m.get("spec_hash"), art["size"],
-                  write, sha256=art["sha256"], pushed_digest=_pushed_digest(m))
+    return Source("containers", str(src.relative_to(reg.root)), m.input_hash, m.spec_hash, art.size,
+                  write, sha256=art.sha256, pushed_digest=_pushed_digest(m))
 
 
 def from_registry(reg: Registry, env: Environment, registry_name: str | None, tag: str | None,
@@ -184,12 +182,12 @@ def from_registry(reg: Registry, env: Environment, registry_name: str | None, ta
         raise ShipyardError(f"registries.{target.name}: {target.uri} is a docker:// registry; apptainer clusters "
                             "stage a SIF from an oras:// registry (pyxis clusters: --from docker)")
     m = mf.read_manifest(project.manifest_path(reg, env.name))
-    known = (m.get("pushed") or {}).get(target.name, {})
+    known = m.pushed_to(target.name)
     if tag is None:
         if not known:
             raise ShipyardError(f"no push of {env.name} to registry '{target.name}' is recorded here; give --tag")
-        tag = known["reference"].rsplit(":", 1)[1]
-    expect = known.get("digest") if known.get("reference", "").endswith(f":{tag}") else None
+        tag = known.tag
+    expect = known.digest_for(tag) if known else None
     ref = "oras://" + registry_io.reference(target, env.name, tag)
     info: dict = {}
 
@@ -198,14 +196,14 @@ def from_registry(reg: Registry, env: Environment, registry_name: str | None, ta
         b.check_sif(tmp)
         return {"pulled": info.get("pulled")}
 
-    return Source("registry", ref, known.get("input_hash") or "", m.get("spec_hash"), 0, write,
+    return Source("registry", ref, (known.input_hash if known else None) or "", m.spec_hash, 0, write,
                   pushed_digest=expect, after=info)
 
 
 def from_docker(reg: Registry, env: Environment, cluster: Cluster, out: IO[str] | None) -> Source:
     """``enroot import dockerd://IMAGE`` of the docker-backend build, as a batch job on the build partition."""
     _, m = _manifest(reg, env)
-    image = (m.get("image") or {}).get("tag")
+    image = m.docker_tag
     if not image:
         raise ShipyardError(f"{env.name} has no docker image (it was built with --backend apptainer); build it with "
                             f"`invoke build {env.name} --backend docker`")
@@ -217,7 +215,7 @@ def from_docker(reg: Registry, env: Environment, cluster: Cluster, out: IO[str] 
             raise ShipyardError(f"enroot import job {job} wrote no {tmp.name}; see its log in containers/logs/")
         return {"import_job": job}
 
-    return Source("docker", source, m["input_hash"], m.get("spec_hash"), 0, write,
+    return Source("docker", source, m.input_hash, m.spec_hash, 0, write,
                   pushed_digest=_pushed_digest(m))
 
 
@@ -225,7 +223,7 @@ def render_import_job(reg: Registry, env: Environment, cluster: Cluster, source:
     """The batch script that runs ``enroot import`` on the build partition (golden-tested; values quoted)."""
     f = facts()
     d = on_slurm._directive
-    return templating.render("shipyard.containers", "stage_import.sbatch.j2", trim_blocks=True,
+    return templating.render("shipyard.staging", "stage_import.sbatch.j2", trim_blocks=True,
         version=__version__, env=env.name, cluster=cluster.name,
         job_name=d(f"stage-{env.name}", "job name"),
         partition=d(cluster.build_partition, f"clusters.{cluster.name}.scheduler.build_partition"),
@@ -251,34 +249,38 @@ def import_job(reg: Registry, env: Environment, cluster: Cluster, source: str, t
 # ------------------------------------------------------------------------------------------------ staging
 
 
-def up_to_date(dest: Path, src: Source, mode: int) -> dict | None:
+def up_to_date(dest: Path, src: Source, mode: int) -> staged.StageRecord | None:
     """The existing record when ``dest`` is already this image with this mode (stat and a small read only)."""
     rec, _ = staged.read_record(dest)
     if not rec or staged.image_changed(dest, rec):
         return None
-    same = rec.get("sha256") == src.sha256 if src.sha256 else \
-        rec.get("source", {}).get("reference") == src.reference and rec.get("input_hash") == src.input_hash
-    if not same or (src.input_hash and rec.get("input_hash") != src.input_hash):
+    same = rec.sha256 == src.sha256 if src.sha256 else \
+        rec.source_reference == src.reference and rec.input_hash == src.input_hash
+    if not same or (src.input_hash and rec.input_hash != src.input_hash):
         return None
     if dest.stat().st_mode & 0o777 != mode or staged.record_path(dest).stat().st_mode & 0o777 != mode:
         return None
     return rec
 
 
-def stage(reg: Registry, env_name: str | None, cluster_name: str | None, *, source: str = "auto",
-          registry_name: str | None = None, tag: str | None = None, mode: str | None = None, link: bool = False,
-          force: bool = False, out: IO[str] | None = None) -> dict:
-    """Stage ``env_name``'s image into ``cluster_name``'s storage; return its record."""
-    env = reg.environment(env_name)
-    cluster = reg.cluster(cluster_name)
+def request(cluster: Cluster, source: str = "auto", mode: str | None = None):
+    """Refuse a request that cannot stage anything before the checks run: a runtime without images, an unknown
+    ``--from`` or ``--mode``. Returns the cluster's runtime and the mode bits."""
     rt = runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime")
     if not rt.containerised:
         raise ShipyardError(f"cluster {cluster.name} uses the {rt.name} runtime, which runs no image: nothing to "
                             "stage (stage for an apptainer or pyxis cluster)")
     if source not in SOURCES:
         raise ShipyardError(f"--from {source!r}: expected one of {', '.join(SOURCES)}")
-    perm = parse_mode(mode)
-    forced = enforce.require(reg, env, cluster, what=f"stage {env.name}", force=force)
+    return rt, parse_mode(mode)
+
+
+def stage(reg: Registry, env: Environment, cluster: Cluster, *, source: str = "auto",
+          registry_name: str | None = None, tag: str | None = None, mode: str | None = None, link: bool = False,
+          forced: list[str] | None = None, out: IO[str] | None = None) -> staged.StageRecord:
+    """Stage ``env``'s image into ``cluster``'s storage; return its record. ``forced``: the `invoke check` errors
+    that ``--force`` overrode (the command ran the gate): recorded, and the image is written even when up to date."""
+    rt, perm = request(cluster, source, mode)
     fmt = rt.suffix
     dest = Path(rt.image(reg.root, env.name, cluster))
     storage = dest.parent
@@ -297,8 +299,8 @@ def stage(reg: Registry, env_name: str | None, cluster_name: str | None, *, sour
            from_docker(reg, env, cluster, out))
     rec = up_to_date(dest, src, perm) if not forced else None
     if rec:
-        print(f"{env.name}: already staged at {dest} (sha256 {rec['sha256'][:12]}, input hash "
-              f"{rec['input_hash'][:12]}); nothing to do", file=out)
+        print(f"{env.name}: already staged at {dest} (sha256 {rec.sha256[:12]}, input hash "
+              f"{rec.input_hash[:12]}); nothing to do", file=out)
         return rec
     check_space(storage, src.size)
     tmp = project.temp_path(dest)
@@ -316,30 +318,19 @@ def stage(reg: Registry, env_name: str | None, cluster_name: str | None, *, sour
         raise _os_error(exc, storage) from None
     finally:
         tmp.unlink(missing_ok=True)
-    st = dest.stat()
-    record = {
-        "environment": env.name, "cluster": cluster.name, "image": dest.name, "sha256": got, "size": st.st_size,
-        "mtime": int(st.st_mtime), "input_hash": src.input_hash or after.get("input_hash") or "",
-        "spec_sha256": src.spec_sha256, "pushed_digest": src.pushed_digest or after.get("digest"),
-        "source": {"kind": src.kind, "reference": src.reference, **{k: v for k, v in extra.items() if v}},
-        "mode": f"{perm:04o}", "staged": now_iso(), "staged_by": f"{getpass.getuser()}@{socket.gethostname()}",
-        "shipyard": __version__,
-    }
-    if forced:
-        record["forced_checks"] = forced
+    st = identity.stamp(dest)
+    record = staged.StageRecord(
+        environment=env.name, cluster=cluster.name, image=dest.name, sha256=got, size=st.size,
+        mtime_ns=st.mtime_ns, input_hash=src.input_hash or after.get("input_hash") or "",
+        spec_sha256=src.spec_sha256, pushed_digest=src.pushed_digest or after.get("digest"),
+        source={"kind": src.kind, "reference": src.reference, **{k: v for k, v in extra.items() if v}},
+        mode=f"{perm:04o}", staged=now_iso(), staged_by=f"{getpass.getuser()}@{socket.gethostname()}",
+        shipyard=__version__, forced_checks=list(forced) if forced else None,
+    )
     try:
-        atomic_write(staged.record_path(dest), staged.render_record(record), mode=perm)
+        staged.write_record(dest, record, mode=perm)
     except OSError as exc:
         raise _os_error(exc, storage) from None
-    print(f"staged {env.name} at {dest} (sha256 {got[:12]}, input hash {record['input_hash'][:12]}, mode "
+    print(f"staged {env.name} at {dest} (sha256 {got[:12]}, input hash {record.input_hash[:12]}, mode "
           f"{perm:04o}, from {src.kind} {src.reference})", file=out)
     return record
-
-
-def stage_command(env_name: str | None, cluster_name: str | None, *, source: str = "auto",
-                  registry_name: str | None = None, tag: str | None = None, mode: str | None = None,
-                  link: bool = False, force: bool = False, registry=None, out: IO[str] | None = None) -> dict:
-    """`invoke stage`."""
-    reg = registry if isinstance(registry, Registry) else load(registry)
-    return stage(reg, env_name or None, cluster_name or None, source=source, registry_name=registry_name or None,
-                 tag=tag or None, mode=mode or None, link=link, force=force, out=out)

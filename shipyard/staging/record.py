@@ -1,0 +1,153 @@
+"""The record beside a staged image, ``<storage>/<env>.sif.json`` (or ``.sqsh.json``), and what binds a launcher to it.
+
+Why a record: a launcher names a path, and a path says nothing about what lies there today. `invoke stage` writes,
+beside every image it puts into a cluster's storage, the image's sha256, the input hash of the build that made it,
+the spec sha256, where it came from and the digest it was pushed under, plus the image's identity stamp when it was
+staged (:mod:`shipyard.identity`: size and mtime_ns). A launcher names the sha256 and input hash it was written for;
+before ``srun`` its job compares them with the record, and the image's stamp with the record's (one ``stat``: a job
+must not re-hash gigabytes before it starts). Anything else -- another image staged since, an image changed in place,
+no record at all -- stops the job with one line naming both hashes.
+
+One reader (:func:`read_record`) and one writer (:func:`write_record`) of :class:`StageRecord`. The record is JSON
+written with one key per line (sorted, two-space indent), so that the batch script can read a field with ``sed`` on a
+node without Python. It carries ``"schema": SCHEMA``. A record without the field was written before records were
+versioned, with a whole-second mtime the identity rule no longer uses: it reads as "stage it again", like a record
+of an unknown version.
+
+The record lives in the staging package: `invoke stage` writes it; the launcher, ``doctor`` and stage itself read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from shipyard import identity, project
+from shipyard.containers import manifest as mf
+from shipyard.errors import ShipyardError
+from shipyard.files import atomic_write
+
+SCHEMA = 1
+RECORD_SUFFIX = ".json"
+# the fields the batch script reads with sed (each is a string or an integer on its own line)
+SHELL_FIELDS = ("sha256", "input_hash") + identity.SHELL_FIELDS
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What `invoke stage` recorded about the image beside it. The first four fields are what a job checks."""
+
+    sha256: str
+    input_hash: str
+    size: int
+    mtime_ns: int
+    environment: str | None = None
+    cluster: str | None = None
+    image: str | None = None  # the file name in the storage
+    spec_sha256: str | None = None
+    pushed_digest: str | None = None
+    source: dict | None = None  # {"kind": containers|registry|docker, "reference": ..., what the source learnt}
+    mode: str | None = None  # "0640"
+    staged: str | None = None  # UTC time
+    staged_by: str | None = None  # user@host
+    shipyard: str | None = None  # the version that staged it
+    forced_checks: list | None = None  # the `invoke check` errors --force overrode
+
+    @property
+    def stamp(self) -> identity.Stamp:
+        return identity.Stamp(self.size, self.mtime_ns)
+
+    @property
+    def source_kind(self) -> str | None:
+        return (self.source or {}).get("kind")
+
+    @property
+    def source_reference(self) -> str | None:
+        return (self.source or {}).get("reference")
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        # spec_sha256 and pushed_digest are written even when unknown: the record says it does not know
+        out.update(spec_sha256=self.spec_sha256, pushed_digest=self.pushed_digest, schema=SCHEMA)
+        return out
+
+
+def record_path(image: str | Path) -> Path:
+    """``<storage>/<env>.sif`` -> ``<storage>/<env>.sif.json``."""
+    return Path(str(image) + RECORD_SUFFIX)
+
+
+def render_record(rec: StageRecord) -> str:
+    """The record's text: sorted keys, one per line (the batch script's ``sed`` relies on it)."""
+    return json.dumps(rec.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def write_record(image: str | Path, rec: StageRecord, mode: int | None = None) -> Path:
+    """Write ``rec`` beside ``image`` (temp-then-rename, with ``mode``)."""
+    return atomic_write(record_path(image), render_record(rec), mode=mode)
+
+
+def read_record(image: str | Path) -> tuple[StageRecord | None, str]:
+    """(record, "") when the record beside ``image`` is a readable record of this schema; else (None, why not)."""
+    path = record_path(image)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, f"{path} does not exist"
+    except PermissionError:
+        return None, f"{path} is not readable"
+    except (OSError, ValueError) as exc:
+        return None, f"{path}: unreadable ({exc})"
+    if not isinstance(data, dict):
+        return None, f"{path}: not a shipyard stage record (expected a JSON object)"
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        what = "has no schema field (written by an older shipyard)" if schema is None else \
+            f"is stage record schema {schema!r}, this shipyard reads schema {SCHEMA}"
+        return None, f"{path} {what}; stage the image again"
+    names = {f.name for f in dataclasses.fields(StageRecord)}
+    try:
+        rec = StageRecord(**{k: v for k, v in data.items() if k in names})
+    except TypeError:
+        return None, f"{path}: not a shipyard stage record (needs {', '.join(SHELL_FIELDS)})"
+    return rec, ""
+
+
+def image_changed(image: str | Path, rec: StageRecord) -> str | None:
+    """None when ``image`` is still the file its record describes (:mod:`shipyard.identity`'s rule); else why not."""
+    if identity.changed(image, rec.stamp) is None:
+        return None
+    try:
+        now = identity.stamp(image).describe()
+    except OSError as exc:
+        return f"{image}: {exc.strerror or exc}"
+    return f"{image} changed after it was staged ({now}; the record says {rec.stamp.describe()})"
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The image a launcher is written for: its sha256 and input hash, and where they were read."""
+
+    sha256: str
+    input_hash: str
+    source: str  # "stage record <path>" | "build manifest <path>"
+
+
+def binding(root: Path, env_name: str, image: str | None, fmt: str) -> Binding | None:
+    """What ``image`` should be: its stage record when this machine can read it (the login node of the cluster),
+    else the local build manifest's artifact of that format (the image `invoke stage` would put there); None when
+    neither is known (``image`` None: the build manifest only)."""
+    rec, _ = read_record(image) if image else (None, "")
+    if rec and rec.sha256 and rec.input_hash:
+        return Binding(str(rec.sha256), str(rec.input_hash), f"stage record {record_path(image)}")
+    mpath = project.manifest_path(root, env_name)
+    try:
+        m = mf.read_manifest(mpath)
+    except (ShipyardError, OSError):
+        return None
+    art = m.artifact(fmt)
+    if m.built and art and art.sha256 and m.input_hash:
+        return Binding(art.sha256, m.input_hash, f"build manifest {mpath}")
+    return None
