@@ -209,3 +209,24 @@ def test_containers_imports_nothing_from_launch_or_staging():
 def test_the_containers_check_would_notice_an_import_of_staging():
     imports = {"shipyard.staging.record", "shipyard.launch", "shipyard.launchpad", "shipyard.registry"}
     assert from_above(imports) == ["shipyard.launch", "shipyard.staging.record"]
+
+
+# the floors below containers, and what each must never reach above it (tasks.py -> commands -> {launch, jobs,
+# sandbox} -> staging -> containers -> definitions -> {slurm, runtimes} -> registry -> core)
+NEVER_ABOVE = {
+    "shipyard.staging": ("shipyard.launch", "shipyard.jobs", "shipyard.sandbox"),
+    "shipyard.definitions": ("shipyard.containers", "shipyard.staging", "shipyard.launch", "shipyard.jobs"),
+    "shipyard.runtimes": ("shipyard.definitions", "shipyard.containers", "shipyard.staging", "shipyard.launch",
+                          "shipyard.jobs", "shipyard.registry"),
+    "shipyard.registry": ("shipyard.definitions", "shipyard.containers", "shipyard.staging", "shipyard.launch",
+                          "shipyard.jobs", "shipyard.runtimes"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(NEVER_ABOVE))
+def test_the_pipeline_goes_one_way(package):
+    known = set(modules())
+    offenders = [f"{name} imports {', '.join(hits)}" for name, path in modules().items()
+                 if package_of(name) == package
+                 for hits in [from_above(imported(path, known), NEVER_ABOVE[package])] if hits]
+    assert offenders == []
