@@ -49,10 +49,20 @@ def ensure_packages(packages: list[str] | None = None) -> None:
         raise ShipyardError(f"apt-get install {' '.join(missing)} failed (exit {res.returncode})")
 
 
+def parallel_args(pytest_args: list[str]) -> list[str]:
+    """Two pytest-xdist workers grouped by tests/needs.py (service tests on one worker, every other file whole on
+    either), unless the arguments choose (``-n``, ``--numprocesses``, ``-p no:xdist``). Why two: the suite is
+    written for two cores, and most of its wall time is one worker waiting on Slurm jobs while the other runs the
+    CPU-bound rest."""
+    chosen = any(a == "-n" or a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist"
+                 for a in pytest_args)
+    return [] if chosen else ["-n", "2", "--dist", "loadgroup"]
+
+
 def run_tests(pytest_args: list[str], install: bool = True) -> int:
     if install:
         ensure_packages()
-    res = subprocess.run([sys.executable, "-m", "pytest", *pytest_args])
+    res = subprocess.run([sys.executable, "-m", "pytest", *parallel_args(pytest_args), *pytest_args])
     if res.returncode == 5:
         print("shipyard: pytest collected no tests: failing", file=sys.stderr)
         return 1
