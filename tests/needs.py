@@ -39,15 +39,3 @@ def _offline_unless_marked_pypi(request, monkeypatch):
     if request.node.get_closest_marker(NETWORK_MARK) is None:
         monkeypatch.setenv("UV_OFFLINE", "1")
 
-
-# pytest-xdist (`invoke test` runs two workers with --dist loadgroup): every test that uses a service runs on one
-# worker, because the sandbox and dockerd are one per machine and a session fixture is one per worker; every other
-# test stays with the rest of its file, so module-scoped fixtures and per-file bookkeeping hold as in a serial run.
-SERVICES_GROUP = "services"
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            uses_service = any(item.get_closest_marker(mark) for mark in SERVICE_FIXTURES.values())
-            item.add_marker(pytest.mark.xdist_group(SERVICES_GROUP if uses_service else item.nodeid.split("::")[0]))

@@ -19,3 +19,23 @@ def test_package_list_is_data_and_checked_with_dpkg():
     assert {"slurm-wlm", "munge", "docker.io", "docker-registry", "shellcheck", "lmod"} <= set(pkgs)
     assert devtools.missing_packages(["shellcheck"]) == []
     assert devtools.missing_packages(["no-such-package-zzz"]) == ["no-such-package-zzz"]
+
+
+def test_services_run_in_their_own_phase_after_the_rest():
+    quick, services = devtools.phases(["-q", "-m", "not slow", "tests/launch"])
+    assert quick == ["-n", "2", "--dist", "loadfile", "-q", "-m", "(not slow) and (not (slurm or docker))",
+                     "tests/launch"]
+    assert services == ["-p", "no:xdist", "-q", "-m", "(not slow) and (slurm or docker)", "tests/launch"]
+    assert devtools.phases(["-x"])[1] == ["-p", "no:xdist", "-m", "slurm or docker", "-x"]
+    assert devtools.with_marks(["-mnot pypi"], "slurm") == ["-m", "(not pypi) and (slurm)"]
+    # arguments that choose the workers are run as given, once
+    assert devtools.phases(["-n", "4", "-q"]) == [["-n", "4", "-q"]]
+    assert devtools.phases(["-p", "no:xdist"]) == [["-p", "no:xdist"]]
+
+
+def test_a_failure_in_either_phase_fails_the_run(tmp_path):
+    (tmp_path / "test_x.py").write_text("import pytest\n\ndef test_ok():\n    pass\n\n"
+                                        "@pytest.mark.slurm\ndef test_bad():\n    assert False\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: s\n    docker: d\n")
+    assert devtools.run_tests(["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+                              install=False) == 1

@@ -65,14 +65,3 @@ def test_only_pypi_tests_may_reach_the_index(suite, monkeypatch):
 def test_this_test_runs_offline():
     assert os.environ.get("UV_OFFLINE") == "1"
 
-
-def test_service_tests_share_one_xdist_group_and_other_files_stay_whole(suite):
-    """Two workers must never both start the machine's one sandbox: every service test is in one group; the rest
-    are grouped by file (module fixtures and per-file bookkeeping as in a serial run)."""
-    suite.makepyfile(test_a="import pytest\n\n@pytest.mark.slurm\ndef test_s(sandbox):\n    pass\n\n"
-                            "def test_plain():\n    pass\n",
-                     test_b="import pytest\n\n@pytest.mark.docker\ndef test_d(docker_env):\n    pass\n\n"
-                            "def test_other():\n    pass\n")
-    items, _ = suite.inline_genitems("-p", "needs")
-    groups = {i.name: i.get_closest_marker("xdist_group").args[0] for i in items}
-    assert groups == {"test_s": "services", "test_d": "services", "test_plain": "test_a.py", "test_other": "test_b.py"}

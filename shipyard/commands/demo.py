@@ -26,6 +26,7 @@ from shipyard.commands import definitions
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import launcher as launch
+from shipyard.launch.options import Options
 
 JOB_NAME = "shipyard-demo"
 TRAIN = Path("examples") / "train.py"
@@ -78,9 +79,10 @@ def write_launcher(reg, info: dict, steps: int) -> tuple[Path, str, Path]:
     if not train.is_file():
         raise ShipyardError(f"demo: {train} is missing (the demo trains with the project's examples/train.py)")
     ckpt = Path(info["directory"]) / "jobs" / "demo.pt"
-    spec = launch.build(reg, None, cluster=sandbox.CLUSTER, nodes=len(info["nodes"]),
-                        gpus_per_node=info["gpus_per_node"], runtime="host", name=JOB_NAME,
-                        command=[str(train), "--steps", str(steps), "--checkpoint", str(ckpt)])
+    opts = Options(cluster=sandbox.CLUSTER, nodes=len(info["nodes"]), gpus_per_node=info["gpus_per_node"],
+                   runtime="host", name=JOB_NAME)
+    spec = launch.build(reg, reg.environment(None), reg.cluster(opts.cluster), opts,
+                        [str(train), "--steps", str(steps), "--checkpoint", str(ckpt)])
     script = launch.write(spec)
     return script, f"{spec.log_dir}/{spec.name}-%j.out", ckpt
 

@@ -49,21 +49,61 @@ def ensure_packages(packages: list[str] | None = None) -> None:
         raise ShipyardError(f"apt-get install {' '.join(missing)} failed (exit {res.returncode})")
 
 
-def parallel_args(pytest_args: list[str]) -> list[str]:
-    """Two pytest-xdist workers grouped by tests/needs.py (service tests on one worker, every other file whole on
-    either), unless the arguments choose (``-n``, ``--numprocesses``, ``-p no:xdist``). Why two: the suite is
-    written for two cores, and most of its wall time is one worker waiting on Slurm jobs while the other runs the
-    CPU-bound rest."""
-    chosen = any(a == "-n" or a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist"
-                 for a in pytest_args)
-    return [] if chosen else ["-n", "2", "--dist", "loadgroup"]
+SERVICES = "slurm or docker"  # the marks of tests that use the machine's one Slurm sandbox or dockerd
+
+
+def choose_workers(pytest_args: list[str]) -> bool:
+    """True when the arguments already say how to run (``-n``, ``--numprocesses``, ``--dist``, ``-p no:xdist``)."""
+    return any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in pytest_args)
+
+
+def with_marks(pytest_args: list[str], phase: str) -> list[str]:
+    """``pytest_args`` with its ``-m`` expression narrowed to ``phase`` (``-m EXPR`` -> ``-m '(EXPR) and PHASE'``);
+    without one, ``-m PHASE`` is added."""
+    args, out, found = list(pytest_args), [], False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-m" and i + 1 < len(args):
+            out += ["-m", f"({args[i + 1]}) and ({phase})"]
+            found, i = True, i + 2
+            continue
+        if a.startswith("-m") and len(a) > 2:
+            expr = a[2:].removeprefix("=")
+            out += ["-m", f"({expr}) and ({phase})"]
+            found = True
+        else:
+            out.append(a)
+        i += 1
+    return out if found else ["-m", phase, *out]
+
+
+def phases(pytest_args: list[str]) -> list[list[str]]:
+    """The pytest runs of `invoke test`.
+
+    Two, one after the other: every test that needs no service on two pytest-xdist workers (whole files per worker,
+    so module fixtures and per-file bookkeeping hold as in a serial run), then the Slurm and docker tests in one
+    process, because the sandbox and dockerd are one per machine and a session fixture would start one per worker.
+    (xdist's ``--dist loadgroup`` would do both in one run, but it cannot rename pytest 9's node ids and groups
+    nothing.) Arguments that choose the workers themselves get one run, as given."""
+    if choose_workers(pytest_args):
+        return [list(pytest_args)]
+    return [["-n", "2", "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")],
+            ["-p", "no:xdist", *with_marks(pytest_args, SERVICES)]]
 
 
 def run_tests(pytest_args: list[str], install: bool = True) -> int:
+    """Run the phases; pytest's exit 5 (no tests) fails only when no phase ran a test. ``-x`` stops after a failed
+    phase."""
     if install:
         ensure_packages()
-    res = subprocess.run([sys.executable, "-m", "pytest", *parallel_args(pytest_args), *pytest_args])
-    if res.returncode == 5:
+    codes = []
+    for args in phases(pytest_args):
+        codes.append(subprocess.run([sys.executable, "-m", "pytest", *args]).returncode)
+        if codes[-1] not in (0, 5) and ("-x" in pytest_args or "--exitfirst" in pytest_args):
+            break
+    ran = [c for c in codes if c != 5]
+    if not ran:
         print("shipyard: pytest collected no tests: failing", file=sys.stderr)
         return 1
-    return res.returncode
+    return max(ran)

@@ -151,7 +151,7 @@ def test_unresolvable_pin_is_one_line_error_and_writes_nothing(lock_project):
     """Refused because the pin does not exist: the same call with a pin that exists locks, and the refusal names
     the missing version (offline, or with the index down, both pins would fail alike and prove nothing)."""
     reg = lock_project()
-    assert definitions.relock(reg, "tiny", exclude_newer=CUTOFF).exists(), "six==1.16.0 exists and must lock"
+    assert definitions.relock(reg, reg.environment("tiny"), exclude_newer=CUTOFF).exists(), "six==1.16.0 exists and must lock"
     paths.lock_path(reg, "tiny").unlink()
     reg = lock_project(REGISTRY_TEXT.replace("six==1.16.0", "six==99.0.0"))
     with pytest.raises(ShipyardError, match=r"environments.tiny: uv could not lock") as exc:
