@@ -147,49 +147,79 @@ _CUDA_TAG = re.compile(
 )
 
 
-def check_cuda_image(ref: str) -> list[str]:
-    """Problems with an ``nvidia/cuda:`` tag against the published scheme; [] when it fits.
+def image_flavours(version: str, os_name: str) -> dict | None:
+    """The flavour set of the nvidia/cuda tags of ``version`` for ``os_name`` (compat.yaml cuda_images), or None."""
+    row = (facts().get("cuda_images") or {}).get(version)
+    if row is None or os_name not in row:
+        return None
+    return facts()["cuda_image_flavours"][row[os_name]]
 
-    Returns ["not-cuda"] for references that are not nvidia/cuda images (the caller only warns then).
-    """
+
+def _image_problems(ref: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
+    """(errors, not-verified warnings) of an ``nvidia/cuda:`` tag against the table of tags that exist, each as
+    (the environment key a derived tag's problem comes from, message); None for a non-nvidia/cuda reference."""
     m = _CUDA_TAG.match(ref)
     if not m:
         if re.match(r"^(?:docker\.io/)?nvidia/cuda:", ref):
-            return [
-                f"base image {ref!r} does not fit the nvidia/cuda scheme "
-                "X.Y.Z[-cudnn8|-cudnn9|-cudnn]-{base|runtime|devel}-ubuntuYY.MM"
-            ]
-        return ["not-cuda"]
-    ver, cudnn, flavor, ubuntu = m["ver"], m["cudnn"], m["flavor"], m["ubuntu"]
-    out = []
+            return [("base", f"base image {ref!r} does not fit the nvidia/cuda scheme "
+                     "X.Y.Z[-cudnn8|-cudnn9|-cudnn]-{base|runtime|devel}-ubuntuYY.MM")], []
+        return None
+    ver, os_name = m["ver"], f"ubuntu{m['ubuntu']}"
+    flavour = f"{m['cudnn']}-{m['flavor']}" if m["cudnn"] else m["flavor"]
     minor = ".".join(ver.split(".")[:2])
     cf = cuda_facts(minor)
     if cf is None:
         known = ", ".join(sorted(facts()["cuda"], key=vtuple))
-        return [f"base image {ref!r}: CUDA {minor} is not in the compatibility data (known: {known})"]
-    if cf.get("image") and cf["image"] != ver and ver not in cf.get("eol", []):
-        out.append(f"base image {ref!r}: the data knows nvidia/cuda {cf['image']} for CUDA {minor}, not {ver}")
-    if cudnn:
-        want = cudnn_tag_for(ver)
-        if flavor == "base":
-            out.append(f"base image {ref!r}: nvidia/cuda publishes cuDNN only with runtime/devel, not base")
-        elif cudnn != want:
-            out.append(f"base image {ref!r}: CUDA {ver} images spell cuDNN as '-{want}-', not '-{cudnn}-'")
-    if ubuntu not in cf.get("ubuntu", []):
-        have = ", ".join(cf.get("ubuntu", [])) or "none known"
-        out.append(f"base image {ref!r}: nvidia/cuda {minor} is published for Ubuntu {have}, not {ubuntu}")
-    elif cudnn and flavor != "base" and ubuntu not in cf.get("cudnn_ubuntu", cf.get("ubuntu", [])):
-        have = ", ".join(cf.get("cudnn_ubuntu", [])) or "none known"
-        out.append(f"base image {ref!r}: nvidia/cuda {minor} has cuDNN flavours for Ubuntu {have}, not {ubuntu}")
-    return out
+        return [("cuda", f"base image {ref!r}: CUDA {minor} is not in the compatibility data (known: {known})")], []
+    if ver != cf.get("image") and ver not in cf.get("eol", []):
+        have = f"nvidia/cuda {cf['image']}" if cf.get("image") else "no nvidia/cuda image"
+        return [("cuda", f"base image {ref!r}: the data knows {have} for CUDA {minor}, not {ver}")], []
+    row = (facts().get("cuda_images") or {}).get(ver)
+    if row is None:
+        return [], [("cuda", f"base image {ref!r}: the tags of nvidia/cuda {ver} are not in the compatibility "
+                     "data; not verified")]
+    fs = image_flavours(ver, os_name)
+    if fs is None:
+        have = ", ".join(k for k in row if k != "source")
+        return [("os", f"base image {ref!r}: nvidia/cuda {ver} is published for {have}, not {os_name}")], []
+    if flavour in fs.get("unverified", []):
+        return [], [("cuda_image", f"base image {ref!r}: whether nvidia/cuda {ver} has the {flavour} flavour for "
+                     f"{os_name} is not in the compatibility data; not verified")]
+    if flavour not in fs["exist"]:
+        return [("cuda_image", f"base image {ref!r}: nvidia/cuda {ver} for {os_name} is published as "
+                 f"{', '.join(fs['exist'])}; there is no {flavour} tag")], []
+    return [], []
+
+
+def check_cuda_image(ref: str) -> list[str]:
+    """Errors of an ``nvidia/cuda:`` tag: its (version, OS, flavour) is not in the table of tags NVIDIA publishes
+    (compat.yaml cuda_images); [] when it exists or is not verified.
+
+    Returns ["not-cuda"] for references that are not nvidia/cuda images (the caller only warns then).
+    """
+    found = _image_problems(ref)
+    return ["not-cuda"] if found is None else [msg for _, msg in found[0]]
+
+
+def cuda_image_unverified(ref: str) -> list[str]:
+    """Warnings for an ``nvidia/cuda:`` tag whose existence the data does not record either way."""
+    found = _image_problems(ref)
+    return [] if found is None else [msg for _, msg in found[1]]
 
 
 def cuda_image_eol(ref: str) -> str | None:
-    """A warning when ``ref`` is an end-of-life nvidia/cuda tag (NVIDIA deletes those), naming the current tag."""
+    """A warning when ``ref`` is an end-of-life nvidia/cuda tag (NVIDIA deletes those): a superseded point release
+    (naming the current tag) or a CUDA major NVIDIA no longer supports."""
     m = _CUDA_TAG.match(ref)
     if not m:
         return None
     ver = m["ver"]
+    policy = facts()["cuda_image_policy"]
+    major = int(ver.split(".")[0])
+    if major not in policy["supported_majors"]:
+        majors = " and ".join(str(x) for x in policy["supported_majors"])
+        return (f"base image {ref!r} is end-of-life: NVIDIA supports images of CUDA {majors} only and deletes "
+                f"end-of-life tags [{policy['source']}]; move to a CUDA {policy['supported_majors'][0]}+ wheel")
     cf = cuda_facts(".".join(ver.split(".")[:2])) or {}
     if ver not in cf.get("eol", []) or not cf.get("image"):
         return None
@@ -270,9 +300,11 @@ def check_environment(env: Environment) -> list[Problem]:
     if cf is None:
         err("cuda", f"CUDA {cuda} is not in the compatibility data (known: {', '.join(sorted(facts()['cuda'], key=vtuple))})")
     if env.base_is_cuda_image:
-        for msg in check_cuda_image(env.base.value or ""):
-            if msg != "not-cuda":
-                err("base" if env.base.source != COMPAT_DERIVED else "os", msg)
+        derived = env.base.source == COMPAT_DERIVED
+        errs, warns = _image_problems(env.base.value or "") or ([], [])
+        for sev, found in ((ERROR, errs), (WARN, warns)):
+            for field, msg in found:
+                err(field if derived else "base", msg, sev)
         eol = cuda_image_eol(env.base.value or "")
         if eol:
             err("base" if env.base.source != COMPAT_DERIVED else "cuda", eol, WARN)

@@ -102,6 +102,9 @@ def _efa(env: Environment, cluster: Cluster, add: Callable[[str, str, str], None
         if not re.match(rf"{re.escape(family)}[a-z]*\.", itype):
             continue
         scope = f"{itype} [{fl['source']}]"
+        cuda = env.cuda.value
+        if fl.get("min_cuda") and cuda and _v(cuda) < _v(fl["min_cuda"]):
+            add(ERROR, f"{ckey}.instance_type", f"{scope} needs CUDA >= {fl['min_cuda']}; {env.name} has CUDA {cuda}")
         if nccl and _v(nccl) < _v(fl["min_nccl"]):
             add(ERROR, f"{ckey}.instance_type", f"{scope} needs NCCL >= {fl['min_nccl']} "
                 f"({fl['recommended_nccl']} recommended); {env.name} has {nccl}")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers_registry import DATA
 
 from shipyard import registry
-from shipyard.registry import compat
+from shipyard.registry import compat, pcluster, report
 
 BASE = (DATA / "minimal.yaml").read_text()
+REPO = Path(__file__).resolve().parents[2]
 
 
 def problems(env_extra: str = "", cluster: str = "", env_over: dict | None = None):
@@ -77,7 +80,7 @@ def test_nccl_override_warns_and_static_nccl_fails():
 
 
 def test_unknown_variant_list_warns_not_guesses():
-    ps = problems(env_over={"torch": '"2.13.0"', "cuda": '"12.8"', "os": "ubuntu24.04"})
+    ps = problems(env_over={"torch": '"2.15.0"', "cuda": '"13.0"', "python": '"3.12"', "os": "ubuntu24.04"})
     # the variant itself and the NCCL its wheel pins: both unknown, neither guessed from the cu130 wheel
     assert [(p.severity, p.key.rsplit(".", 1)[1]) for p in ps] == [("WARN", "cuda"), ("WARN", "nccl")]
     assert all("not verified" in p.message for p in ps)
@@ -87,11 +90,11 @@ def test_unknown_variant_list_warns_not_guesses():
     ("nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04", True, ""),
     ("nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04", True, ""),
     ("nvidia/cuda:12.3.2-cudnn9-runtime-ubuntu22.04", True, ""),
-    ("nvidia/cuda:12.4.1-cudnn8-runtime-ubuntu22.04", False, "spell cuDNN as '-cudnn-'"),
-    ("nvidia/cuda:12.1.1-cudnn-runtime-ubuntu22.04", False, "spell cuDNN as '-cudnn8-'"),
-    ("nvidia/cuda:12.1.1-runtime-ubuntu24.04", False, "published for Ubuntu 20.04, 22.04, not 24.04"),
+    ("nvidia/cuda:12.4.1-cudnn8-runtime-ubuntu22.04", False, "cudnn-runtime, cudnn-devel; there is no cudnn8-runtime"),
+    ("nvidia/cuda:12.1.1-cudnn-runtime-ubuntu22.04", False, "cudnn8-runtime, cudnn8-devel; there is no cudnn-runtime"),
+    ("nvidia/cuda:12.1.1-runtime-ubuntu24.04", False, "published for ubuntu20.04, ubuntu22.04, not ubuntu24.04"),
     ("nvidia/cuda:12.1.0-runtime-ubuntu22.04", False, "knows nvidia/cuda 12.1.1"),
-    ("nvidia/cuda:12.1.1-cudnn8-base-ubuntu22.04", False, "only with runtime/devel"),
+    ("nvidia/cuda:12.1.1-cudnn8-base-ubuntu22.04", False, "there is no cudnn8-base tag"),
     ("nvidia/cuda:12.1-runtime", False, "does not fit the nvidia/cuda scheme"),
 ])
 def test_base_image_tag_scheme(tag, ok, why):
@@ -103,7 +106,7 @@ def test_base_image_tag_scheme(tag, ok, why):
 
 def test_derived_base_for_os_without_image_fails():
     ps = errors(problems(env_over={"os": "ubuntu24.04"}))  # CUDA 12.1 images exist for 20.04/22.04 only
-    assert ps and "not 24.04" in ps[0].message and ps[0].key == "environments.e.os"
+    assert ps and "not ubuntu24.04" in ps[0].message and ps[0].key == "environments.e.os"
 
 
 def test_explicit_base_checked_and_non_cuda_base_warns():
@@ -305,7 +308,7 @@ def test_unknown_companion_pythons_warn_not_verified(monkeypatch):
 def test_torch_215_gets_cuda_132_image_and_its_companions():
     over = {"torch": '"2.15.0"', "cuda": '"13.2"', "python": '"3.12"', "os": "ubuntu24.04"}
     env = env_of(**over)
-    assert env.base.value == "nvidia/cuda:13.2.1-runtime-ubuntu24.04"
+    assert env.base.value == "nvidia/cuda:13.2.2-runtime-ubuntu24.04"  # 13.2 Update 2, as in the wheel
     assert (env.torchvision.value, env.torchaudio.value) == ("0.29.2", "2.11.1")
     assert errors(problems(env_over=over)) == []
     assert errors(problems(env_over={**over, "python": '"3.10"'}))  # 2.15 starts at 3.11
@@ -317,9 +320,9 @@ def test_torch_215_gets_cuda_132_image_and_its_companions():
     ("nvidia/cuda:13.0.3-runtime-ubuntu22.04", True, ""),
     ("nvidia/cuda:13.2.1-cudnn-runtime-ubuntu24.04", True, ""),
     ("nvidia/cuda:12.5.1-runtime-ubuntu24.04", True, ""),
-    ("nvidia/cuda:12.5.1-cudnn-runtime-ubuntu24.04", False, "cuDNN flavours for Ubuntu 20.04, 22.04, not 24.04"),
+    ("nvidia/cuda:12.5.1-cudnn-runtime-ubuntu24.04", False, "published as base, runtime, devel; there is no cudnn-"),
     ("nvidia/cuda:11.6.2-cudnn8-devel-ubuntu20.04", True, ""),
-    ("nvidia/cuda:11.6.2-runtime-ubuntu22.04", False, "published for Ubuntu 20.04, not 22.04"),
+    ("nvidia/cuda:11.6.2-runtime-ubuntu22.04", False, "published for ubuntu20.04, not ubuntu22.04"),
     ("nvidia/cuda:12.8.0-runtime-ubuntu24.04", False, "knows nvidia/cuda 12.8.2"),
 ])
 def test_current_nvidia_cuda_images(tag, ok, why):
@@ -336,3 +339,126 @@ def test_end_of_life_tag_warns_and_names_the_current_one():
     assert "end-of-life" in ps[0].message and "use nvidia/cuda:12.8.2-runtime-ubuntu24.04" in ps[0].message
     assert problems(env_over=over) == []  # the derived tag is the current point release
     assert env_of(**over).base.value == "nvidia/cuda:12.8.2-runtime-ubuntu24.04"
+
+
+# ------------------------------------------------------------------------ issue 22: facts v3 (each failed on cb7e487)
+
+def test_cuda_128_has_no_cudnn_flavour_and_check_refuses_the_derived_tag():
+    over = {"torch": '"2.10.0"', "cuda": '"12.8"', "python": '"3.12"', "os": "ubuntu24.04",
+            "cuda_image": "{cudnn: true}"}
+    (p,) = errors(problems(env_over=over))
+    assert p.key == "environments.e.cuda_image"
+    assert "12.8.2-cudnn-runtime-ubuntu24.04" in p.message and "there is no cudnn-runtime tag" in p.message
+    for os_name in ("ubuntu20.04", "ubuntu22.04", "ubuntu24.04"):
+        for flavour in ("cudnn-runtime", "cudnn-devel"):
+            assert compat.check_cuda_image(f"nvidia/cuda:12.8.2-{flavour}-{os_name}"), (os_name, flavour)
+        assert compat.check_cuda_image(f"nvidia/cuda:12.8.2-devel-{os_name}") == []
+
+
+def test_image_table_decides_every_version_os_and_flavour():
+    """The (version, OS, flavour) table is the only judge: what it lists passes, anything else is an ERROR."""
+    f = compat.facts()
+    spelled = {fl for fs in f["cuda_image_flavours"].values() for fl in fs["exist"] + fs.get("unverified", [])}
+    for ver, row in f["cuda_images"].items():
+        for os_name in ("ubuntu18.04", "ubuntu20.04", "ubuntu22.04", "ubuntu24.04"):
+            fs = f["cuda_image_flavours"][row[os_name]] if os_name in row else {"exist": []}
+            for flavour in sorted(spelled):
+                tag = f"nvidia/cuda:{ver}-{flavour}-{os_name}"
+                assert (compat.check_cuda_image(tag) == []) is (flavour in fs["exist"] + fs.get("unverified", [])), tag
+    # every image and end-of-life release the cuda: section names has its row in the table
+    for minor, cf in f["cuda"].items():
+        for ver in [cf["image"]] * bool(cf.get("image")) + cf.get("eol", []):
+            assert ver in f["cuda_images"], (minor, ver)
+
+
+def test_unverified_cudnn_flavour_warns_not_guesses():
+    assert compat.check_cuda_image("nvidia/cuda:13.2.2-cudnn-runtime-ubuntu24.04") == []
+    (w,) = compat.cuda_image_unverified("nvidia/cuda:13.2.2-cudnn-runtime-ubuntu24.04")
+    assert "not verified" in w
+
+
+def test_p5_preset_needs_cuda_12_on_the_shipped_p5_cluster():
+    text = (REPO / "registry.yaml").read_text().replace("environments:\n", (
+        'environments:\n  old:\n    torch: "2.7.1"\n    cuda: "11.8"\n    python: "3.12"\n    os: ubuntu22.04\n'
+        "    clusters: [aws-pcluster]\n"), 1)
+    ps = [p for p in errors(compat.check_all(registry.load_text(text, "registry.yaml"))) if p.environment == "old"]
+    assert any(p.key == "clusters.aws-pcluster.instance_type" and "needs CUDA >= 12.0; old has CUDA 11.8"
+               in p.message for p in ps), ps
+    over = {"torch": '"2.7.1"', "cuda": '"12.6"', "python": '"3.12"', "os": "ubuntu24.04"}
+    assert errors(problems(env_over=over, cluster=efa_cluster('efa_installer: "1.51.0"', "p5.48xlarge"))) == []
+    cu118 = {**over, "cuda": '"11.8"', "os": "ubuntu22.04"}
+    assert errors(problems(env_over=cu118, cluster=efa_cluster('efa_installer: "1.51.0"', "p4d.24xlarge"))) == []
+
+
+@pytest.mark.parametrize("torch,cuda,ok", [
+    ("2.12.1", "12.8", False), ("2.13.0", "12.8", False), ("2.14.1", "12.9", False),
+    ("2.12.1", "13.2", True), ("2.13.0", "12.6", True), ("2.14.1", "13.4", True),
+])
+def test_torch_212_to_214_variants_exist_or_are_refused(torch, cuda, ok):
+    ps = problems(env_over={"torch": f'"{torch}"', "cuda": f'"{cuda}"', "python": '"3.12"', "os": "ubuntu24.04"})
+    bad = [p for p in errors(ps) if p.key == "environments.e.cuda" and "has no CUDA" in p.message]
+    assert (bad == []) is ok, ps
+    if not ok:
+        assert "variants that exist: cu126, cu130, cu132" in bad[0].message
+
+
+def test_cuda_132_update_2_image_and_driver_floor_in_show():
+    over = {"torch": '"2.15.0"', "cuda": '"13.2"', "python": '"3.12"', "os": "ubuntu24.04"}
+    out = report.show(env_of(**over))
+    assert "nvidia/cuda:13.2.2-runtime-ubuntu24.04" in out
+    ps = problems(env_over=over, cluster=cluster(gpus="[{model: B200, arch: sm_100}]", driver="595.58.03"))
+    assert [p.severity for p in ps] == ["WARN"] and "full compatibility needs >= 595.71.05" in ps[0].message
+    assert problems(env_over=over, cluster=cluster(gpus="[{model: B200, arch: sm_100}]", driver="595.71.05")) == []
+    (w,) = problems(env_over={**over, "base": "nvidia/cuda:13.2.1-runtime-ubuntu24.04"})
+    assert "end-of-life" in w.message and "use nvidia/cuda:13.2.2-runtime-ubuntu24.04" in w.message
+
+
+@pytest.mark.parametrize("torch,cuda,nccl", [
+    ("2.11.0", "12.6", "2.28.9"), ("2.11.0", "12.8", "2.28.9"),
+    ("2.12.1", "13.2", "2.29.7"), ("2.13.0", "13.2", "2.29.7"), ("2.14.1", "13.2", "2.30.7"),
+])
+def test_variant_nccl_pins_of_recent_releases_in_show(torch, cuda, nccl):
+    over = {"torch": f'"{torch}"', "cuda": f'"{cuda}"', "python": '"3.12"', "os": "ubuntu24.04"}
+    env = env_of(**over)
+    assert env.nccl.value == nccl and "pinned by the cu" in env.nccl.source
+    assert nccl in report.show(env)
+    assert not [p for p in problems(env_over=over) if p.key.endswith(".nccl")]
+
+
+def test_cuda_11_images_are_end_of_life():
+    over = {"torch": '"2.1.2"', "cuda": '"11.8"', "python": '"3.10"', "nccl": '"2.18.1"'}  # cu118's NCCL: unknown
+    ps = [p for p in problems(env_over=over) if not p.key.endswith(".nccl")]
+    assert [p.severity for p in ps] == ["WARN"] and ps[0].key == "environments.e.cuda"
+    assert "end-of-life" in ps[0].message and "CUDA 12 and 13 only" in ps[0].message
+    assert problems() == []  # CUDA 12.1 is still a supported major
+
+
+def test_smaller_facts_of_the_audit():
+    f = compat.facts()
+    assert (f["arches"][89]["cuda_min"], f["arches"][103]["cuda_min"], f["arches"][121]["cuda_min"]) == \
+        ("11.8", "12.9", "12.9")
+    assert f["cuda"]["11.7"]["driver_full"] == "515.48.07"
+    assert {"13.1", "13.4"} <= set(f["cuda"])
+    for s in ("2.10", "2.11", "2.12", "2.13", "2.14", "2.15"):
+        assert not {89, 103, 121} & set(f["torch"][s]["arches"]), s
+    # the family rule still runs those GPUs on the 86/100/120 code
+    over = {"torch": '"2.14.1"', "cuda": '"13.0"', "python": '"3.12"', "os": "ubuntu24.04"}
+    gpus = "[{model: L4, arch: sm_89}, {model: B300, arch: sm_103}, {model: GB10, arch: sm_121}]"
+    assert problems(env_over=over, cluster=cluster(gpus=gpus)) == []
+
+
+def test_current_efa_installers_bundle_known_plugins():
+    installers = compat.facts()["efa"]["installers"]
+    assert max(installers, key=compat.vtuple) == "1.51.0"
+    assert installers["1.51.0"]["aws_ofi_nccl"] == "1.22.0" and installers["1.51.0"]["libfabric"] == "2.7.0"
+    assert all(e.get("aws_ofi_nccl") and e.get("source") for e in installers.values())
+    over = {"torch": '"2.14.1"', "cuda": '"13.0"', "python": '"3.12"', "os": "ubuntu24.04"}
+    assert problems(env_over=over, cluster=efa_cluster('efa_installer: "1.51.0"', "p6-b200.48xlarge")) == []
+
+
+def test_blackwell_gpus_in_the_arch_map():
+    ec2 = pcluster.ec2()
+    assert (ec2["gpus"]["B200"], ec2["gpus"]["B300"], ec2["gpus"]["RTX PRO 6000"]) == ("sm_100", "sm_103", "sm_120")
+    arches = compat.facts()["arches"]
+    for model, arch in ec2["gpus"].items():
+        assert model in arches[int(arch.removeprefix("sm_"))]["gpus"], model

@@ -181,3 +181,20 @@ clusters:
     errors = {(p.key, p.severity) for p in problems if p.severity == compat.ERROR}
     assert ("clusters.mixed.scheduler.partitions.b200.gpus", compat.ERROR) in errors
     assert not any(k.startswith("clusters.mixed.gpus") for k, _ in errors)  # A100 runs torch 2.3.1
+
+
+def test_blackwell_instances_p6_and_g7e_are_known():
+    """P6 (B200/B300) and G7e (RTX PRO 6000) queues import with their GPUs, arch, CPUs and EFA (issue 22)."""
+    queues = "".join(
+        f"    - Name: {name}\n      Networking: {{SubnetIds: [subnet-12345678]}}\n      ComputeResources:\n"
+        f"        - Name: {name}-cr\n          InstanceType: {itype}\n          Efa: {{Enabled: true}}\n"
+        for name, itype in (("b200", "p6-b200.48xlarge"), ("b300", "p6-b300.48xlarge"), ("g7e", "g7e.48xlarge")))
+    text = ("HeadNode:\n  InstanceType: c5.xlarge\n  Networking: {SubnetId: subnet-12345678}\n"
+            "Scheduling:\n  Scheduler: slurm\n  SlurmQueues:\n" + queues)
+    got = {n: (q["gpus_per_node"], q["gpus"], q["cpus_per_node"], q["fabric"], q["line_rate_gbps"])
+           for n, q in parts(pcluster.profile(text, "c.yaml")).items()}
+    assert got == {
+        "b200": (8, [{"model": "B200", "arch": "sm_100"}], 192, "efa", 3200),
+        "b300": (8, [{"model": "B300", "arch": "sm_103"}], 192, "efa", 6400),
+        "g7e": (8, [{"model": "RTX PRO 6000", "arch": "sm_120"}], 192, "efa", 1600),
+    }
