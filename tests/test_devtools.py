@@ -21,7 +21,7 @@ def test_package_list_is_data_and_checked_with_dpkg():
     assert devtools.missing_packages(["no-such-package-zzz"]) == ["no-such-package-zzz"]
 
 
-def test_services_run_in_their_own_phase_after_the_rest():
+def test_services_run_in_a_process_of_their_own():
     quick, services = devtools.phases(["-q", "-m", "not slow", "tests/launch"])
     assert quick == ["-n", "2", "--dist", "loadfile", "-q", "-m", "(not slow) and (not (slurm or docker))",
                      "tests/launch"]
@@ -33,9 +33,18 @@ def test_services_run_in_their_own_phase_after_the_rest():
     assert devtools.phases(["-p", "no:xdist"]) == [["-p", "no:xdist"]]
 
 
-def test_a_failure_in_either_phase_fails_the_run(tmp_path):
+def test_a_failure_in_either_run_fails_the_whole(tmp_path, capsys):
     (tmp_path / "test_x.py").write_text("import pytest\n\ndef test_ok():\n    pass\n\n"
                                         "@pytest.mark.slurm\ndef test_bad():\n    assert False\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: s\n    docker: d\n")
     assert devtools.run_tests(["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
                               install=False) == 1
+    # one closing line with both runs' totals, the form CI reads
+    assert capsys.readouterr().out.splitlines()[-1] == "tests: 1 passed, 1 failed"
+
+
+def test_counts_read_pytests_closing_line():
+    assert devtools.counts("....\n1 failed, 66 passed, 965 deselected in 646.05s (0:10:46)\n") == \
+        {"failed": 1, "passed": 66}
+    assert devtools.counts("x\n3 passed, 2 skipped, 1 error in 2.1s\n") == {"passed": 3, "skipped": 2, "failed": 1}
+    assert devtools.counts("=== 1032 deselected in 3.05s ===\n") == {}

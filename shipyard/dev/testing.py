@@ -8,9 +8,11 @@ failure, so a suite that silently collects nothing cannot pass CI.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from shipyard import facts
 from shipyard.errors import ShipyardError
@@ -79,29 +81,71 @@ def with_marks(pytest_args: list[str], phase: str) -> list[str]:
 
 
 def phases(pytest_args: list[str]) -> list[list[str]]:
-    """The pytest runs of `invoke test`.
+    """The pytest runs of `invoke test`: ``[rest, services]``, or one run when the arguments choose the workers.
 
-    Two, one after the other: every test that needs no service on two pytest-xdist workers (whole files per worker,
-    so module fixtures and per-file bookkeeping hold as in a serial run), then the Slurm and docker tests in one
-    process, because the sandbox and dockerd are one per machine and a session fixture would start one per worker.
-    (xdist's ``--dist loadgroup`` would do both in one run, but it cannot rename pytest 9's node ids and groups
-    nothing.) Arguments that choose the workers themselves get one run, as given."""
+    The tests that need no service run on two pytest-xdist workers, whole files per worker (module fixtures and
+    per-file bookkeeping hold as in a serial run). The Slurm and docker tests run in one process of their own: the
+    sandbox and dockerd are one per machine, and a session fixture would start one per worker. (xdist's ``--dist
+    loadgroup`` could put them in one run, but it cannot rename pytest 9's node ids, so it groups nothing.)"""
     if choose_workers(pytest_args):
         return [list(pytest_args)]
     return [["-n", "2", "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")],
             ["-p", "no:xdist", *with_marks(pytest_args, SERVICES)]]
 
 
+_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
+
+
+def counts(output: str) -> dict[str, int]:
+    """passed/failed/skipped from pytest's closing line (errors count as failed); {} when it printed none."""
+    lines = [ln for ln in output.splitlines() if re.search(r"\d+ (passed|failed|errors?|skipped)|no tests ran", ln)]
+    found: dict[str, int] = {}
+    for n, word in _COUNT.findall(lines[-1] if lines else ""):
+        key = "failed" if word.startswith("error") else word
+        found[key] = found.get(key, 0) + int(n)
+    return found
+
+
+def _relay(proc: subprocess.Popen, keep: list[str]) -> int:
+    """Copy ``proc``'s output to ours as it comes (pytest's progress dots included), keeping it for :func:`counts`."""
+    while chunk := proc.stdout.read1(4096):
+        text = chunk.decode(errors="replace")
+        keep.append(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return proc.wait()
+
+
 def run_tests(pytest_args: list[str], install: bool = True) -> int:
-    """Run the phases; pytest's exit 5 (no tests) fails only when no phase ran a test. ``-x`` stops after a failed
-    phase."""
+    """Run the tests; pytest's exit 5 (no tests) fails only when no run had a test.
+
+    The two runs of :func:`phases` go side by side: the services run (mostly waiting on Slurm jobs and builds) is
+    shown as it goes; the other run's report follows when both are done, then one closing line with the totals."""
     if install:
         ensure_packages()
-    codes = []
-    for args in phases(pytest_args):
-        codes.append(subprocess.run([sys.executable, "-m", "pytest", *args]).returncode)
-        if codes[-1] not in (0, 5) and ("-x" in pytest_args or "--exitfirst" in pytest_args):
-            break
+    runs = phases(pytest_args)
+    pytest = [sys.executable, "-m", "pytest"]
+    if len(runs) == 1:
+        codes = [subprocess.run([*pytest, *runs[0]]).returncode]
+    else:
+        with tempfile.TemporaryFile() as side:
+            rest = subprocess.Popen([*pytest, *runs[0]], stdout=side, stderr=subprocess.STDOUT)
+            shown: list[str] = []
+            try:
+                services = subprocess.Popen([*pytest, *runs[1]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                codes = [_relay(services, shown)]
+            finally:
+                codes.insert(0, rest.wait())
+            side.seek(0)
+            report = side.read().decode(errors="replace")
+        print("\n" + "=" * 30 + " tests without services (run beside the above) " + "=" * 30)
+        sys.stdout.write(report)
+        totals: dict[str, int] = {}
+        for part in (report, "".join(shown)):
+            for key, n in counts(part).items():
+                totals[key] = totals.get(key, 0) + n
+        line = f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed"
+        print(f"tests: {line}" + (f", {totals['skipped']} skipped" if totals.get("skipped") else ""))
     ran = [c for c in codes if c != 5]
     if not ran:
         print("shipyard: pytest collected no tests: failing", file=sys.stderr)

@@ -116,15 +116,15 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
 
     # nothing of the site's settings in the image: history, config, labels, file system; nor manifest, nor log
     api = docker_env.client().api
-    image = api.inspect_image(m.image["tag"])
-    history = json.dumps(api.history(m.image["tag"]))
+    image = api.inspect_image(m.docker_tag)
+    history = json.dumps(api.history(m.docker_tag))
     config = json.dumps(image["Config"]) + json.dumps(image.get("ContainerConfig") or {})
     for text, what in ((history, "history"), (config, "config/labels"), (mf.render(m), "manifest"), (log, "log")):
         for s in secrets:
             assert s not in text, f"{s!r} is in the image's {what}"
     assert image["Config"]["Labels"]["org.shipyard.os"] == "debian12"
     res = docker_env.client().containers.run(
-        m.image["tag"], ["/bin/sh", "-c", "ls -A /mnt; find / -xdev -name 'shipyard-build*' -print; "
+        m.docker_tag, ["/bin/sh", "-c", "ls -A /mnt; find / -xdev -name 'shipyard-build*' -print; "
                             "python -c 'import torch; print(torch.__version__, torch.version.cuda)'"],
         network_mode="none", remove=True).decode()
     assert res.split() == ["1.13.1+cu117", "11.7"], res
@@ -133,7 +133,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     # binaries). grep exits 1 when nothing matches; the venv must be among what it read.
     needles = " ".join(f"-e {shlex.quote(s)}" for s in (str(site_ca), MARK, connect_proxy.url))
     scan = docker_env.client().containers.run(
-        m["image"]["tag"], ["/bin/sh", "-c", f"test -x /opt/venv/bin/python || echo NO-VENV; "
+        m.docker_tag, ["/bin/sh", "-c", f"test -x /opt/venv/bin/python || echo NO-VENV; "
                             f"grep -rlsaF {needles} /opt /etc /root; echo grep-exit=$?"],
         network_mode="none", remove=True).decode()
     assert scan.split() == ["grep-exit=1"], f"site settings in the image's files: {scan}"
@@ -165,7 +165,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     baseline_s = _pip_download_seconds(root / "definitions" / "real.lock", tmp_path / "wheels", site_ca)
     # pytest keeps the last runs' temp dirs: leave no multi-GB image or wheels behind
     shutil.rmtree(tmp_path / "wheels")
-    for name in (m.image["tag"], m.image["id"]):
+    for name in (m.docker_tag, m.docker_id):
         try:
             api.remove_image(name, force=True)
         except Exception:
