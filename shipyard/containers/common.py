@@ -57,9 +57,12 @@ def intact_or_signed(reg, env_name: str, m: mf.Manifest, fmt: str) -> bool:
         return False
     if record.intact(reg.root):
         return True
-    signed = m.signed_sha256
     path = Path(reg.root) / record.path
-    if fmt != "sif" or not signed or not path.is_file() or sha256_file(path) != signed:
+    if path.is_symlink() or not path.is_file():
+        return False
+    got = sha256_file(path)  # the stamp moved (a hard link by `stage --link`, a chmod, an older manifest): content
+    signed = m.signed_sha256
+    if got != record.sha256 and (fmt != "sif" or not signed or got != signed):
         return False
     record_artifact(reg, env_name, fmt)
     return True
