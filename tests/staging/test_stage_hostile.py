@@ -172,3 +172,12 @@ def test_a_symlink_at_the_lock_or_record_name_is_one_line(built, tmp_path):
     with pytest.raises(ShipyardError, match="symlink"):
         helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     assert victim.read_text() == "mine\n"
+
+
+def test_an_env_name_with_a_trailing_newline_is_refused():
+    """`^NAME$` matched "NAME\\n" (``$`` before a final newline); the launcher then had a bash syntax error."""
+    from shipyard.launch.launcher import parse_env
+
+    with pytest.raises(ShipyardError, match="--env"):
+        parse_env(["FOO\n=1"])
+    assert parse_env(["FOO=1\n"]) == (("FOO", "1\n"),)
