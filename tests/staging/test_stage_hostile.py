@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import helpers_stage
+from fixtures_launch import run_launch
 from test_stage import _launch, built, proj, storage  # noqa: F401 (fixtures)
 
 from shipyard import identity, project
@@ -181,3 +182,13 @@ def test_an_env_name_with_a_trailing_newline_is_refused():
     with pytest.raises(ShipyardError, match="--env"):
         parse_env(["FOO\n=1"])
     assert parse_env(["FOO=1\n"]) == (("FOO", "1\n"),)
+
+
+def test_a_registry_file_name_with_a_newline_stays_in_the_header_comment(built):
+    """Line 2 of a launcher named the registry file raw: a newline in its name ran the rest as a command."""
+    odd = built.root / "reg\ntouch PWNED #.yaml"
+    odd.write_text(built.path.read_text())
+    (built.root / "train.py").touch()
+    text = run_launch(["train.py"], registry_path=odd, environment="tiny", cluster="lab", dry_run=True)
+    head = text[:text.index("#SBATCH")]
+    assert all(ln.startswith("#") or not ln for ln in head.splitlines()), head
