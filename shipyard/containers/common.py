@@ -48,11 +48,11 @@ def file_record(root: Path, path: Path) -> mf.Artifact:
 
 
 def intact_or_signed(reg, env_name: str, m: mf.Manifest, fmt: str) -> bool:
-    """The artifact is still the recorded one (:meth:`Artifact.intact`, the rule of :mod:`shipyard.identity`), or its
-    stamp moved with the same content (``stage --link`` adds a hard link and moves the ctime; a manifest from before
-    inode and ctime were recorded), or a SIF that ``invoke sign`` changed in place (signing appends a signature object): when its sha256 is the one the
-    signature recorded. Either way the artifact is re-recorded once and kept, instead of being rebuilt (which would throw the
-    signature away)."""
+    """The artifact is still the recorded one (:meth:`Artifact.intact`, the rule of :mod:`shipyard.identity`), or
+    its stamp moved with the same content (``stage --link`` adds a hard link and moves the ctime; a manifest from
+    before inode and ctime were recorded), or a SIF that ``invoke sign`` changed in place (signing appends a
+    signature object) with the sha256 the signature recorded. Either way the artifact is re-recorded once and kept,
+    instead of being rebuilt (which would throw a signature away)."""
     record = m.artifact(fmt)
     if not record:
         return False
