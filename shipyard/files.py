@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,6 +47,56 @@ def atomic_write(path: str | os.PathLike, text: str | bytes, mode: int | None = 
             pass
         raise
     return path
+
+
+def exclusive_temp(target: str | os.PathLike, mode: int, tag: str = "tmp") -> tuple[int, Path]:
+    """A new file beside ``target`` for writing it: created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name
+    (``.NAME.TAG.HOST.PID.RANDOM``: whose it is, and unguessable) with ``mode`` from the start (the umask cannot widen
+    it; fchmod makes it exact). A symlink, directory or file planted at that name is an error, never written through.
+    Returns the open descriptor and the path."""
+    target = Path(target)
+    name = f".{target.name}.{tag}.{os.uname().nodename}.{os.getpid()}.{secrets.token_hex(8)}"
+    tmp = target.with_name(name)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    try:
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd, tmp
+
+
+def exclusive_write(path: str | os.PathLike, text: str | bytes, mode: int = 0o644) -> Path:
+    """Like :func:`atomic_write`, for a directory others can write in: the temp file is made by
+    :func:`exclusive_temp` (never through a planted link, the final mode from the start), then renamed over ``path``
+    (a link at ``path`` itself is replaced, not followed)."""
+    path = Path(path)
+    data = text.encode() if isinstance(text, str) else text
+    fd, tmp = exclusive_temp(path, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def sha256_fd(fd: int) -> str:
+    """sha256 of an open file's content from its start (pread: the descriptor's offset is left alone)."""
+    h = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, _CHUNK, offset):
+        h.update(chunk)
+        offset += len(chunk)
+    return h.hexdigest()
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -181,7 +181,8 @@ def stage_record(image: Path, input_hash: str = "b" * 64) -> Path:
     from shipyard.staging import record
 
     st = identity.stamp(image)
-    return record.write_record(image, record.StageRecord(sha256_file(image), input_hash, st.size, st.mtime_ns))
+    return record.write_record(image, record.StageRecord(sha256_file(image), input_hash, st.size, st.mtime_ns, st.ino,
+                                                         st.ctime_ns))
 
 
 def make_sif(path: Path) -> Path:

@@ -19,5 +19,5 @@ def stage(ctx: Context, env: str | None = None, cluster: str | None = None, *, s
     staging.request(where, source, mode or None)
     forced = ctx.gate(environment, where, what=f"stage {environment.name}", force=force)
     staging.stage(ctx.registry, environment, where, source=source, registry_name=registry or None, tag=tag or None,
-                  mode=mode or None, link=link, forced=forced, out=ctx.out)
+                  mode=mode or None, link=link, forced=forced, force=force, out=ctx.out)
     return 0

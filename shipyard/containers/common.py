@@ -48,18 +48,22 @@ def file_record(root: Path, path: Path) -> mf.Artifact:
 
 
 def intact_or_signed(reg, env_name: str, m: mf.Manifest, fmt: str) -> bool:
-    """The artifact is still the recorded one (:meth:`Artifact.intact`, the rule of :mod:`shipyard.identity`), or a
-    SIF that ``invoke sign`` changed in place (signing appends a signature object): when its sha256 is the one the
-    signature recorded, the artifact is re-recorded once and kept, instead of being rebuilt (which would throw the
-    signature away)."""
+    """The artifact is still the recorded one (:meth:`Artifact.intact`, the rule of :mod:`shipyard.identity`), or
+    its stamp moved with the same content (``stage --link`` adds a hard link and moves the ctime; a manifest from
+    before inode and ctime were recorded), or a SIF that ``invoke sign`` changed in place (signing appends a
+    signature object) with the sha256 the signature recorded. Either way the artifact is re-recorded once and kept,
+    instead of being rebuilt (which would throw a signature away)."""
     record = m.artifact(fmt)
     if not record:
         return False
     if record.intact(reg.root):
         return True
-    signed = m.signed_sha256
     path = Path(reg.root) / record.path
-    if fmt != "sif" or not signed or not path.is_file() or sha256_file(path) != signed:
+    if path.is_symlink() or not path.is_file():
+        return False
+    got = sha256_file(path)  # the stamp moved (a hard link by `stage --link`, a chmod, an older manifest): content
+    signed = m.signed_sha256
+    if got != record.sha256 and (fmt != "sif" or not signed or got != signed):
         return False
     record_artifact(reg, env_name, fmt)
     return True

@@ -40,16 +40,18 @@ class Artifact:
     sha256: str
     size: int
     mtime_ns: int
+    ino: int | None = None  # None: recorded before the identity rule had inode and ctime (re-hashed once)
+    ctime_ns: int | None = None
 
     @classmethod
     def of(cls, root: Path, path: Path) -> Artifact:
         """Record ``path`` as it is now (hashes the file)."""
         st = identity.stamp(path)
-        return cls(str(path.relative_to(root)), sha256_file(path), st.size, st.mtime_ns)
+        return cls(str(path.relative_to(root)), sha256_file(path), st.size, st.mtime_ns, st.ino, st.ctime_ns)
 
     @property
     def stamp(self) -> identity.Stamp:
-        return identity.Stamp(self.size, self.mtime_ns)
+        return identity.Stamp(self.size, self.mtime_ns, self.ino, self.ctime_ns)
 
     def intact(self, root: Path) -> bool:
         """The file is still the one recorded, by :mod:`shipyard.identity`'s rule (a stat, no read)."""

@@ -43,7 +43,7 @@ from shipyard.runtimes import Placement, Runtime
 from shipyard.registry.loader import mem_mb
 from shipyard.registry.model import Cluster, Environment, Registry
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 # ------------------------------------------------------------------------------------------------ the model
@@ -119,7 +119,7 @@ def parse_env(items: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
     out: dict[str, str] = {}
     for item in items or ():
         key, sep, val = item.partition("=")
-        if not sep or not _ENV_NAME.match(key):
+        if not sep or not _ENV_NAME.fullmatch(key):
             raise ShipyardError(f"--env {item!r}: expected NAME=VALUE with NAME a shell variable name "
                                 "(letters, digits, _; not starting with a digit)")
         out[key] = val
@@ -346,7 +346,7 @@ def _image(reg: Registry, env_name: str, cl: Cluster, rt: Runtime, image: str | 
     return {"image": image or rt.image(reg.root, env_name, cl, override_flag="--image"), "modules": rt.modules(cl)}
 
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def _binding(reg: Registry, env_name: str, rt: Runtime, image: str | None, given: str | None) -> dict:
@@ -358,7 +358,7 @@ def _binding(reg: Registry, env_name: str, rt: Runtime, image: str | None, given
     if given:
         return {"image_opt_out": True}
     b = staged.binding(reg.root, env_name, image, rt.suffix)
-    if b is None or not (_HEX64.match(b.sha256) and _HEX64.match(b.input_hash)):
+    if b is None or not (_HEX64.fullmatch(b.sha256) and _HEX64.fullmatch(b.input_hash)):
         return {}
     return {"image_sha256": b.sha256, "image_input_hash": b.input_hash,
             "image_bound_from": " ".join(b.source.split())}

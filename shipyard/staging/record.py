@@ -3,16 +3,19 @@
 Why a record: a launcher names a path, and a path says nothing about what lies there today. `invoke stage` writes,
 beside every image it puts into a cluster's storage, the image's sha256, the input hash of the build that made it,
 the spec sha256, where it came from and the digest it was pushed under, plus the image's identity stamp when it was
-staged (:mod:`shipyard.identity`: size and mtime_ns). A launcher names the sha256 and input hash it was written for;
-before ``srun`` its job compares them with the record, and the image's stamp with the record's (one ``stat``: a job
-must not re-hash gigabytes before it starts). Anything else -- another image staged since, an image changed in place,
+staged (:mod:`shipyard.identity`: size, mtime_ns, inode and ctime_ns). A launcher names the sha256 and input hash it was written for;
+before ``srun`` its job compares them with the record, the image's stamp with the record's (one ``stat``), and the
+image's sha256 with its own (once per image file, cached by stamp: :data:`shipyard.identity` explains why the record
+alone is not enough). Anything else -- another image staged since, an image changed in place,
 no record at all -- stops the job with one line naming both hashes.
 
 One reader (:func:`read_record`) and one writer (:func:`write_record`) of :class:`StageRecord`. The record is JSON
 written with one key per line (sorted, two-space indent), so that the batch script can read a field with ``sed`` on a
 node without Python. It carries ``"schema": SCHEMA``. A record without the field was written before records were
-versioned, with a whole-second mtime the identity rule no longer uses: it reads as "stage it again", like a record
-of an unknown version.
+versioned; schema 1 had no inode and ctime. Either reads as "stage it again", like a record of an unknown version.
+A record is read only when it is a regular file (never through a symlink), at most :data:`MAX_BYTES`, with every field
+of the schema's type: hashes are exactly 64 lowercase hex digits (``fullmatch``: a hash ending in a newline is not a
+hash) and the stamp's fields non-negative integers.
 
 The record lives in the staging package: `invoke stage` writes it; the launcher, ``doctor`` and stage itself read it.
 """
@@ -21,15 +24,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
+import stat as stat_module
 from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard import identity, project
 from shipyard.containers import manifest as mf
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
+from shipyard.files import exclusive_write
 
-SCHEMA = 1
+SCHEMA = 2
+MAX_BYTES = 64 << 10  # a record is about 1 KiB; anything larger is not one
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 RECORD_SUFFIX = ".json"
 # the fields the batch script reads with sed (each is a string or an integer on its own line)
 SHELL_FIELDS = ("sha256", "input_hash") + identity.SHELL_FIELDS
@@ -43,6 +51,8 @@ class StageRecord:
     input_hash: str
     size: int
     mtime_ns: int
+    ino: int | None = None  # required in a record read back (schema 2); None only while building one
+    ctime_ns: int | None = None
     environment: str | None = None
     cluster: str | None = None
     image: str | None = None  # the file name in the storage
@@ -57,7 +67,7 @@ class StageRecord:
 
     @property
     def stamp(self) -> identity.Stamp:
-        return identity.Stamp(self.size, self.mtime_ns)
+        return identity.Stamp(self.size, self.mtime_ns, self.ino, self.ctime_ns)
 
     @property
     def source_kind(self) -> str | None:
@@ -85,20 +95,63 @@ def render_record(rec: StageRecord) -> str:
 
 
 def write_record(image: str | Path, rec: StageRecord, mode: int | None = None) -> Path:
-    """Write ``rec`` beside ``image`` (temp-then-rename, with ``mode``)."""
-    return atomic_write(record_path(image), render_record(rec), mode=mode)
+    """Write ``rec`` beside ``image``: a new file created exclusively under a random name with its final mode, then
+    renamed over the old record (a symlink at the record's name is replaced, never followed); read back and verified."""
+    path = exclusive_write(record_path(image), render_record(rec), mode=0o644 if mode is None else mode)
+    back, why = read_record(image)
+    if back is None or back.to_dict() != rec.to_dict():
+        raise ShipyardError(f"{path}: the record read back differs from the one written ({why or 'another record'}); "
+                            "someone else writes in this storage: stage again and check who can write there")
+    return path
+
+
+def _read_small(path: Path) -> str:
+    """The text of ``path``, refused when it is a symlink, not a regular file or larger than :data:`MAX_BYTES`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat_module.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        data = os.read(fd, MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"larger than {MAX_BYTES} bytes")
+    return data.decode("utf-8")
+
+
+def _invalid(data: dict) -> str | None:
+    """Why ``data`` is not a record of this schema (None: it is)."""
+    for key in ("sha256", "input_hash"):
+        v = data.get(key)
+        if not isinstance(v, str) or not (_HEX64.fullmatch(v) or (key == "input_hash" and v == "")):
+            return f"{key} is not 64 lowercase hex digits"
+    for key in identity.SHELL_FIELDS:
+        v = data.get(key)
+        if type(v) is not int or v < 0:
+            return f"{key} is not a non-negative integer"
+    for key in ("environment", "cluster", "image", "mode", "staged", "staged_by", "shipyard", "spec_sha256",
+                "pushed_digest"):
+        v = data.get(key)
+        if v is not None and (not isinstance(v, str) or any(c in v for c in "\n\r\0")):
+            return f"{key} is not a one-line string"
+    return None
 
 
 def read_record(image: str | Path) -> tuple[StageRecord | None, str]:
     """(record, "") when the record beside ``image`` is a readable record of this schema; else (None, why not)."""
     path = record_path(image)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_read_small(path))
     except FileNotFoundError:
         return None, f"{path} does not exist"
     except PermissionError:
         return None, f"{path} is not readable"
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        if path.is_symlink():
+            return None, f"{path} is a symlink, never a stage record (someone else put it there); stage again"
+        return None, f"{path}: unreadable ({exc.strerror or exc})"
+    except (ValueError, RecursionError) as exc:
         return None, f"{path}: unreadable ({exc})"
     if not isinstance(data, dict):
         return None, f"{path}: not a shipyard stage record (expected a JSON object)"
@@ -107,6 +160,9 @@ def read_record(image: str | Path) -> tuple[StageRecord | None, str]:
         what = "has no schema field (written by an older shipyard)" if schema is None else \
             f"is stage record schema {schema!r}, this shipyard reads schema {SCHEMA}"
         return None, f"{path} {what}; stage the image again"
+    why = _invalid(data)
+    if why:
+        return None, f"{path}: not a valid stage record ({why}); stage the image again"
     names = {f.name for f in dataclasses.fields(StageRecord)}
     try:
         rec = StageRecord(**{k: v for k, v in data.items() if k in names})

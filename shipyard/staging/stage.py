@@ -10,9 +10,13 @@ Rules, whatever the source:
 
 * **Checks first.** The environment on this cluster passes `invoke check` (the command runs the check gate,
   :mod:`shipyard.commands.stage`); ``--force`` overrides and the overridden errors go into the record.
-* **Atomic.** The image is written to ``ENV.sif.tmp-PID`` in the storage directory itself (a rename across
-  filesystems is a copy), verified, given its permissions, then renamed over the old one; the record follows, also
-  by temp-then-rename. A job starting in between sees a record that does not match and stops -- never half an image.
+* **Like an installer, in a directory others can write in.** One stage of an image at a time (``flock`` on
+  ``.ENV.sif.lock``; a second waits). The image is written into a private 0700 directory created in the storage
+  (``mkdtemp``: a random name, nothing can be planted inside), a copy with ``O_CREAT|O_EXCL|O_NOFOLLOW`` and its final
+  mode from the start; it is hashed through its own descriptor, renamed over the old image (a symlink there is
+  replaced, never followed), and the record binds the inode and ctime of that very file. The record is written the
+  same way and read back. Temp files of stages that died are removed and reported. A job starting in between sees a
+  record that does not match and stops -- never half an image.
 * **Verified.** From ``containers/``: copied (or hard-linked with ``--link``) and re-hashed against the build
   manifest's sha256. From a registry: the SIF pulled over ORAS with the manifest digest and the blob's sha256
   checked (:func:`shipyard.containers.push.pull_sif`). For pyxis from a docker image: ``enroot import`` runs as a
@@ -20,18 +24,23 @@ Rules, whatever the source:
 * **Readable by the course.** ``--mode group`` (0640, the default), ``world`` (0644) or an octal mode, for the image
   and its record; data: ``shipyard/data/stage.yaml``.
 * **Idempotent and cheap.** When the record beside the image already names the same sha256 and input hash, the image
-  is still the file it describes (:mod:`shipyard.identity`'s rule) and the mode is the one asked for, nothing is read
-  or written.
+  is still the file it describes (:mod:`shipyard.identity`'s rule: inode and ctime, which no writer sets back) and
+  the mode is the one asked for, nothing is read or written; ``--force`` writes and verifies it again.
 * **One line for what goes wrong on the storage:** missing, not writable, too little space.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import getpass
 import os
 import shutil
 import socket
+import stat as stat_module
+import tempfile
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
@@ -43,7 +52,7 @@ from shipyard.containers import manifest as mf
 from shipyard.containers import on_slurm
 from shipyard.containers import push as registry_io
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write, now_iso, sha256_file
+from shipyard.files import atomic_write, exclusive_temp, now_iso, sha256_fd
 from shipyard import runtimes
 from shipyard.staging import record as staged
 from shipyard.registry.model import Cluster, Environment, Registry
@@ -144,7 +153,7 @@ def _pushed_digest(m: mf.Manifest) -> str | None:
     return ", ".join(m.pushed_digests) or None
 
 
-def from_containers(reg: Registry, env: Environment, fmt: str, link: bool) -> Source:
+def from_containers(reg: Registry, env: Environment, fmt: str, link: bool, mode: int = 0o600) -> Source:
     mpath, m = _manifest(reg, env)
     art = m.artifact(fmt)
     src = project.artifact_path(reg, env.name, fmt)
@@ -167,7 +176,16 @@ def from_containers(reg: Registry, env: Environment, fmt: str, link: bool) -> So
                                         "stage without --link to copy") from None
                 raise
         else:
-            shutil.copyfile(src, tmp)
+            fd, made = exclusive_temp(tmp, mode, "copy")  # the final mode from the start, never through a link
+            try:
+                with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 20)
+                    fout.flush()
+                    os.fsync(fout.fileno())
+                os.replace(made, tmp)
+            except BaseException:
+                made.unlink(missing_ok=True)
+                raise
         return {"linked": bool(link)}
 
     return Source("containers", str(src.relative_to(reg.root)), m.input_hash, m.spec_hash, art.size,
@@ -249,6 +267,91 @@ def import_job(reg: Registry, env: Environment, cluster: Cluster, source: str, t
 # ------------------------------------------------------------------------------------------------ staging
 
 
+def lock_path(dest: Path) -> Path:
+    """The lock file beside ``dest`` that serialises stages of that image (``.ENV.sif.lock``)."""
+    return dest.with_name(f".{dest.name}.lock")
+
+
+def _symlink_error(path: Path) -> ShipyardError:
+    return ShipyardError(f"{path} is a symlink, which `invoke stage` never follows or writes through (someone else "
+                         "put it there); remove it and check who can write in the storage")
+
+
+@contextmanager
+def _locked(dest: Path, perm: int, storage: Path, out: IO[str] | None):
+    """Hold the per-destination lock (flock on ``.ENV.sif.lock``, never through a symlink) while staging ``dest``; a
+    second stage of the same image waits, up to ``lock_wait_s`` of shipyard/data/stage.yaml."""
+    path = lock_path(dest)
+    flags = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, perm)
+        except PermissionError:
+            fd = os.open(path, os.O_RDONLY | flags)  # another stager's lock file: flock works read-only
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise _symlink_error(path) from None
+        raise _os_error(exc, storage) from None
+    try:
+        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+            raise ShipyardError(f"{path}: not a regular file (the lock of {dest.name}); remove it")
+        deadline = time.monotonic() + float(facts()["lock_wait_s"])
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ShipyardError(f"{path}: another stage of {dest.name} still holds the lock after "
+                                        f"{facts()['lock_wait_s']} s; wait for it and try again") from None
+                if not told:
+                    print(f"waiting for another stage of {dest} (lock {path})", file=out, flush=True)
+                    told = True
+                time.sleep(0.2)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_stale(dest: Path, out: IO[str] | None) -> None:
+    """Under the lock, the temp files and directories of stages of ``dest`` that ended without cleaning up (killed,
+    host down) are removed and reported; those of a stage on another host, or not ours, are reported and left."""
+    host = os.uname().nodename
+    prefix = f".{dest.name}.stage."
+    for entry in sorted(dest.parent.glob(prefix + "*")) + sorted(dest.parent.glob(project.temp_glob(dest))):
+        rest = entry.name[len(prefix):].split(".") if entry.name.startswith(prefix) else []
+        try:
+            st = entry.lstat()
+            pid = int(rest[-2]) if len(rest) >= 3 else None
+            same_host = ".".join(rest[:-2]) == host
+        except (OSError, ValueError):
+            continue
+        if pid is not None and (not same_host or _alive(pid)):
+            print(f"left {entry}: a stage of {dest.name} on {'.'.join(rest[:-2])} (pid {pid})", file=out)
+            continue
+        try:
+            if stat_module.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError as exc:
+            print(f"left {entry}: a stale temp file of a stage of {dest.name} that ended; cannot remove it "
+                  f"({exc.strerror})", file=out)
+            continue
+        print(f"removed {entry}: a stale temp file of a stage of {dest.name} that ended", file=out)
+
+
 def up_to_date(dest: Path, src: Source, mode: int) -> staged.StageRecord | None:
     """The existing record when ``dest`` is already this image with this mode (stat and a small read only)."""
     rec, _ = staged.read_record(dest)
@@ -258,7 +361,7 @@ def up_to_date(dest: Path, src: Source, mode: int) -> staged.StageRecord | None:
         rec.source_reference == src.reference and rec.input_hash == src.input_hash
     if not same or (src.input_hash and rec.input_hash != src.input_hash):
         return None
-    if dest.stat().st_mode & 0o777 != mode or staged.record_path(dest).stat().st_mode & 0o777 != mode:
+    if dest.lstat().st_mode & 0o777 != mode or staged.record_path(dest).lstat().st_mode & 0o777 != mode:
         return None
     return rec
 
@@ -277,9 +380,10 @@ def request(cluster: Cluster, source: str = "auto", mode: str | None = None):
 
 def stage(reg: Registry, env: Environment, cluster: Cluster, *, source: str = "auto",
           registry_name: str | None = None, tag: str | None = None, mode: str | None = None, link: bool = False,
-          forced: list[str] | None = None, out: IO[str] | None = None) -> staged.StageRecord:
+          forced: list[str] | None = None, force: bool = False, out: IO[str] | None = None) -> staged.StageRecord:
     """Stage ``env``'s image into ``cluster``'s storage; return its record. ``forced``: the `invoke check` errors
-    that ``--force`` overrode (the command ran the gate): recorded, and the image is written even when up to date."""
+    that ``--force`` overrode (the command ran the gate): recorded. With ``force`` (``--force``) the image is
+    written and verified again even when its record says it is up to date."""
     rt, perm = request(cluster, source, mode)
     fmt = rt.suffix
     dest = Path(rt.image(reg.root, env.name, cluster))
@@ -294,34 +398,60 @@ def stage(reg: Registry, env: Environment, cluster: Cluster, *, source: str = "a
                             "containers or --from registry")
     if link and source != "containers":
         raise ShipyardError("--link applies to --from containers only")
-    src = (from_containers(reg, env, fmt, link) if source == "containers" else
+    src = (from_containers(reg, env, fmt, link, perm) if source == "containers" else
            from_registry(reg, env, registry_name, tag, out) if source == "registry" else
            from_docker(reg, env, cluster, out))
-    rec = up_to_date(dest, src, perm) if not forced else None
-    if rec:
-        print(f"{env.name}: already staged at {dest} (sha256 {rec.sha256[:12]}, input hash "
-              f"{rec.input_hash[:12]}); nothing to do", file=out)
-        return rec
-    check_space(storage, src.size)
-    tmp = project.temp_path(dest)
+    with _locked(dest, perm, storage, out):
+        _clean_stale(dest, out)
+        rec = up_to_date(dest, src, perm) if not (forced or force) else None
+        if rec:
+            print(f"{env.name}: already staged at {dest} (sha256 {rec.sha256[:12]}, input hash "
+                  f"{rec.input_hash[:12]}); nothing to do", file=out)
+            return rec
+        check_space(storage, src.size)
+        return _write(env, cluster, src, dest, perm, forced, out)
+
+
+def _write(env: Environment, cluster: Cluster, src: Source, dest: Path, perm: int, forced: list[str] | None,
+           out: IO[str] | None) -> staged.StageRecord:
+    """Write the image into a private (0700) directory of the storage under a random name, hash it through its own
+    descriptor, give it its mode, rename it to ``dest`` and record the stamp of that very file (its inode and the
+    ctime after the rename); then the record."""
+    storage = dest.parent
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.stage.{os.uname().nodename}.{os.getpid()}.",
+                                     dir=storage))
+    except OSError as exc:
+        raise _os_error(exc, storage) from None
+    tmp = work / dest.name
     try:
         extra = src.write(tmp)
-        got = sha256_file(tmp)
-        after = src.after
-        want = src.sha256 or (after.get("layer_digest", "").removeprefix("sha256:") or None)
-        if want and got != want:
-            raise ShipyardError(f"{tmp}: the staged copy hashes to sha256 {got}, the source says {want}; "
-                                "nothing was replaced (check the storage's filesystem and try again)")
-        os.chmod(tmp, perm)
-        os.replace(tmp, dest)
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+                raise ShipyardError(f"{tmp}: the staged copy is not a regular file; nothing was replaced")
+            got = sha256_fd(fd)
+            after = src.after
+            want = src.sha256 or (after.get("layer_digest", "").removeprefix("sha256:") or None)
+            if want and got != want:
+                raise ShipyardError(f"{tmp}: the staged copy hashes to sha256 {got}, the source says {want}; "
+                                    "nothing was replaced (check the storage's filesystem and try again)")
+            os.fchmod(fd, perm)
+            os.replace(tmp, dest)
+            st = identity.fstamp(fd)  # the file this process wrote and hashed, whatever lies at dest now
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise _os_error(exc, storage) from None
     finally:
-        tmp.unlink(missing_ok=True)
-    st = identity.stamp(dest)
+        shutil.rmtree(work, ignore_errors=True)
+    if identity.changed(dest, st):
+        raise ShipyardError(f"{dest} was replaced right after this stage renamed its image there (someone else "
+                            "writes in this storage); check who can write there and stage again")
     record = staged.StageRecord(
         environment=env.name, cluster=cluster.name, image=dest.name, sha256=got, size=st.size,
-        mtime_ns=st.mtime_ns, input_hash=src.input_hash or after.get("input_hash") or "",
+        mtime_ns=st.mtime_ns, ino=st.ino, ctime_ns=st.ctime_ns,
+        input_hash=src.input_hash or after.get("input_hash") or "",
         spec_sha256=src.spec_sha256, pushed_digest=src.pushed_digest or after.get("digest"),
         source={"kind": src.kind, "reference": src.reference, **{k: v for k, v in extra.items() if v}},
         mode=f"{perm:04o}", staged=now_iso(), staged_by=f"{getpass.getuser()}@{socket.gethostname()}",

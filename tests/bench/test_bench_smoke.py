@@ -24,6 +24,7 @@ BENCH = ROOT / "bench"
 SMOKE = {
     "bench_lock.py": (["--runs", "1", "--no-baseline"], "invoke lock, uv cache warm", [pytest.mark.pypi]),
     "build_noop.py": (["--runs", "1", "--size-mib", "4", "--out", "{tmp}"], "no-op build, 4 MiB artifact", []),
+    "image_check.py": (["--runs", "1", "--size-gib", "0.001", "--out", "{tmp}"], "every later job", []),
     "launch_generation.py": (["--runs", "1"], "invoke nccl-test --dry-run", []),
     "launch_overhead.py": (["--rounds", "1"], "shipyard launch, host runtime", [pytest.mark.slurm, pytest.mark.slow]),
     "push_sif.py": (["--size-mib", "1", "--repeat", "1", "--out", "{tmp}"], "ratio_to_cp", [pytest.mark.docker]),

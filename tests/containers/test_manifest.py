@@ -86,7 +86,7 @@ def _normalized(m: manifest.Manifest) -> dict:
     out["tool_ids"] = {t: "<path>:<size>:<mtime_ns>" for t in out["tool_ids"]}
     out["artifacts"] = {fmt: dict(rec) for fmt, rec in out["artifacts"].items()}
     for rec in out["artifacts"].values():
-        rec.update(sha256="<sha256>", mtime_ns="<mtime_ns>", size="<size>")
+        rec.update(sha256="<sha256>", mtime_ns="<mtime_ns>", size="<size>", ino="<ino>", ctime_ns="<ctime_ns>")
     return out
 
 

@@ -213,7 +213,7 @@ def test_stage_refuses_too_little_space_in_one_line(mounted, built):
     _mount_tmpfs(mounted, "size=1m")
     with pytest.raises(ShipyardError, match=r"too little space: .* free, the image needs"):
         helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
-    assert os.listdir(mounted) == []
+    assert os.listdir(mounted) == [".tiny.sif.lock"]  # the per-image lock stays, like an installer's
 
 
 def test_stage_runs_the_checks_and_force_records_them(built, capsys):
@@ -377,18 +377,21 @@ def test_doctor_read_only_storage_is_not_a_failure():
 
 
 def test_a_record_without_or_with_another_schema_means_stage_again(built):
-    """An unversioned record (older shipyard, whole-second mtime) or one of another schema is one line saying to
+    """An unversioned record (older shipyard, whole-second mtime), schema 1 (no inode and ctime) or one of another
+    schema is one line saying to
     stage again; `invoke stage` then replaces it instead of calling the image up to date."""
     helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     dest = storage(built) / "tiny.sif"
     path = staged.record_path(dest)
     data = json.loads(path.read_text())
-    assert data["schema"] == staged.SCHEMA == 1 and "mtime_ns" in data and "mtime" not in data
-    for schema, why in ((None, "has no schema field"), (2, "stage record schema 2, this shipyard reads schema 1")):
+    assert data["schema"] == staged.SCHEMA == 2 and "mtime_ns" in data and "mtime" not in data
+    assert "ino" in data and "ctime_ns" in data
+    for schema, why in ((None, "has no schema field"), (1, "stage record schema 1, this shipyard reads schema 2"),
+                        (3, "stage record schema 3, this shipyard reads schema 2")):
         old = {k: v for k, v in data.items() if k != "schema"} | ({"schema": schema} if schema else {})
         path.write_text(json.dumps(old))
         rec, msg = staged.read_record(dest)
         assert rec is None and why in msg and msg.endswith("stage the image again")
     out = io.StringIO()
     helpers_stage.stage(built, "tiny", "lab", out=out)
-    assert out.getvalue().startswith("staged tiny") and json.loads(path.read_text())["schema"] == 1
+    assert out.getvalue().startswith("staged tiny") and json.loads(path.read_text())["schema"] == 2

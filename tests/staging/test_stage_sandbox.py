@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 
 import pytest
@@ -88,6 +89,20 @@ def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project
     helpers_stage.stage(reg, "tiny", "sandbox", out=io.StringIO())
     job, log = _submit(reg, "restaged")
     assert wait_job(sandbox, job)["ExitCode"] == "0:0", open(log).read()[-3000:]
+
+    # issue 19: other bytes of the same size with the mtime set back (the owner's `touch -d`): the ctime moved
+    st = image.stat()
+    data = bytearray(image.read_bytes())
+    data[-1] ^= 0xFF
+    image.write_bytes(bytes(data))
+    os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert image.stat().st_size == st.st_size
+    job, log = _submit(reg, "mtime-restored")
+    info = wait_job(sandbox, job)
+    text = open(log).read()
+    errors = [ln for ln in text.splitlines() if "shipyard: error:" in ln]
+    assert info["ExitCode"] == "3:0" and len(errors) == 1 and "changed after it was staged" in errors[0], text[-3000:]
+    assert len(_execs(calls)) == 4  # srun never ran
 
 
 def test_chain_script_submits_the_whole_chain_on_the_sandbox(sandbox, flow_project):

@@ -1,0 +1,194 @@
+"""Hostile storage (issue 19): what someone else who can write in a course's shared image storage, or the file's own
+owner, tries against `invoke stage` and the job's pre-srun image check. Each test failed before the fix."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import helpers_stage
+from fixtures_launch import run_launch
+from test_stage import _launch, built, proj, storage  # noqa: F401 (fixtures)
+
+from shipyard import identity, project
+from shipyard.errors import ShipyardError
+from shipyard.files import sha256_file
+from shipyard.staging import record as staged
+from shipyard.staging import stage as stage_module
+
+pytestmark = pytest.mark.double
+
+
+def _check_block(text: str) -> str:
+    """The launcher's pre-srun image check, as bash runs it."""
+    start = text.index("\nimage=")
+    return text[start:text.index("\n", text.index("matches its stage record", start))]
+
+
+def _run(block: str, home: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    return subprocess.run(["bash", "-c", block], capture_output=True, text=True, env=env)
+
+
+def _swap_same_size(dest: Path) -> None:
+    """Replace ``dest``'s bytes in place by others of the same size and set its mtime back (what `touch -d` does)."""
+    st = dest.stat()
+    data = bytearray(dest.read_bytes())
+    data[-1] ^= 0xFF
+    dest.write_bytes(bytes(data))
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert dest.stat().st_size == st.st_size and dest.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_same_size_image_with_mtime_restored_is_refused_by_job_and_restaged(built, tmp_path):
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    block = _check_block(_launch(built, environment="tiny", cluster="lab", dry_run=True))
+    dest = storage(built) / "tiny.sif"
+    ok = _run(block, tmp_path / "home")
+    assert ok.returncode == 0, ok.stderr
+    _swap_same_size(dest)
+    assert staged.image_changed(dest, rec) is not None
+    res = _run(block, tmp_path / "home")
+    assert res.returncode == 3 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "changed after it was staged" in res.stderr
+    # stage does not call the swapped file "already staged"; with --force neither
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out)
+    assert "already staged" not in out.getvalue() and sha256_file(dest) == rec.sha256
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out, force=True)
+    assert "already staged" not in out.getvalue() and "staged tiny" in out.getvalue()
+
+
+def test_an_edited_record_naming_another_file_is_refused_by_content(built, tmp_path):
+    """Someone replaces the image and writes a record with the right hashes and the new file's stamp."""
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    block = _check_block(_launch(built, environment="tiny", cluster="lab", dry_run=True))
+    dest = storage(built) / "tiny.sif"
+    evil = dest.with_name("evil")
+    evil.write_bytes(dest.read_bytes()[:-1] + b"!")
+    os.replace(evil, dest)
+    data = json.loads(staged.record_path(dest).read_text())
+    st = dest.stat()
+    data.update(size=st.st_size, mtime_ns=st.st_mtime_ns, ino=st.st_ino, ctime_ns=st.st_ctime_ns)
+    staged.record_path(dest).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    res = _run(block, tmp_path / "home")
+    assert res.returncode == 3 and len(res.stderr.strip().splitlines()) == 1, (res.stdout, res.stderr)
+    assert rec.sha256 in res.stderr
+
+
+def test_a_symlinked_record_is_refused(built, tmp_path):
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    block = _check_block(_launch(built, environment="tiny", cluster="lab", dry_run=True))
+    dest = storage(built) / "tiny.sif"
+    rp = staged.record_path(dest)
+    copy = tmp_path / "copy.json"
+    copy.write_text(rp.read_text())
+    rp.unlink()
+    rp.symlink_to(copy)
+    res = _run(block, tmp_path / "home")
+    assert res.returncode == 3 and "symlink" in res.stderr, res.stderr
+    rec, why = staged.read_record(dest)
+    assert rec is None and "symlink" in why
+
+
+def test_a_record_hash_ending_in_a_newline_is_not_a_record(built):
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    rp = staged.record_path(dest)
+    data = json.loads(rp.read_text())
+    data["sha256"] += "\n"
+    data["input_hash"] += "\nsleep 1000"
+    rp.write_text(json.dumps(data))
+    rec, why = staged.read_record(dest)
+    assert rec is None and "sha256" in why
+    text = _launch(built, environment="tiny", cluster="lab", dry_run=True)
+    assert "sleep 1000" not in text and text.index("#SBATCH") < 1000
+
+
+def test_a_symlink_at_the_old_temp_name_is_never_written_through(built, tmp_path):
+    dest = storage(built) / "tiny.sif"
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    os.chmod(victim, 0o600)
+    for pid in range(os.getpid() - 2, os.getpid() + 3):
+        project.temp_path(dest, pid).symlink_to(victim)
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    assert victim.read_text() == "mine\n" and victim.stat().st_mode & 0o777 == 0o600
+    assert not dest.is_symlink() and dest.is_file()
+
+
+def test_the_temp_copy_has_the_final_mode_from_the_start_and_a_dead_stagers_temp_is_removed(built, monkeypatch):
+    dest = storage(built) / "tiny.sif"
+    stale = dest.parent / f".tiny.sif.stage.{os.uname().nodename}.999999999.abcdef"
+    stale.write_bytes(b"partial")
+    seen = {}
+    real = shutil.copyfileobj
+
+    def spy(fin, fout, *a):
+        st = os.fstat(fout.fileno())
+        seen["mode"], seen["name"] = st.st_mode & 0o777, os.readlink(f"/proc/self/fd/{fout.fileno()}")
+        seen["dir"] = os.stat(os.path.dirname(seen["name"])).st_mode & 0o777
+        return real(fin, fout, *a)
+    monkeypatch.setattr(shutil, "copyfileobj", spy)
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out)
+    assert seen["mode"] == 0o640 and seen["dir"] == 0o700 and Path(seen["name"]).parent.parent == dest.parent
+    assert not stale.exists() and f"removed {stale}" in out.getvalue()
+
+
+def test_two_stages_of_one_image_are_serialised(built):
+    dest = storage(built) / "tiny.sif"
+    lock = stage_module.lock_path(dest)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o640)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    done = threading.Event()
+
+    def run():
+        helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+        done.set()
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1.0)
+    assert not done.is_set() and not dest.exists()
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    t.join(30)
+    assert done.is_set() and staged.read_record(dest)[0] is not None
+
+
+def test_a_symlink_at_the_lock_or_record_name_is_one_line(built, tmp_path):
+    dest = storage(built) / "tiny.sif"
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    stage_module.lock_path(dest).symlink_to(victim)
+    with pytest.raises(ShipyardError, match="symlink"):
+        helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    assert victim.read_text() == "mine\n"
+
+
+def test_an_env_name_with_a_trailing_newline_is_refused():
+    """`^NAME$` matched "NAME\\n" (``$`` before a final newline); the launcher then had a bash syntax error."""
+    from shipyard.launch.launcher import parse_env
+
+    with pytest.raises(ShipyardError, match="--env"):
+        parse_env(["FOO\n=1"])
+    assert parse_env(["FOO=1\n"]) == (("FOO", "1\n"),)
+
+
+def test_a_registry_file_name_with_a_newline_stays_in_the_header_comment(built):
+    """Line 2 of a launcher named the registry file raw: a newline in its name ran the rest as a command."""
+    odd = built.root / "reg\ntouch PWNED #.yaml"
+    odd.write_text(built.path.read_text())
+    (built.root / "train.py").touch()
+    text = run_launch(["train.py"], registry_path=odd, environment="tiny", cluster="lab", dry_run=True)
+    head = text[:text.index("#SBATCH")]
+    assert all(ln.startswith("#") or not ln for ln in head.splitlines()), head
