@@ -24,6 +24,7 @@ import yaml
 
 from shipyard import facts
 from shipyard.errors import ShipyardError, did_you_mean
+from shipyard.files import copied_tree
 from shipyard.registry import compat
 from shipyard.registry.model import (
     COMPAT,
@@ -464,6 +465,11 @@ def _check_definition_values(env: Environment, envs_raw: Mapping, lines, fname: 
         except ValueError:
             raise ShipyardError(f"{where}: {f.src!r} leads outside the project ({root}) once '..' and symlinks are "
                                 "resolved; copy the file into the project") from None
+        if (root / src).exists():
+            try:  # for a directory, every symlink in it (shipyard/files.py copied_tree)
+                copied_tree(root, f.src)
+            except ValueError as exc:
+                raise ShipyardError(f"{where}: {exc}") from None
     names = {k for k, _ in env.build_args}
     fields = [("env", k, v) for k, v in env.env] + [("labels", k, v) for k, v in env.labels]
     fields.append(("description", None, env.description))
