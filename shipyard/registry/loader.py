@@ -518,7 +518,25 @@ def mem_mb(text: str | None) -> int | None:
     m = re.match(r"^([0-9]+)([KMGT]?)$", str(text))
     if not m:
         raise ShipyardError(f"{text!r}: expected a Slurm memory size like 64G or 65536M")
-    return int(int(m.group(1)) * _MEM_UNITS[m.group(2)])
+    mb = int(int(m.group(1)) * _MEM_UNITS[m.group(2)])
+    if mb < 1:  # Slurm reads --mem=0 as "all the memory of the node"
+        raise ShipyardError(f"{text!r}: less than 1M; Slurm reads a zero memory size as all of a node's memory")
+    return mb
+
+
+def _mem(text, key: str) -> int | None:
+    try:
+        return mem_mb(text)
+    except ShipyardError as exc:
+        raise ShipyardError(f"{key}: {exc}") from None
+
+
+def _max_time(text, key: str) -> str | None:
+    """A partition's time limit; all zeros is refused (Slurm reads a zero limit as none at all)."""
+    if text is not None and not re.sub(r"[-:0]", "", str(text)):
+        raise ShipyardError(f"{key}: {text!r} is no time limit to Slurm; give the partition's real MaxTime "
+                            "(e.g. 2-00:00:00) or leave max_time out")
+    return text
 
 
 def _resolve_partitions(name: str, raw: dict, cluster_wide: Partition) -> dict[str, Partition]:
@@ -533,9 +551,10 @@ def _resolve_partitions(name: str, raw: dict, cluster_wide: Partition) -> dict[s
             gpus_per_node=e.get("gpus_per_node", cluster_wide.gpus_per_node),
             gpus=tuple(Gpu(g["model"], g["arch"]) for g in e["gpus"]) if "gpus" in e else cluster_wide.gpus,
             cpus_per_node=e.get("cpus_per_node", cluster_wide.cpus_per_node),
-            mem_per_node_mb=mem_mb(e["mem_per_node"]) if "mem_per_node" in e else cluster_wide.mem_per_node_mb,
+            mem_per_node_mb=(_mem(e["mem_per_node"], f"clusters.{name}.scheduler.partitions.{pname}.mem_per_node")
+                             if "mem_per_node" in e else cluster_wide.mem_per_node_mb),
             fabric=e.get("fabric", cluster_wide.fabric),
-            max_time=e.get("max_time"),
+            max_time=_max_time(e.get("max_time"), f"clusters.{name}.scheduler.partitions.{pname}.max_time"),
             instance_type=e.get("instance_type", cluster_wide.instance_type),
             exclusive=bool(e.get("exclusive", cluster_wide.exclusive)),
             line_rate_gbps=float(e["line_rate_gbps"]) if "line_rate_gbps" in e else cluster_wide.line_rate_gbps,
@@ -551,7 +570,8 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
     cluster_wide = Partition(
         name=partition, gpus_per_node=raw["gpus_per_node"],
         gpus=tuple(Gpu(g["model"], g["arch"]) for g in raw.get("gpus", ())),
-        cpus_per_node=raw.get("cpus_per_node"), mem_per_node_mb=mem_mb(raw.get("mem_per_node")),
+        cpus_per_node=raw.get("cpus_per_node"), mem_per_node_mb=_mem(raw.get("mem_per_node"),
+                                                                      f"clusters.{name}.mem_per_node"),
         fabric=raw["fabric"], instance_type=raw.get("instance_type"), exclusive=bool(sch.get("exclusive", False)),
         line_rate_gbps=float(rate) if rate is not None else None)
     parts = _resolve_partitions(name, raw, cluster_wide)
