@@ -108,6 +108,46 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def copied_tree(root: str | os.PathLike, rel: str) -> list[Path]:
+    """The regular files a build copies for ``rel`` (a file or a directory, relative to ``root``), sorted.
+
+    Refused with one line (:class:`ValueError`, the caller names the key): a symlink anywhere in it that leads outside
+    the project, to a directory (Apptainer's copy follows it and docker's keeps it as a link, so the image would
+    depend on the backend, and a link could bring in anything) or to nothing. A symlink to a regular file inside the
+    project is kept and its target hashed. Directories are walked without following links."""
+    root = Path(root)
+    real_root = root.resolve()
+    src = root / rel
+
+    def check(p: Path) -> None:
+        if not p.is_symlink():
+            return
+        target = p.resolve()
+        if not target.is_relative_to(real_root):
+            raise ValueError(f"{p.relative_to(root)} leads outside the project ({root}) through a symlink; "
+                             "copy the file in instead")
+        if target.is_dir():
+            raise ValueError(f"{p.relative_to(root)} is a symlink to a directory ({target.relative_to(real_root)}); "
+                             "copied directories may hold symlinks to files only: copy the directory in instead")
+        if not target.is_file():
+            raise ValueError(f"{p.relative_to(root)} is a symlink to no regular file; remove it or copy the file in")
+
+    if not src.resolve().is_relative_to(real_root):
+        raise ValueError(f"{rel} leads outside the project ({root}) once '..' and symlinks are resolved; "
+                         "copy the file into the project")
+    if not src.is_dir():
+        check(src)
+        return [src]
+    out = []
+    for d, dirs, names in os.walk(src, followlinks=False):
+        for name in dirs + names:
+            p = Path(d, name)
+            check(p)
+            if p.is_file():
+                out.append(p)
+    return sorted(out)
+
+
 def now_iso() -> str:
     """The current UTC time as ``YYYY-MM-DDTHH:MM:SSZ`` (the one timestamp form in manifests and records)."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

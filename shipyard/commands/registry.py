@@ -8,6 +8,7 @@ once, the stage's pure functions called with objects, the result printed on ``ct
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from pathlib import Path
 from typing import IO, Callable
@@ -109,7 +110,8 @@ def import_pcluster(config: str, name: str | None = None, registry_path=None, *,
         if ask(f"write clusters.{name} into {rpath}? [y/N] ").strip().lower() not in ("y", "yes"):
             print(f"{rpath} not changed", file=out)
             return 1
-    atomic_write(rpath, after)
+    # a symlinked registry.yaml is written through to its target (the user's own link stays a link)
+    atomic_write(Path(os.path.realpath(rpath)), after)
     print(f"wrote clusters.{name} into {rpath} ({len(prof['scheduler']['partitions'])} partitions); "
           f"check it with: invoke check --cluster {name}", file=out)
     return 0

@@ -13,15 +13,17 @@ submitter's environment by default): the CA bundle named by the first of ``SSL_C
 How it reaches the build, per backend (nothing of it in the image, its labels, its history, the manifest or the log):
 
 * Both: the definition's downloading steps begin with one line that sources :data:`ENV_FILE` *if it exists*. That
-  file and a copy of the CA bundle are written into a private temp directory that exists only while the build runs.
+  file and a copy of the CA bundle are written into a private temp directory (0700, files 0600) that exists only
+  while the build runs.
 * apptainer: ``apptainer build --bind TMPDIR:/mnt``. A bind mount is not part of the root filesystem apptainer packs
   into the SIF; ``/mnt`` is used because apptainer needs a bind target to exist in the image before ``%post`` and
   every Debian/Ubuntu base has it (empty).
 * docker (the classic builder the Engine API offers has no build secrets or ``RUN --mount``): the temp directory is
   sent in the build context and copied only into a *discarded* first stage, which installs the Python environment
-  (``/opt/venv``); the final stage copies ``/opt/venv`` from it and never sees the CA or the file. Proxy variables go
-  as Docker's predefined proxy build arguments, which Docker keeps out of ``docker history`` and reaches to every
-  ``RUN`` of both stages (apt in the final stage uses them).
+  (``/opt/venv``); the final stage copies ``/opt/venv`` from it and never sees the CA or the file. That first stage
+  stays in the daemon's store as an untagged image, so its file holds the CA only, never a proxy value. Proxy
+  variables go as Docker's predefined proxy build arguments, which Docker keeps out of ``docker history`` and the
+  images' config and reaches to every ``RUN`` of both stages (apt in the final stage uses them).
 
 Limits: with the docker backend, apt sources over https (the deadsnakes PPA, a site's https mirror) in the final stage
 see the proxy but not the private CA; ``stack: base`` environments install into the base image's Python in one stage
@@ -66,11 +68,13 @@ class Settings:
             what.append(", ".join(name for name, _ in self.proxies))
         return "build network: " + " and ".join(what) + " passed to the downloading steps only (not kept in the image)"
 
-    def env_text(self) -> str:
+    def env_text(self, proxies: bool = True) -> str:
+        """The file %post sources. ``proxies=False`` (docker: they go as build arguments) leaves the proxy values
+        out, so nothing of a ``user:password@`` proxy is in the build context or the discarded stage's layers."""
         lines = ["# written by shipyard for one build; never part of the image"]
         if self.ca_bundle:
             lines.append("export " + " ".join(f"{v}={CA_FILE}" for v in CA_VARS))
-        for name, value in self.proxies:
+        for name, value in self.proxies if proxies else ():
             lines.append(f"export {name}={shlex.quote(value)}")
         return "\n".join(lines) + "\n"
 
@@ -97,19 +101,27 @@ def from_environ(environ: Mapping[str, str] | None = None) -> Settings:
 
 
 @contextmanager
-def staged(settings: Settings) -> Iterator[Path]:
-    """A private temp directory holding the env file and the CA copy (when there are settings), removed after."""
-    d = Path(tempfile.mkdtemp(prefix="shipyard-build-net-"))
+def staged(settings: Settings, proxies: bool = True) -> Iterator[Path]:
+    """A private temp directory holding the env file and the CA copy (when there are settings), removed after.
+
+    The directory is 0700 and every file in it 0600 from its creation (``O_EXCL``): the env file may hold a proxy's
+    ``user:password``, and ``$TMPDIR`` is often shared. The readers are the user's own processes: apptainer (as the
+    user, or its fakeroot namespace whose root is the user) and shipyard's own tar of the docker build context.
+    ``proxies=False``: the proxy values are left out of the file (docker passes them as build arguments)."""
+    d = Path(tempfile.mkdtemp(prefix="shipyard-build-net-"))  # 0700
     try:
         if settings:
             if settings.ca_bundle:
-                shutil.copyfile(settings.ca_bundle, d / Path(CA_FILE).name)
-            (d / Path(ENV_FILE).name).write_text(settings.env_text(), encoding="utf-8")
+                _write_private(d / Path(CA_FILE).name, settings.ca_bundle.read_bytes())
+            _write_private(d / Path(ENV_FILE).name, settings.env_text(proxies).encode("utf-8"))
         else:
-            (d / "none").write_text("no build network settings\n", encoding="utf-8")
-        for p in d.iterdir():
-            p.chmod(0o644)
-        d.chmod(0o755)  # apptainer --fakeroot and dockerd read it as another user
+            _write_private(d / "none", b"no build network settings\n")
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)

@@ -27,7 +27,7 @@ from shipyard.containers import manifest as mf
 from shipyard.containers.log import BuildLog
 from shipyard.definitions.render import BUILD_NET_CONTEXT
 from shipyard.errors import ShipyardError
-from shipyard.files import sha256_file
+from shipyard.files import copied_tree, sha256_file
 
 BACKENDS = ("apptainer", "docker")
 FORMATS = ("sif", "sqsh")
@@ -109,12 +109,11 @@ def copied_files(root: Path, sources: list[str]) -> dict[str, str]:
         src = root / rel
         if not src.exists():
             raise ShipyardError(f"{rel}: the definition copies it into the image, but it does not exist under {root}")
-        paths = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
-        real_root = Path(root).resolve()
+        try:  # symlinks: to a file inside the project only (shipyard/files.py copied_tree)
+            paths = copied_tree(root, rel)
+        except ValueError as exc:
+            raise ShipyardError(f"the definition copies {rel} into the image, but {exc}") from None
         for p in paths:
-            if not p.resolve().is_relative_to(real_root):
-                raise ShipyardError(f"{p.relative_to(root)}: the definition copies it into the image, but it leads "
-                                    f"outside the project ({root}) through a symlink; copy the file in instead")
             out[str(p.relative_to(root))] = sha256_file(p)
     return out
 

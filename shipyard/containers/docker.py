@@ -114,7 +114,7 @@ class DockerBackend:
         if net:
             job.log.write(net.describe())
         network = os.environ.get("SHIPYARD_DOCKER_NETWORK") or None
-        with buildnet.staged(net) as net_dir:
+        with buildnet.staged(net, proxies=False) as net_dir:  # proxies go as build arguments
             ctx = context_tar(root, [dockerfile] + copy_sources(path.read_text(encoding="utf-8"), "docker"), net_dir)
         image_id = None
         try:

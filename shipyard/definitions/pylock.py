@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -144,12 +145,14 @@ def today_cutoff(now: _dt.datetime | None = None) -> str:
     return now.strftime("%Y-%m-%dT00:00:00Z")
 
 
-def uv_argv(uv_bin: str, env: Environment, cutoff: str, index_url: str = DEFAULT_INDEX) -> list[str]:
+def uv_argv(uv_bin: str, env: Environment, cutoff: str) -> list[str]:
     """The ``uv pip compile`` command line, run in a directory holding requirements.in (and overrides.txt).
 
     Pure, so that the argument contract (platform, Python, hashes, cut-off, variant index) is unit-tested.
     ``--no-config`` keeps a user's uv.toml from changing the result; ``--no-header`` drops uv's own header, which
-    would name temporary paths; shipyard writes its own.
+    would name temporary paths; shipyard writes its own. The index URLs are *not* on it: they may carry
+    ``user:token@`` and a command line is readable by every user of the machine (``ps``); :func:`uv_environ` passes
+    them through uv's environment variables instead.
     """
     argv = [
         uv_bin, "pip", "compile", "requirements.in",
@@ -158,13 +161,27 @@ def uv_argv(uv_bin: str, env: Environment, cutoff: str, index_url: str = DEFAULT
         "--python-version", str(env.python.value),
         "--generate-hashes",
         "--exclude-newer", cutoff,
-        "--default-index", index_url,
     ]
     if lock_overrides(env):
         argv += ["--override", "overrides.txt"]
     if env.stack != "base" and env.torch_index.value:
-        argv += ["--extra-index-url", env.torch_index.value, "--index-strategy", "unsafe-best-match"]
+        argv += ["--index-strategy", "unsafe-best-match"]
     return argv
+
+
+# index variables of uv that would otherwise mix a user's own indexes into the resolution
+_UV_INDEX_VARS = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS")
+
+
+def uv_environ(env: Environment, index_url: str = DEFAULT_INDEX, base: dict | None = None) -> dict[str, str]:
+    """uv's environment: ``base`` (the caller's) without its own index variables, plus the default index and, for a
+    non-default CUDA variant, the PyTorch index as ``UV_DEFAULT_INDEX`` / ``UV_EXTRA_INDEX_URL``: credentials in a
+    URL reach uv through its environment (readable only by the user and root), never its argv."""
+    environ = {k: v for k, v in (os.environ if base is None else base).items() if k not in _UV_INDEX_VARS}
+    environ["UV_DEFAULT_INDEX"] = index_url
+    if env.stack != "base" and env.torch_index.value:
+        environ["UV_EXTRA_INDEX_URL"] = env.torch_index.value
+    return environ
 
 
 def render_header(env: Environment, cutoff: str, index_url: str) -> str:
@@ -205,7 +222,8 @@ def compile_lock(env: Environment, cutoff: str, index_url: str = DEFAULT_INDEX, 
         Path(tmp, "requirements.in").write_text("\n".join(lock_inputs(env)) + "\n")
         if lock_overrides(env):
             Path(tmp, "overrides.txt").write_text("\n".join(lock_overrides(env)) + "\n")
-        proc = subprocess.run(uv_argv(uv_bin, env, cutoff, index_url), cwd=tmp, capture_output=True, text=True)
+        proc = subprocess.run(uv_argv(uv_bin, env, cutoff), cwd=tmp, capture_output=True, text=True,
+                              env=uv_environ(env, index_url))
     if proc.returncode != 0:
         lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
         detail = redact(" ".join(lines[:6]))[:600] or f"uv exited {proc.returncode}"

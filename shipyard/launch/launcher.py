@@ -209,11 +209,18 @@ def _cpus_and_memory(cl: Cluster, kind: str, g: int, cpus, mem, exclusive: bool)
         cpus = max(1, int(total_c * share))
     if mem is not None:
         mem = options.check("mem", str(mem))
-        want, have = mem_mb(mem), cl.mem_per_node_mb
+        try:
+            want, have = mem_mb(mem), cl.mem_per_node_mb
+        except ShipyardError as exc:
+            raise ShipyardError(f"--mem {exc}") from None
         if have is not None and want > have:
             raise ShipyardError(f"--mem {mem}: partition {cl.partition} of cluster {cl.name} has {have}M per node "
                                 f"({cl.key('mem_per_node')})")
     elif not whole and cl.mem_per_node_mb is not None:
+        if int(cl.mem_per_node_mb * share) < 1:  # --mem=0 would be the whole node's memory
+            raise ShipyardError(f"partition {cl.partition} of cluster {cl.name}: {cl.mem_per_node_mb}M per node "
+                                f"({cl.key('mem_per_node')}) leaves less than 1M for {max(g, 1)} of {total_g} GPUs; "
+                                "fix mem_per_node or pass --mem")
         mem = f"{int(cl.mem_per_node_mb * share)}M"
     return {"cpus_per_task": cpus if kind == options.TORCHRUN else None, "mem": mem, "exclusive": exclusive}
 

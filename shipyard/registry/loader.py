@@ -24,6 +24,7 @@ import yaml
 
 from shipyard import facts
 from shipyard.errors import ShipyardError, did_you_mean
+from shipyard.files import copied_tree
 from shipyard.registry import compat
 from shipyard.registry.model import (
     COMPAT,
@@ -42,6 +43,26 @@ from shipyard.registry.model import (
 REGISTRY_ENV = "SHIPYARD_REGISTRY"
 # libyaml's parser when PyYAML was built with it (it keeps marks, so file:line errors still work)
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Core12Loader(_FAST_LOADER):
+    """YAML 1.2 core schema scalars, as the YAML libraries of other programs read them (ParallelCluster's configs):
+    no base-60 (``24:00:00`` stays a string), booleans only true/false, no timestamps."""
+
+
+_Core12Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers
+            if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                           "tag:yaml.org,2002:timestamp")]
+    for first, resolvers in _FAST_LOADER.yaml_implicit_resolvers.items()}
+_Core12Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                    list("tTfF"))
+_Core12Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[1-9][0-9]*|0|0x[0-9a-fA-F]+)$"),
+                                    list("-+0123456789"))
+_Core12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
 _CUDA_IMAGE = re.compile(r"^(?:docker\.io/)?nvidia/cuda:")
 FAST_FABRICS = ("ib", "efa")  # fabrics whose userspace an image must carry (socket needs none)
 
@@ -142,12 +163,13 @@ def _expanded_size(node: yaml.Node, fname: str, limit: int, memo: dict) -> int:
     return n
 
 
-def parse_yaml(text: str, fname: str) -> tuple[Any, _Lines]:
+def parse_yaml(text: str, fname: str, core12: bool = False) -> tuple[Any, _Lines]:
     """Parse YAML into plain data plus a map of key paths to lines; malformed YAML, or YAML over the limits of
-    ``shipyard/data/limits.yaml`` (size, depth, aliases, expanded nodes) -> one-line ShipyardError."""
+    ``shipyard/data/limits.yaml`` (size, depth, aliases, expanded nodes) -> one-line ShipyardError. ``core12``: the
+    YAML 1.2 core schema's scalars (for other programs' files: ParallelCluster configs)."""
     _check_shape(text, fname)
     try:
-        node = yaml.compose(text, Loader=_FAST_LOADER)
+        node = yaml.compose(text, Loader=_Core12Loader if core12 else _FAST_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
@@ -464,6 +486,11 @@ def _check_definition_values(env: Environment, envs_raw: Mapping, lines, fname: 
         except ValueError:
             raise ShipyardError(f"{where}: {f.src!r} leads outside the project ({root}) once '..' and symlinks are "
                                 "resolved; copy the file into the project") from None
+        if (root / src).exists():
+            try:  # for a directory, every symlink in it (shipyard/files.py copied_tree)
+                copied_tree(root, f.src)
+            except ValueError as exc:
+                raise ShipyardError(f"{where}: {exc}") from None
     names = {k for k, _ in env.build_args}
     fields = [("env", k, v) for k, v in env.env] + [("labels", k, v) for k, v in env.labels]
     fields.append(("description", None, env.description))
@@ -491,7 +518,25 @@ def mem_mb(text: str | None) -> int | None:
     m = re.match(r"^([0-9]+)([KMGT]?)$", str(text))
     if not m:
         raise ShipyardError(f"{text!r}: expected a Slurm memory size like 64G or 65536M")
-    return int(int(m.group(1)) * _MEM_UNITS[m.group(2)])
+    mb = int(int(m.group(1)) * _MEM_UNITS[m.group(2)])
+    if mb < 1:  # Slurm reads --mem=0 as "all the memory of the node"
+        raise ShipyardError(f"{text!r}: less than 1M; Slurm reads a zero memory size as all of a node's memory")
+    return mb
+
+
+def _mem(text, key: str) -> int | None:
+    try:
+        return mem_mb(text)
+    except ShipyardError as exc:
+        raise ShipyardError(f"{key}: {exc}") from None
+
+
+def _max_time(text, key: str) -> str | None:
+    """A partition's time limit; all zeros is refused (Slurm reads a zero limit as none at all)."""
+    if text is not None and not re.sub(r"[-:0]", "", str(text)):
+        raise ShipyardError(f"{key}: {text!r} is no time limit to Slurm; give the partition's real MaxTime "
+                            "(e.g. 2-00:00:00) or leave max_time out")
+    return text
 
 
 def _resolve_partitions(name: str, raw: dict, cluster_wide: Partition) -> dict[str, Partition]:
@@ -506,9 +551,10 @@ def _resolve_partitions(name: str, raw: dict, cluster_wide: Partition) -> dict[s
             gpus_per_node=e.get("gpus_per_node", cluster_wide.gpus_per_node),
             gpus=tuple(Gpu(g["model"], g["arch"]) for g in e["gpus"]) if "gpus" in e else cluster_wide.gpus,
             cpus_per_node=e.get("cpus_per_node", cluster_wide.cpus_per_node),
-            mem_per_node_mb=mem_mb(e["mem_per_node"]) if "mem_per_node" in e else cluster_wide.mem_per_node_mb,
+            mem_per_node_mb=(_mem(e["mem_per_node"], f"clusters.{name}.scheduler.partitions.{pname}.mem_per_node")
+                             if "mem_per_node" in e else cluster_wide.mem_per_node_mb),
             fabric=e.get("fabric", cluster_wide.fabric),
-            max_time=e.get("max_time"),
+            max_time=_max_time(e.get("max_time"), f"clusters.{name}.scheduler.partitions.{pname}.max_time"),
             instance_type=e.get("instance_type", cluster_wide.instance_type),
             exclusive=bool(e.get("exclusive", cluster_wide.exclusive)),
             line_rate_gbps=float(e["line_rate_gbps"]) if "line_rate_gbps" in e else cluster_wide.line_rate_gbps,
@@ -524,7 +570,8 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
     cluster_wide = Partition(
         name=partition, gpus_per_node=raw["gpus_per_node"],
         gpus=tuple(Gpu(g["model"], g["arch"]) for g in raw.get("gpus", ())),
-        cpus_per_node=raw.get("cpus_per_node"), mem_per_node_mb=mem_mb(raw.get("mem_per_node")),
+        cpus_per_node=raw.get("cpus_per_node"), mem_per_node_mb=_mem(raw.get("mem_per_node"),
+                                                                      f"clusters.{name}.mem_per_node"),
         fabric=raw["fabric"], instance_type=raw.get("instance_type"), exclusive=bool(sch.get("exclusive", False)),
         line_rate_gbps=float(rate) if rate is not None else None)
     parts = _resolve_partitions(name, raw, cluster_wide)

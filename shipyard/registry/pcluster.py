@@ -35,14 +35,60 @@ def _at(lines: Mapping, fname: str, path: tuple) -> str:
     return f"{fname}:{loader._line(lines, path) or 1}"
 
 
-def _instance_types(cr: dict) -> list[str]:
+class _Config:
+    """Typed reads of a config's keys: a value of the wrong shape is one line with its key path and file line."""
+
+    def __init__(self, lines, fname: str):
+        self.lines, self.fname = lines, fname
+
+    def fail(self, path: tuple, what: str) -> ShipyardError:
+        return ShipyardError(f"{_at(self.lines, self.fname, path)}: {loader._dotted(path)}: {what}")
+
+    def get(self, node: dict, path: tuple, key: str, kind, default=None):
+        v = node.get(key, default)
+        if v is None or v is default:
+            return v
+        if kind is bool:
+            return self.boolean(v, path + (key,))
+        if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise self.fail(path + (key,), f"{v!r} is not a non-negative integer")
+        if kind is str:
+            if isinstance(v, (dict, list)):
+                raise self.fail(path + (key,), "expected a string, not a " + type(v).__name__)
+            return str(v)
+        if kind in (dict, list) and not isinstance(v, kind):
+            raise self.fail(path + (key,), f"expected a {'mapping' if kind is dict else 'list'}, not "
+                                           f"{type(v).__name__} {str(v)[:40]!r}")
+        return v
+
+    def boolean(self, v, path: tuple) -> bool:
+        """As ParallelCluster's schema reads a boolean: true/false and the strings it accepts ("false" is false)."""
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.strip().lower() in _TRUE:
+            return True
+        if isinstance(v, str) and v.strip().lower() in _FALSE:
+            return False
+        raise self.fail(path, f"{v!r} is not a boolean (true or false)")
+
+
+_TRUE = {"true", "t", "yes", "y", "on", "1"}
+_FALSE = {"false", "f", "no", "n", "off", "0"}
+
+
+def _instance_types(c: _Config, cr: dict, path: tuple) -> list[str]:
     """A compute resource's instance types: the ``Instances:`` list (flexible instances) or the older
     ``InstanceType:`` key."""
-    if isinstance(cr.get("Instances"), list):
-        return [str(i.get("InstanceType")) for i in cr["Instances"] if isinstance(i, dict)]
-    if cr.get("InstanceType"):
-        return [str(cr["InstanceType"])]
-    return []
+    insts = c.get(cr, path, "Instances", list)
+    if insts is not None:
+        out = []
+        for j, i in enumerate(insts):
+            if not isinstance(i, dict):
+                raise c.fail(path + ("Instances", j), "expected a mapping with InstanceType")
+            out.append(c.get(i, path + ("Instances", j), "InstanceType", str) or "")
+        return [t for t in out if t]
+    t = c.get(cr, path, "InstanceType", str)
+    return [t] if t else []
 
 
 def _scripts(node: Any) -> list[str]:
@@ -68,18 +114,21 @@ def _runtime(config: dict) -> str:
     return "host"
 
 
-def _partition(queue: dict, qpath: tuple, lines, fname: str) -> dict:
+def _partition(queue: dict, qpath: tuple, lines, fname: str) -> dict:  # noqa: C901 - one queue, key by key
     """One SlurmQueue -> the partition's entry. With several compute resources (or several instance types) a job
     must fit on any node of the queue, so GPUs, CPUs, memory and rate are the smallest; GPU models are all of them;
     the fabric is EFA only when every compute resource enables it."""
     data = ec2()
-    crs = queue.get("ComputeResources") or []
-    if not isinstance(crs, list) or not crs:
+    c = _Config(lines, fname)
+    crs = c.get(queue, qpath, "ComputeResources", list) or []
+    if not crs:
         raise ShipyardError(f"{_at(lines, fname, qpath)}: queue {queue.get('Name')!r} has no ComputeResources")
     nodes = []
     for i, cr in enumerate(crs):
         crpath = qpath + ("ComputeResources", i)
-        types = _instance_types(cr)
+        if not isinstance(cr, dict):
+            raise c.fail(crpath, "expected a mapping (Name, InstanceType or Instances)")
+        types = _instance_types(c, cr, crpath)
         if not types:
             raise ShipyardError(f"{_at(lines, fname, crpath)}: compute resource {cr.get('Name')!r} names no "
                                 "InstanceType or Instances")
@@ -88,9 +137,11 @@ def _partition(queue: dict, qpath: tuple, lines, fname: str) -> dict:
             if spec is None:
                 raise ShipyardError(f"{_at(lines, fname, crpath)}: instance type {t!r} is not in "
                                     "shipyard/data/ec2.yaml; add it there with its source (nothing was written)")
-            vcpus = spec["vcpus"] // 2 if cr.get("DisableSimultaneousMultithreading") else spec["vcpus"]
-            mem = cr.get("SchedulableMemory") or int(spec["memory_gib"] * 1024 * data["schedulable_memory_fraction"])
-            efa = bool((cr.get("Efa") or {}).get("Enabled"))
+            smt_off = c.get(cr, crpath, "DisableSimultaneousMultithreading", bool, False)
+            vcpus = spec["vcpus"] // 2 if smt_off else spec["vcpus"]
+            mem = (c.get(cr, crpath, "SchedulableMemory", int)
+                   or int(spec["memory_gib"] * 1024 * data["schedulable_memory_fraction"]))
+            efa = c.get(c.get(cr, crpath, "Efa", dict) or {}, crpath + ("Efa",), "Enabled", bool, False)
             nodes.append(dict(type=t, gpus=spec.get("gpus", 0), gpu=spec.get("gpu"), cpus=vcpus, mem=int(mem),
                               efa=efa, rate=spec["network_gbps"]))
     types = list(dict.fromkeys(n["type"] for n in nodes))
@@ -104,41 +155,58 @@ def _partition(queue: dict, qpath: tuple, lines, fname: str) -> dict:
         "mem_per_node": f"{min(n['mem'] for n in nodes)}M",
         "fabric": "efa" if all(n["efa"] for n in nodes) else "socket",
         "line_rate_gbps": min(n["rate"] for n in nodes),
-        "exclusive": bool(queue.get("JobExclusiveAllocation", False)),
+        "exclusive": c.get(queue, qpath, "JobExclusiveAllocation", bool, False),
     }
-    max_time = (queue.get("CustomSlurmSettings") or {}).get("MaxTime")
+    custom = c.get(queue, qpath, "CustomSlurmSettings", dict) or {}
+    max_time = c.get(custom, qpath + ("CustomSlurmSettings",), "MaxTime", str)
     if max_time:
-        part["max_time"] = str(max_time)
+        part["max_time"] = max_time
     return {k: v for k, v in part.items() if v is not None}
 
 
 def profile(config_text: str, fname: str) -> dict:
     """The cluster profile (plain data, as it goes into registry.yaml) for a ParallelCluster config's text."""
-    config, lines = loader.parse_yaml(config_text, fname)
+    config, lines = loader.parse_yaml(config_text, fname, core12=True)  # ParallelCluster reads YAML 1.2
     if not isinstance(config, dict):
         raise ShipyardError(f"{fname}:1: not a ParallelCluster config (expected a mapping with Scheduling)")
-    sched = config.get("Scheduling")
+    sched = config.get("Scheduling")  # a non-mapping Scheduling is refused just below
     if not isinstance(sched, dict) or str(sched.get("Scheduler", "")).lower() != "slurm":
         raise ShipyardError(f"{_at(lines, fname, ('Scheduling',))}: Scheduling.Scheduler: only slurm clusters can "
                             "be imported (shipyard launches Slurm jobs)")
     queues = sched.get("SlurmQueues")
     if not isinstance(queues, list) or not queues:
         raise ShipyardError(f"{_at(lines, fname, ('Scheduling',))}: Scheduling.SlurmQueues: no queues")
+    c = _Config(lines, fname)
     parts: dict[str, dict] = {}
     for i, q in enumerate(queues):
         qpath = ("Scheduling", "SlurmQueues", i)
-        name = str((q or {}).get("Name", ""))
+        if not isinstance(q, dict):
+            raise c.fail(qpath, "expected a mapping (Name, ComputeResources)")
+        name = c.get(q, qpath, "Name", str) or ""
         if not _NAME.match(name):
             raise ShipyardError(f"{_at(lines, fname, qpath)}: queue name {name!r} is not a Slurm partition name")
+        if name in parts:
+            raise c.fail(qpath + ("Name",), f"queue {name!r} is defined twice (queue names are unique in Slurm)")
         parts[name] = _partition(q, qpath, lines, fname)
     gpu_parts = sorted((p for p in parts if parts[p]["gpus_per_node"]), key=lambda p: -parts[p]["gpus_per_node"])
     default = gpu_parts[0] if gpu_parts else next(iter(parts))
     cpu_parts = [p for p in parts if not parts[p]["gpus_per_node"]]
     interactive = gpu_parts[-1] if gpu_parts else default  # the smallest GPU nodes: cheapest for a shell
-    mounts = [str(s["MountDir"]) for s in config.get("SharedStorage") or [] if isinstance(s, dict) and s.get("MountDir")]
+    mounts, lustre = [], []
+    for i, s in enumerate(c.get(config, (), "SharedStorage", list) or []):
+        spath = ("SharedStorage", i)
+        if not isinstance(s, dict):
+            raise c.fail(spath, "expected a mapping (MountDir, StorageType)")
+        m = c.get(s, spath, "MountDir", str)
+        if not m:
+            continue
+        if not m.startswith("/") or ":" in m or "," in m or any(ch.isspace() or ord(ch) < 32 for ch in m):
+            raise c.fail(spath + ("MountDir",), f"{m!r}: an absolute path without ':', ',' or whitespace "
+                                                "(it becomes a bind SRC:DST)")
+        mounts.append(m)
+        if c.get(s, spath, "StorageType", str) == "FsxLustre":
+            lustre.append(m)
     binds = [f"{m}:{m}" for m in mounts if m != "/home"]
-    lustre = [str(s["MountDir"]) for s in config.get("SharedStorage") or []
-              if isinstance(s, dict) and s.get("StorageType") == "FsxLustre" and s.get("MountDir")]
     store = (lustre or [m for m in mounts if m != "/home"] or ["/home"])[0]
     d = parts[default]
     out: dict[str, Any] = {
@@ -162,31 +230,75 @@ def profile(config_text: str, fname: str) -> dict:
     return out
 
 
-def _dump(name: str, prof: dict) -> str:
-    """The profile as registry.yaml text: two spaces under ``clusters:``, flow style for the small GPU entries."""
-    body = yaml.safe_dump({name: prof}, sort_keys=False, default_flow_style=None, width=120)
-    return "".join("  " + line if line.strip() else line for line in body.splitlines(keepends=True))
+class _NoAliasDumper(yaml.SafeDumper):
+    """Never writes anchors/aliases: a profile shares objects (the default partition's GPU list), and an anchor name
+    (&id001) written by one import collides with the next one's."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def _dump(name: str, prof: dict, indent: int = 2) -> str:
+    """The profile as registry.yaml text: ``indent`` spaces under ``clusters:`` (the registry's own), flow style for
+    the small GPU entries, no anchors."""
+    body = yaml.dump({name: prof}, Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=None, width=120,
+                     indent=indent)
+    pad = " " * indent
+    return "".join(pad + line if line.strip() else line for line in body.splitlines(keepends=True))
 
 
 def insert(registry_text: str, fname: str, name: str, prof: dict, source: str) -> str:
     """registry.yaml's text with the profile added at the end of ``clusters:`` (the rest byte for byte: comments,
-    order and quoting stay the user's). A cluster of that name already there is refused, not replaced."""
+    order and quoting stay the user's). A cluster of that name already there is refused, not replaced. A block
+    ``clusters:`` gets the block at its own indentation; a flow one (``clusters: {a: {...}}``) gets the profile as
+    one more flow entry before its closing brace."""
     data, lines = loader.parse_yaml(registry_text, fname)
     if not isinstance(data, dict) or not isinstance(data.get("clusters"), dict):
         raise ShipyardError(f"{fname}:1: no 'clusters:' mapping to add the profile to")
     if name in data["clusters"]:
         raise ShipyardError(f"{fname}:{lines[('clusters', name)]}: clusters.{name} already exists; pass --name "
                             "NAME for another profile name, or remove that entry first")
+    node = _clusters_node(registry_text)
+    if node is not None and node.flow_style:
+        return _insert_flow(registry_text, fname, node, name, prof)
     text_lines = registry_text.splitlines(keepends=True)
     if text_lines and not text_lines[-1].endswith("\n"):
         text_lines[-1] += "\n"
+    indent = 2
+    if data["clusters"]:
+        first = text_lines[lines[("clusters", next(iter(data["clusters"])))] - 1]
+        indent = len(first) - len(first.lstrip(" "))
+    if indent < 1:
+        raise ShipyardError(f"{fname}:{lines[('clusters',)]}: clusters: its entries are not indented under it; "
+                            "cannot insert the profile as text (indent them, then import again)")
     tops = sorted(lines[(k,)] for k in data)  # 1-based lines of the top-level keys, in file order
     after = [ln for ln in tops if ln > lines[("clusters",)]]
     end = after[0] - 1 if after else len(text_lines)  # 0-based index where the next top-level key's line is
     while end > 0 and (not text_lines[end - 1].strip() or text_lines[end - 1].lstrip().startswith("#")) and after:
         end -= 1  # keep the next section's leading comments and blank lines with it
-    block = "\n" + f"  # Imported from {source} by `invoke cluster.import-pcluster`.\n" + _dump(name, prof)
+    block = ("\n" + " " * indent + f"# Imported from {source} by `invoke cluster.import-pcluster`.\n"
+             + _dump(name, prof, indent))
     return "".join(text_lines[:end]) + block + "".join(text_lines[end:])
+
+
+def _clusters_node(text: str):
+    """The composed node of the top-level ``clusters:`` value (for its style and end), or None."""
+    root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    for k, v in root.value if isinstance(root, yaml.MappingNode) else ():
+        if k.value == "clusters":
+            return v
+    return None
+
+
+def _insert_flow(text: str, fname: str, node, name: str, prof: dict) -> str:
+    end = node.end_mark.index  # just after the closing brace
+    if text[end - 1:end] != "}":
+        raise ShipyardError(f"{fname}:{node.start_mark.line + 1}: clusters: a flow mapping whose end shipyard cannot "
+                            "find; write it in block style, then import again")
+    entry = yaml.dump({name: prof}, Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=True,
+                      width=float("inf")).strip()[1:-1]
+    sep = ", " if node.value else ""
+    return text[:end - 1] + sep + entry + text[end - 1:]
 
 
 def check_name(name: str) -> str:

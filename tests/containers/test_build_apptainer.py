@@ -358,3 +358,33 @@ def test_copied_files_are_part_of_the_cache_key(project, apptainer_double):
     with pytest.raises(ShipyardError, match="data/config.txt: the definition copies it into the image, but it "
                                             "does not exist"):
         b.build(reg, reg.environment("tiny"))
+
+
+def test_a_symlink_to_a_directory_inside_a_copied_directory_is_refused(project, apptainer_double, tmp_path):
+    """Issue 19, security 6 (failed on e0c4781: the link was neither checked nor hashed, and Apptainer's copy
+    brought the outside directory into the image). At load and at build, one line naming the link."""
+    from shipyard import registry
+
+    reg_file = project.root / "registry.yaml"
+    reg_file.write_text(reg_file.read_text().replace(
+        "    stack: base\n", "    stack: base\n    files:\n      - {src: data, dst: /opt/data}\n", 1))
+    (project.root / "data").mkdir()
+    (project.root / "data" / "a.txt").write_text("a\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("x\n")
+    (project.root / "data" / "link").symlink_to(outside)
+    with pytest.raises(ShipyardError, match=r"files\[0\]\.src: data/link leads outside the project"):
+        registry.load(reg_file)
+    (project.root / "data" / "link").unlink()
+    reg = registry.load(reg_file)
+    (project.root / "inside").mkdir()
+    (project.root / "data" / "link").symlink_to(project.root / "inside")  # planted after load: the build refuses
+    with pytest.raises(ShipyardError, match="copies data into the image, but data/link is a symlink to a directory"):
+        b.build(reg, reg.environment("tiny"))
+    assert not [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]
+    (project.root / "data" / "link").unlink()
+    (project.root / "data" / "link").symlink_to(project.root / "data" / "a.txt")  # to a file inside: hashed
+    from shipyard.containers.common import copied_files
+    assert copied_files(project.root, ["data"]) == {"data/a.txt": copied_files(project.root, ["data/a.txt"])[
+        "data/a.txt"], "data/link": copied_files(project.root, ["data/a.txt"])["data/a.txt"]}

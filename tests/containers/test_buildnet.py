@@ -64,6 +64,29 @@ def test_apptainer_build_binds_the_settings_and_keeps_them_out_of_manifest_and_l
     assert "build network: the host's CA bundle and HTTPS_PROXY passed" in log
 
 
+def test_proxy_password_is_only_in_a_private_file_during_an_apptainer_build(
+        project, apptainer_double, tmp_path, monkeypatch):
+    """Issue 19, security 5: the env file with a proxy's user:password was 0644 in a 0755 directory under $TMPDIR
+    (failed on e0c4781). Now 0600 in 0700, never in apptainer's argv, and removed after the build."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://alice:s3cret@proxy.invalid:3128")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    b.build(project, project.environment("tiny"), out=io.StringIO())
+    build = [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"][0]
+    assert build["net_modes"] == {".": "0o700", "shipyard-build.env.sh": "0o600"}
+    assert not any("s3cret" in a for a in build["argv"])
+    assert not list(tmp_path.glob("shipyard-build-net-*")), "removed after the build"
+
+
+def test_docker_build_context_holds_no_proxy_value(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("CA")
+    net = buildnet.from_environ({"SSL_CERT_FILE": str(ca), "HTTPS_PROXY": "http://alice:s3cret@proxy.invalid:1"})
+    with buildnet.staged(net, proxies=False) as d:
+        text = (d / "shipyard-build.env.sh").read_text()
+    assert "s3cret" not in text and "SSL_CERT_FILE" in text
+    assert net.docker_buildargs() == {"HTTPS_PROXY": "http://alice:s3cret@proxy.invalid:1"}
+
+
 def test_apptainer_build_without_settings_passes_no_bind(project, apptainer_double):
     b.build(project, project.environment("tiny"), out=io.StringIO())
     build = [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"][0]

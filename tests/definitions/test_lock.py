@@ -4,6 +4,7 @@ the lock passing spython and shellcheck."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -42,16 +43,19 @@ def test_uv_argv_contract(lock_project):
     assert pairs["--python-platform"] == "x86_64-manylinux_2_28"
     assert pairs["--python-version"] == "3.11"
     assert pairs["--exclude-newer"] == CUTOFF
-    assert pairs["--default-index"] == "https://pypi.org/simple"
+    assert "--default-index" not in argv, "index URLs (credentials) go through uv's environment, not argv"
+    assert lock.uv_environ(reg.environment("nccl-override"), base={})["UV_DEFAULT_INDEX"] == "https://pypi.org/simple"
     assert pairs["--override"] == "overrides.txt"
     assert "--generate-hashes" in argv and "--no-config" in argv
     assert "--extra-index-url" not in argv, "the default CUDA variant comes from PyPI alone"
 
 
 def test_non_default_cuda_variant_adds_the_pytorch_index(lock_project):
-    argv = lock.uv_argv("uv", lock_project().environment("cu118"), CUTOFF)
+    env = lock_project().environment("cu118")
+    argv = lock.uv_argv("uv", env, CUTOFF)
     pairs = dict(zip(argv, argv[1:]))
-    assert pairs["--extra-index-url"] == "https://download.pytorch.org/whl/cu118"
+    assert lock.uv_environ(env, base={"UV_INDEX": "x"}) == {
+        "UV_DEFAULT_INDEX": "https://pypi.org/simple", "UV_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cu118"}
     assert pairs["--index-strategy"] == "unsafe-best-match"
     assert pairs["--python-version"] == "3.10"
 
@@ -242,3 +246,19 @@ def test_index_credentials_never_reach_the_lock_or_errors(lock_project, monkeypa
     with pytest.raises(ShipyardError) as exc:  # an unreachable index (.invalid never resolves): uv fails
         lock.compile_lock(env, CUTOFF, "https://alice:s3cret@mirror.invalid/simple")
     assert "s3cret" not in str(exc.value) and "mirror.invalid" in str(exc.value)
+
+
+def test_index_credentials_reach_uv_through_its_environment_not_its_argv(lock_project, tmp_path):
+    """A fake uv records its argv (what `ps` shows every user) and environment; the credentials are only in the
+    latter. Failed before issue 19's second half: the URL with user:token was an argument."""
+    rec = tmp_path / "rec.json"
+    fake = tmp_path / "uv"
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    f"json.dump({{'argv': sys.argv, 'env': dict(os.environ)}}, open({str(rec)!r}, 'w'))\n"
+                    "print('six==1.16.0 \\\\\\n    --hash=sha256:' + '0' * 64)\n")
+    fake.chmod(0o700)
+    env = lock_project().environment("tiny")
+    lock.compile_lock(env, CUTOFF, "https://alice:s3cret@mirror.invalid/simple", uv_bin=str(fake))
+    seen = json.loads(rec.read_text())
+    assert not any("s3cret" in a for a in seen["argv"])
+    assert seen["env"]["UV_DEFAULT_INDEX"] == "https://alice:s3cret@mirror.invalid/simple"

@@ -153,3 +153,26 @@ def test_launchers_for_two_clusters_do_not_overwrite_each_other(reg):
     with pytest.raises(ShipyardError, match=f"{a}: already a launcher for cluster site; pick another --name"):
         launch.write(_build(reg, cluster="plain", name="train-site"))
     assert "cluster site," in Path(a).read_text()
+
+
+@pytest.mark.parametrize("old,new,msg", [
+    ("mem_per_node: 256G", "mem_per_node: \"0\"",
+     "clusters.site.scheduler.partitions.shared.mem_per_node: '0': less than 1M"),
+    ("mem_per_node: 512G", "mem_per_node: 0M", "clusters.site.mem_per_node: '0M': less than 1M"),
+    ('max_time: "02:00:00"', 'max_time: "0"',
+     "clusters.site.scheduler.partitions.shared.max_time: '0' is no time limit to Slurm"),
+])
+def test_zero_memory_and_zero_time_limits_are_refused_at_load(old, new, msg):
+    """Issue 19: mem_per_node 0 became `--mem=0` (all of the node's memory) and max_time "0" no limit (both
+    failed on e0c4781)."""
+    with pytest.raises(ShipyardError, match=msg.replace(".", r"\.").replace("(", r"\(")):
+        registry.load_text(REG.replace(old, new))
+
+
+def test_a_memory_share_that_rounds_to_zero_is_refused_not_mem_0(tmp_path):
+    (tmp_path / "registry.yaml").write_text(REG.replace("mem_per_node: 256G", "mem_per_node: 3M"))
+    (tmp_path / "train.py").write_text("")
+    with pytest.raises(ShipyardError, match="3M per node .* leaves less than 1M for 1 of 4 GPUs"):
+        _build(registry.load(tmp_path / "registry.yaml"), partition="shared", gpus_per_node=1)
+    with pytest.raises(ShipyardError, match="--mem '0': less than 1M"):
+        _build(registry.load(tmp_path / "registry.yaml"), partition="shared", gpus_per_node=1, mem="0")
