@@ -320,12 +320,14 @@ def demo(c, steps=60, timeout=600, no_install=False):
         "registry": "registry file to add it to (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
         "dry_run": "show the diff only; write nothing",
         "yes": "write without asking (asked only on a terminal)",
+        "runtime": "pyxis, apptainer or host; needed for a GPU cluster whose post-install scripts do not show it",
     },
 )
 @task_guard
-def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False):
+def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False, runtime=""):
     """Turn a ParallelCluster config into a cluster profile in registry.yaml (each queue a partition); shows the diff."""
-    raise SystemExit(registry_commands.import_pcluster(config, name, registry, dry_run=dry_run, yes=yes))
+    raise SystemExit(registry_commands.import_pcluster(config, name, registry, dry_run=dry_run, yes=yes,
+                                                       runtime=runtime))
 
 
 cluster_tasks = Collection("cluster", cluster_import_pcluster)
