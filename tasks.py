@@ -242,6 +242,39 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
                                             kind=launch_options.NCCL_TEST))
 
 
+@task(
+    name="handout",
+    positional=["environment"],
+    help={
+        "environment": "the course environment (default: defaults.environment)",
+        "cluster": "cluster the students run on (default: defaults.cluster)",
+        "out": "folder to write the handout into (students copy it from there); must be empty unless --force",
+        "nodes": "nodes per student job (default: 1)",
+        "gpus_per_node": "GPUs per node (default: the partition's)",
+        "partition": "Slurm partition (default: the cluster's scheduler.partition)",
+        "time": "time limit of a student job [D-]HH[:MM[:SS]] (default: the cluster's scheduler.time)",
+        "name": "launcher name: writes OUT/<name>.sbatch (default: train-<cluster>)",
+        "account": "Slurm account the students' jobs use (default: the cluster's scheduler.account)",
+        "registry": "registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
+        "force": "replace the handout's files in a non-empty --out; also go on despite `invoke check` ERRORs",
+    },
+)
+@task_guard
+def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_per_node=None, partition=None,
+                   time=None, name=None, account=None, registry=None, force=False):
+    """Write a student folder: a launcher with no instructor path (per-user logs, checkpoints), STUDENTS.md."""
+    from shipyard.commands import course as course_commands  # lazy: start-up of every task
+
+    opts = launch_options.Options(environment=environment, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
+                                  partition=partition, time=time, name=name, account=account, registry=registry,
+                                  force=force)
+    raise SystemExit(course_commands.handout_folder(Context.load(registry), opts, out, argv_after_dashdash(sys.argv),
+                                                    force=force))
+
+
+course_tasks = Collection("course", course_handout)
+
+
 # ----------------------------------------------------------------------------------------------- sandbox, demo
 # The local Slurm cluster (shipyard/sandbox/) and the README's main command (shipyard/commands/demo.py).
 
@@ -484,4 +517,4 @@ def verify(c, env=None):
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
                 sandbox_tasks, cluster_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules, sign,
-                verify)
+                verify, course_tasks)

@@ -96,6 +96,7 @@ class Launcher:
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
     image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
+    handout: bool = False  # a student's launcher (shipyard/staging/handout.py): runs where it is submitted from
     regenerate: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -428,7 +429,7 @@ def render(l: Launcher) -> str:
         container=container_argv(l),
         env_prefix=runtimes.get(l.runtime).env_prefix,
         env_names=[v.name for v in l.env],
-        log=f"{l.log_dir}/{l.name}-%j.out",
+        log=f"logs/{l.name}-%j.out" if l.handout else f"{l.log_dir}/{l.name}-%j.out",  # handout: the submit dir's
         usage_prefix=f"{l.log_dir}/{l.name}",
     )
 
