@@ -156,9 +156,11 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "env": "environment whose image to enter (default: defaults.environment)",
         "cluster": "cluster to run on (default: defaults.cluster); uses its interactive partition",
         "dry_run": "print the exact command and the ssh config snippet, run nothing",
-        "command": "run this command (shell words) in the container on the node instead of an interactive shell",
+        "command": "run this shell command line (bash -c, e.g. 'hostname; nproc') in the container on the node instead "
+                   "of an interactive shell",
         "gpus": "GPUs to request on the node (default: 1 if the cluster has GPUs, else 0)",
-        "time": "time limit (default: the cluster's scheduler.time)",
+        "time": "time limit (default: 01:00:00 (launch.yaml shell_time), or the cluster's scheduler.time or the "
+                "partition's max_time when shorter)",
         "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
         "force": "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)",
         "partition": "partition to run on (default: the cluster's interactive partition)",

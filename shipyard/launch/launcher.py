@@ -185,8 +185,8 @@ def _resources(cl: Cluster, kind: str, nodes, gpus_per_node) -> dict:
         raise ShipyardError(f"--nodes {n}: cluster {cl.name} has {cl.nodes} nodes (clusters.{cl.name}.nodes)")
     g = options.check("gpus_per_node", gpus_per_node if gpus_per_node is not None else cl.gpus_per_node)
     if g > cl.gpus_per_node:
-        raise ShipyardError(f"--gpus-per-node {g}: cluster {cl.name} has {cl.gpus_per_node} GPUs per node "
-                            f"(clusters.{cl.name}.gpus_per_node)")
+        raise ShipyardError(f"--gpus-per-node {g}: partition {cl.partition} of cluster {cl.name} has {cl.gpus_per_node} "
+                            f"GPUs per node ({cl.key('gpus_per_node')})")
     if kind == options.NCCL_TEST and g < 1:
         raise ShipyardError(f"--gpus-per-node {g}: nccl-test runs one rank per GPU and needs at least 1")
     return {"nodes": n, "gpus_per_node": g}
