@@ -375,7 +375,9 @@ cluster_tasks = Collection("cluster", cluster_import_pcluster)
     positional=["env"],
     help={
         "env": "environment to build (default: defaults.environment)",
-        "backend": "apptainer (default: apptainer build from definitions/ENV.def) or docker (Docker Engine API)",
+        "backend": "apptainer (apptainer build from definitions/ENV.def) or docker (Docker Engine API); default: "
+                   "apptainer here, and for a batch build the tool the cluster's runtime needs (pyxis: docker, then "
+                   "enroot)",
         "fakeroot": "pass --fakeroot to apptainer build (unprivileged builds)",
         "force": "rebuild even when the manifest says the image is current; also go on despite `invoke check` "
                  "ERRORs (warned, and recorded in containers/ENV.json)",
@@ -388,7 +390,7 @@ cluster_tasks = Collection("cluster", cluster_import_pcluster)
     },
 )
 @task_guard
-def build(c, env=None, backend="apptainer", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
+def build(c, env=None, backend="", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
           cluster="", partition="", wait=False):
     """Build containers/ENV.sif (and .sqsh / a docker image) when its inputs changed; record containers/ENV.json."""
     from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
