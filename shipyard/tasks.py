@@ -1,5 +1,8 @@
 """shipyard's command line: thin invoke tasks. Each parses flags and calls the package; no logic lives here.
 
+Installed with the package: `invoke TASK` in the checkout (tasks/__init__.py re-exports this module), and
+`shipyard TASK` (or `python -m shipyard TASK`) from any folder, such as a course folder outside the checkout.
+
 Every task is wrapped in ``task_guard``: a user error prints one line and exits 2, never a traceback.
 The registry is ./registry.yaml unless $SHIPYARD_REGISTRY names another file.
 
@@ -13,8 +16,9 @@ from __future__ import annotations
 
 import sys
 
-from invoke import Collection, task
+from invoke import Collection, Program, task
 
+from shipyard import __version__
 from shipyard.cli import argv_after_dashdash, install_parser_hooks, task_guard
 from shipyard.commands import launch as launch_commands
 from shipyard.commands import registry as registry_commands
@@ -522,3 +526,9 @@ def verify(c, env=None):
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
                 sandbox_tasks, cluster_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules, sign,
                 verify, course_tasks)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `shipyard` command (console entry point, and `python -m shipyard`): these tasks from any folder, with the
+    folder's registry.yaml, without a tasks.py there."""
+    Program(namespace=ns, name="shipyard", binary="shipyard", version=__version__).run(argv)

@@ -72,3 +72,38 @@ def test_pipeline_reference_is_in_docs():
     for name in ("registry", "definitions", "build", "stage", "launch", "jobs", "sandbox", "testing",
                  "launcher-rules"):
         assert (ROOT / "docs" / f"{name}.md").is_file(), name
+
+
+def test_tasks_work_from_a_folder_outside_the_checkout(tmp_path):
+    """A course folder anywhere: `python -m shipyard` (what the `shipyard` console entry point runs) finds the tasks
+    in the installed package and the folder's own registry.yaml; there is no tasks.py in the folder."""
+    import os
+    import subprocess
+    import sys
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"shipyard": "shipyard.tasks:main"}
+    course = tmp_path / "my-course"
+    course.mkdir()
+    (course / "registry.yaml").write_text((ROOT / "examples" / "course" / "registry.yaml").read_text())
+    env = {k: v for k, v in os.environ.items() if k != "SHIPYARD_REGISTRY"}
+    res = subprocess.run([sys.executable, "-m", "shipyard", "list"], cwd=course, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "course-dev" in res.stdout and "gwdg" in res.stdout
+    help_ = subprocess.run([sys.executable, "-m", "shipyard", "--help", "course.handout"], cwd=course, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert help_.returncode == 0 and help_.stdout.startswith("Usage: shipyard [--core-opts] course.handout"), help_.stdout
+    assert sorted(p.name for p in course.iterdir()) == ["registry.yaml"]
+
+
+def test_examples_course_carries_no_generated_files():
+    """What a rehearsal writes (launch/, containers/, definitions/*.def, logs, checkpoints, a copied train.py) is not
+    part of the example; the locks are inputs, committed on purpose."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "examples/course"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert sorted(files) == ["examples/course/README.md", "examples/course/definitions/course-dev.lock",
+                             "examples/course/definitions/course.lock", "examples/course/registry.yaml"]

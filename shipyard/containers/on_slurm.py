@@ -26,18 +26,11 @@ def _directive(value, what: str):
     return escaping.sbatch_value(value, what)
 
 
-def tasks_root() -> Path:
-    """The directory holding shipyard's tasks.py, which the job runs with ``python -m invoke -r DIR``."""
-    root = Path(__file__).resolve().parents[2]  # shipyard/containers/on_slurm.py -> the checkout
-    if not (root / "tasks.py").is_file():
-        raise ShipyardError("--slurm runs `invoke build` in the job and needs shipyard's tasks.py; "
-                            "install shipyard from a checkout (pip install -e .)")
-    return root
-
-
 def job_argv(env_name: str, backend: str, fakeroot: bool, force: bool, formats: str | None,
-             python: str = sys.executable, tasks: Path | None = None) -> list[str]:
-    argv = [python, "-m", "invoke", "-r", str(tasks or tasks_root()), "build", env_name, "--backend", backend]
+             python: str = sys.executable) -> list[str]:
+    """The build the job runs on its node: `python -m shipyard build ...` with this Python (shipyard's tasks come
+    with the installed package, so the node needs no checkout, only the same Python on shared storage)."""
+    argv = [python, "-m", "shipyard", "build", env_name, "--backend", backend]
     argv += ["--fakeroot"] * fakeroot + ["--force"] * force + (["--formats", formats] if formats else [])
     return argv
 

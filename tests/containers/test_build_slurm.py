@@ -41,7 +41,7 @@ def _reg():
 
 def _job(reg, cluster: str, partition=None, **kw) -> str:
     argv = bs.job_argv("tiny", kw.get("backend", "apptainer"), kw.get("fakeroot", False), kw.get("force", False),
-                       kw.get("formats"), python="/usr/bin/python3", tasks=Path("/opt/shipyard"))
+                       kw.get("formats"), python="/usr/bin/python3")
     return bs.render_job(reg, "tiny", reg.cluster(cluster), partition, argv)
 
 
