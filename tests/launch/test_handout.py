@@ -4,7 +4,6 @@ one-page STUDENTS.md (golden), and the refusals (an image under the instructor's
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 from fixtures_launch import FAKE_ROOT, build_launcher
