@@ -27,7 +27,7 @@ from shipyard.commands import demo
 ROOT = Path(__file__).resolve().parents[2]
 COURSE = ROOT / "examples" / "course"
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 def _user(name: str, home: Path) -> pwd.struct_passwd:
