@@ -23,6 +23,7 @@ Layout::
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 DEFINITIONS = "definitions"
@@ -113,6 +114,19 @@ def launchers_dir(where) -> Path:
 def launcher_path(where, name: str) -> Path:
     """``launch/<name>.sbatch``: a launcher; the job is named ``name``."""
     return launchers_dir(where) / f"{name}{LAUNCHER_SUFFIX}"
+
+
+_WRITTEN_FOR = re.compile(r"^# environment \S+, cluster (\S+), runtime ", re.M)
+
+
+def launcher_cluster(path: Path) -> str | None:
+    """The cluster a launcher was written for (its header's ``cluster NAME``), or None (no such file, no header)."""
+    try:
+        with open(path, errors="replace") as fh:
+            m = _WRITTEN_FOR.search(fh.read(4096))
+    except OSError:
+        return None
+    return m[1] if m else None
 
 
 def launch_logs_dir(where) -> Path:

@@ -2,7 +2,7 @@
 
 Tasks with a positional argument used to take a `--help` after their name as that argument's value
 (`invoke logs --help`: "expected a Slurm job id"); the list of tasks comes from tasks.ns itself, so a new task is
-covered without editing this file. The usage line names the positionals as the README writes them.
+covered without editing this file. The usage line names the positionals as the README or docs/ write them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from invoke.main import program
 import tasks
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 TASKS = sorted(tasks.ns.task_names)
 FORMS = {"TASK --help": lambda t: (t, "--help"), "TASK -h": lambda t: (t, "-h"), "--help TASK": lambda t: ("--help", t)}
 # -h takes the same path as --help; it is checked where the bug was (a positional waiting), to keep the test short
@@ -105,7 +105,7 @@ def test_every_task_has_help(invoke, helps):
 def test_usage_agrees_with_readme(helps, name):
     usage = helps[name, "TASK --help"].stdout.splitlines()[0]
     pos = usage.split("[--options] ", 1)[1].split(" [other tasks here", 1)[0]
-    assert f"invoke {name} {pos}" in README, f"README does not show `invoke {name} {pos}`"
+    assert f"invoke {name} {pos}" in README, f"neither README.md nor docs/ show `invoke {name} {pos}`"
 
 
 def test_a_real_value_is_still_a_positional(invoke):

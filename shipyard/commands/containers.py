@@ -12,7 +12,7 @@ from shipyard.containers import engine, on_slurm, push as registry_io, sign as s
 from shipyard.errors import ShipyardError
 
 
-def build(ctx: Context, env: str | None = None, *, backend: str = "apptainer", fakeroot: bool = False,
+def build(ctx: Context, env: str | None = None, *, backend: str | None = None, fakeroot: bool = False,
           force: bool = False, formats: str | None = None, block: bool = True, slurm: bool = False,
           cluster: str | None = None, partition: str | None = None, wait: bool = False) -> int:
     """`invoke build`: locally, or as a batch job on a cluster's build partition with ``slurm``."""
@@ -20,11 +20,11 @@ def build(ctx: Context, env: str | None = None, *, backend: str = "apptainer", f
     forced = ctx.gate(environment, what=f"build {environment.name}", force=force, locks=True)
     if slurm:
         return on_slurm.submit(ctx.registry, environment.name, cluster_name=cluster or None,
-                               partition=partition or None, backend=backend, fakeroot=fakeroot, force=force,
+                               partition=partition or None, backend=backend or None, fakeroot=fakeroot, force=force,
                                formats=formats, wait=wait, out=ctx.out)
     if wait or partition or cluster:
         raise ShipyardError("--wait, --partition and --cluster only apply with --slurm")
-    engine.build(ctx.registry, environment, backend=backend, fakeroot=fakeroot, force=force, formats=formats,
+    engine.build(ctx.registry, environment, backend=backend or "apptainer", fakeroot=fakeroot, force=force, formats=formats,
                  block=block, out=ctx.out, forced=forced)
     return 0
 

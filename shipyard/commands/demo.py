@@ -157,4 +157,9 @@ def demo(ctx: Context, steps: int = 60, timeout: float = 600, install: bool = Tr
     job = run_job(ctx.registry, info, steps, timeout)
     text, ok = report(job, len(info["nodes"]), info["gpus_per_node"])
     ctx.say(text)
+    ctx.say(STAYS_UP)
     return 0 if ok else 1
+
+
+STAYS_UP = ("demo: the sandbox stays up for your own jobs (invoke sandbox.status; invoke launch --cluster sandbox "
+            "...); stop it with: invoke sandbox.down")

@@ -79,7 +79,8 @@ def compat_refresh(torch: str | None = None, write: bool = False, companions: bo
 
 
 def import_pcluster(config: str, name: str | None = None, registry_path=None, *, dry_run: bool = False,
-                    yes: bool = False, out: IO[str] | None = None, ask: Callable[[str], str] = input) -> int:
+                    yes: bool = False, runtime: str | None = None, out: IO[str] | None = None,
+                    ask: Callable[[str], str] = input) -> int:
     """`invoke cluster.import-pcluster CONFIG`: show the diff of registry.yaml with the new cluster profile, and
     (unless ``dry_run`` or the user says no on a terminal) write it; 1 when the user said no.
 
@@ -93,7 +94,7 @@ def import_pcluster(config: str, name: str | None = None, registry_path=None, *,
     except (OSError, UnicodeDecodeError) as exc:
         raise ShipyardError(f"{cpath}: cannot read the ParallelCluster config: {exc}") from None
     name = pcluster.check_name(name or cpath.stem)
-    prof = pcluster.profile(ctext, str(cpath))
+    prof = pcluster.profile(ctext, str(cpath), runtime or None)
     rpath = registry.registry_path(registry_path)
     try:
         before = rpath.read_text(encoding="utf-8")
@@ -103,6 +104,9 @@ def import_pcluster(config: str, name: str | None = None, registry_path=None, *,
     diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                 str(rpath), f"{rpath} (with clusters.{name})")
     out.write("".join(diff))
+    print("review (the config cannot say these):", file=out)
+    for note in pcluster.review(ctext, str(cpath), name, prof, runtime or None):
+        print(f"  - {note}", file=out)
     if dry_run:
         print(f"dry run: {rpath} not changed", file=out)
         return 0

@@ -26,18 +26,11 @@ def _directive(value, what: str):
     return escaping.sbatch_value(value, what)
 
 
-def tasks_root() -> Path:
-    """The directory holding shipyard's tasks.py, which the job runs with ``python -m invoke -r DIR``."""
-    root = Path(__file__).resolve().parents[2]  # shipyard/containers/on_slurm.py -> the checkout
-    if not (root / "tasks.py").is_file():
-        raise ShipyardError("--slurm runs `invoke build` in the job and needs shipyard's tasks.py; "
-                            "install shipyard from a checkout (pip install -e .)")
-    return root
-
-
 def job_argv(env_name: str, backend: str, fakeroot: bool, force: bool, formats: str | None,
-             python: str = sys.executable, tasks: Path | None = None) -> list[str]:
-    argv = [python, "-m", "invoke", "-r", str(tasks or tasks_root()), "build", env_name, "--backend", backend]
+             python: str = sys.executable) -> list[str]:
+    """The build the job runs on its node: `python -m shipyard build ...` with this Python (shipyard's tasks come
+    with the installed package, so the node needs no checkout, only the same Python on shared storage)."""
+    argv = [python, "-m", "shipyard", "build", env_name, "--backend", backend]
     argv += ["--fakeroot"] * fakeroot + ["--force"] * force + (["--formats", formats] if formats else [])
     return argv
 
@@ -56,11 +49,40 @@ def render_job(reg, env_name: str, cluster, partition: str | None, argv: list[st
     )
 
 
+# What each runtime starts, and so what a build job for its cluster must make: (default backend, format).
+_RUNTIME_NEEDS = {"apptainer": ("apptainer", "sif"), "pyxis": ("docker", "sqsh")}
+
+
+def tool_for(cluster, backend: str | None, formats: str | None) -> tuple[str, str]:
+    """(backend, formats) of a build job for ``cluster``: the tool its runtime needs when the flags do not say, and
+    a refusal when they cannot make the image it runs. apptainer clusters start a .sif (apptainer build, or docker
+    then apptainer); pyxis clusters a .sqsh, which only ``enroot import dockerd://`` after a docker build makes. A
+    cluster without a container runtime (host) is a build machine only: the flags decide, apptainer by default."""
+    need = _RUNTIME_NEEDS.get(cluster.runtime)
+    if need is None:  # a cluster without a container runtime (the sandbox) is only a build machine: the flags decide
+        backend = backend or "apptainer"
+        parse_formats(formats, backend)
+        return backend, formats
+    backend = backend or need[0]
+    if need[1] == "sqsh" and backend == "apptainer":
+        raise ShipyardError(f"build --slurm --cluster {cluster.name} --backend apptainer: the cluster runs pyxis, which "
+                            "starts an enroot .sqsh, and apptainer makes only a .sif; use --backend docker (docker and "
+                            "enroot on the build node), or build and push with docker elsewhere and run `invoke stage "
+                            f"ENV --cluster {cluster.name} --from registry`")
+    fmts = parse_formats(formats, backend)
+    if need[1] not in fmts:
+        raise ShipyardError(f"--formats {formats}: cluster {cluster.name} runs {cluster.runtime}, which starts a "
+                            f".{need[1]}; add {need[1]}")
+    return backend, formats or need[1]
+
+
 def submit(reg, env_name: str, *, cluster_name: str | None = None, partition: str | None = None,
-           backend: str = "apptainer", fakeroot: bool = False, force: bool = False, formats: str | None = None,
+           backend: str | None = None, fakeroot: bool = False, force: bool = False, formats: str | None = None,
            wait: bool = False, out: IO[str] | None = None) -> int:
-    """Write containers/logs/ENV-build.sbatch, submit it, and with ``wait`` follow the job to its end."""
+    """Write containers/logs/ENV-build.sbatch, submit it, and with ``wait`` follow the job to its end. The build
+    tool is the one the cluster's runtime needs (:func:`tool_for`)."""
     cluster = reg.cluster(cluster_name)
+    backend, formats = tool_for(cluster, backend, formats)
     if partition and cluster.partitions and partition not in cluster.partitions:
         raise ShipyardError(f"--partition {partition}: not a partition of cluster {cluster.name} "
                             f"(known: {', '.join(cluster.partitions)})")
@@ -69,7 +91,6 @@ def submit(reg, env_name: str, *, cluster_name: str | None = None, partition: st
         raise ShipyardError(f"clusters.{cluster.name}.scheduler.build_cpus {cluster.build_cpus}: partition "
                             f"{part.name} has {part.cpus_per_node} CPUs per node; lower it or pick another "
                             "--partition")
-    parse_formats(formats, backend)  # refuse bad flags before a job is queued
     text = render_job(reg, env_name, cluster, partition, job_argv(env_name, backend, fakeroot, force, formats))
     script = project.build_logs_dir(reg) / f"{env_name}-build.sbatch"
     atomic_write(script, text, mode=0o755)

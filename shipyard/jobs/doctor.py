@@ -308,8 +308,46 @@ def render(cluster: Cluster, env: Environment, findings: list[Finding]) -> str:
 # ------------------------------------------------------------------------------------------------ running the probes
 
 
-def probe_argv(reg: Registry, cluster: Cluster, storage: str, marker: str, on_node: bool) -> list[str]:
-    """The login probe is ``bash -c SCRIPT``; the node probe is the same inside a one-task srun step."""
+# sinfo's compact node states (%t) end in a flag: "~" powered off, "#" powering up, "!" pending power down, "%"
+# powering down (sinfo(1), NODE STATE CODES). Such nodes take the ResumeTimeout to boot (ParallelCluster: minutes).
+_POWER_FLAGS = ("~", "#", "!", "%")
+_RESUME = re.compile(r"^\s*ResumeTimeout\s*=\s*(\d+)\s*sec", re.M)
+
+
+def powered_down(sinfo_states: str) -> bool:
+    """True when ``sinfo -h -o %t`` lists nodes that are powered down or powering up, and no plain idle or mixed
+    node could take the probe at once."""
+    states = [s.strip() for s in sinfo_states.split() if s.strip()]
+    ready = [s for s in states if s.rstrip("*") in ("idle", "mix")]
+    return bool(states) and not ready and any(s.rstrip("*").endswith(_POWER_FLAGS) for s in states)
+
+
+def resume_timeout(config_text: str) -> int | None:
+    """Seconds of ``ResumeTimeout`` in ``scontrol show config`` (None when absent)."""
+    m = _RESUME.search(config_text)
+    return int(m[1]) if m else None
+
+
+def probe_wait(cluster: Cluster) -> tuple[int, str | None]:
+    """How long the node probe waits for an allocation: doctor.yaml's ``probe_wait_s``, or the controller's
+    ResumeTimeout when the partition's nodes are powered down (they boot first). The second value says why, for
+    the report."""
+    wait = int(facts()["probe_wait_s"])
+    states = slurm.query(cluster, ["sinfo", "-h", "-p", cluster.partition, "-o", "%t"])
+    if states.returncode != 0 or not powered_down(states.stdout):
+        return wait, None
+    conf = slurm.query(cluster, ["scontrol", "show", "config"])
+    resume = resume_timeout(conf.stdout) if conf.returncode == 0 else None
+    if resume and resume > wait:
+        return resume, (f"partition {cluster.partition}'s nodes are powered down: waited up to {resume} s "
+                        "(ResumeTimeout) for one to boot")
+    return wait, None
+
+
+def probe_argv(reg: Registry, cluster: Cluster, storage: str, marker: str, on_node: bool,
+               wait_s: int | None = None) -> list[str]:
+    """The login probe is ``bash -c SCRIPT``; the node probe is the same inside a one-task srun step that waits
+    ``wait_s`` (default: doctor.yaml's ``probe_wait_s``) for its allocation."""
     mods = list(runtimes.get(cluster.runtime).modules(cluster))
     probe = ["bash", "-c", probe_script(), JOB_NAME, storage, marker, *mods]
     if not on_node:
@@ -319,7 +357,7 @@ def probe_argv(reg: Registry, cluster: Cluster, storage: str, marker: str, on_no
     if cluster.account:
         srun.append(f"--account={cluster.account}")
     srun += ["--nodes=1", "--ntasks=1", f"--job-name={JOB_NAME}", f"--time={f['probe_time']}",
-             f"--immediate={f['probe_wait_s']}"]
+             f"--immediate={wait_s or f['probe_wait_s']}"]
     if cluster.gpus_per_node > 0:
         srun.append("--gpus-per-node=1")
     return srun + probe
@@ -339,8 +377,8 @@ def run_probes(reg: Registry, cluster: Cluster) -> tuple[str, Probe, Probe | Non
     marker = marker_path.name if marker_path else "-"
     try:
         login = parse_probe(slurm.run(cluster, probe_argv(reg, cluster, storage, "-", False), timeout=60).stdout)
-        wait = float(facts()["probe_wait_s"]) + 300
-        res = slurm.run(cluster, probe_argv(reg, cluster, storage, marker, True), timeout=wait)
+        wait_s, _ = probe_wait(cluster)
+        res = slurm.run(cluster, probe_argv(reg, cluster, storage, marker, True, wait_s), timeout=wait_s + 300)
     finally:
         if marker_path:
             marker_path.unlink(missing_ok=True)

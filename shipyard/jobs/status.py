@@ -152,8 +152,24 @@ def stdout_from_scontrol(text: str) -> str | None:
     return m[1] if m and m[1] != "(null)" else None
 
 
+def logs_for(reg: Registry, cluster: str, jobid: str) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """launch/logs/NAME-JOBID.out files of ``cluster``'s jobs, and (file, cluster) of those whose launcher
+    launch/NAME.sbatch was written for another cluster: job ids repeat across clusters, so the number alone does
+    not say whose log it is. A log whose launcher is gone counts as this cluster's (nothing says otherwise)."""
+    mine, other = [], []
+    for log in sorted(project.launch_logs_dir(reg).glob(f"*-{jobid}.out")):
+        name = log.name[: -len(f"-{jobid}.out")]
+        written_for = project.launcher_cluster(project.launcher_path(reg, name))
+        if written_for is None or written_for == cluster:
+            mine.append(log)
+        else:
+            other.append((log, written_for))
+    return mine, other
+
+
 def find_log(reg: Registry, cluster: Cluster, jobid: str, wait: bool = False) -> Path:
-    """The job's output file: scontrol's StdOut while the controller knows the job, else launch/logs/*-JOBID.out.
+    """The job's output file: scontrol's StdOut while ``cluster``'s controller knows the job, else
+    launch/logs/*-JOBID.out of a launcher written for ``cluster`` (:func:`logs_for`).
 
     With ``wait`` (following), a job that has not started yet is waited for until Slurm creates its file."""
     if not _JOBID.match(str(jobid)):
@@ -167,9 +183,13 @@ def find_log(reg: Registry, cluster: Cluster, jobid: str, wait: bool = False) ->
                 slurm.Job(cluster, jobid).wait(poll=slurm.policy()["poll"]["log_s"], until=p.exists)
             if p.exists():
                 return p
-    found = sorted(project.launch_logs_dir(reg).glob(f"*-{jobid}.out"))
+    found, elsewhere = logs_for(reg, cluster.name, jobid)
     if found:
         return found[0]
+    if elsewhere:
+        raise ShipyardError(f"job {jobid}: not known to cluster {cluster.name}'s Slurm, and {elsewhere[0][0]} is the "
+                            f"log of a job {jobid} on cluster {elsewhere[0][1]} (same number, another cluster); "
+                            f"pass --cluster {elsewhere[0][1]} for that one")
     if res.returncode == 0 and not stdout_from_scontrol(res.stdout):
         raise ShipyardError(f"job {jobid} has no output file (an interactive srun/salloc job: its output went to "
                             "the terminal)")

@@ -76,7 +76,7 @@ def check_forbidden(cluster: Cluster, names, where: str) -> None:
     for name in names:
         if name in never:
             raise ShipyardError(f"{where}: {name} must not be set on a {cluster.fabric} fabric "
-                                f"(launcher-rules.md rule 9); remove it")
+                                f"(docs/launcher-rules.md rule 9); remove it")
 
 
 def expected_transport(fabric: str) -> str:

@@ -96,6 +96,7 @@ class Launcher:
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
     image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
+    handout: bool = False  # a student's launcher (shipyard/staging/handout.py): runs where it is submitted from
     regenerate: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -184,8 +185,8 @@ def _resources(cl: Cluster, kind: str, nodes, gpus_per_node) -> dict:
         raise ShipyardError(f"--nodes {n}: cluster {cl.name} has {cl.nodes} nodes (clusters.{cl.name}.nodes)")
     g = options.check("gpus_per_node", gpus_per_node if gpus_per_node is not None else cl.gpus_per_node)
     if g > cl.gpus_per_node:
-        raise ShipyardError(f"--gpus-per-node {g}: cluster {cl.name} has {cl.gpus_per_node} GPUs per node "
-                            f"(clusters.{cl.name}.gpus_per_node)")
+        raise ShipyardError(f"--gpus-per-node {g}: partition {cl.partition} of cluster {cl.name} has {cl.gpus_per_node} "
+                            f"GPUs per node ({cl.key('gpus_per_node')})")
     if kind == options.NCCL_TEST and g < 1:
         raise ShipyardError(f"--gpus-per-node {g}: nccl-test runs one rank per GPU and needs at least 1")
     return {"nodes": n, "gpus_per_node": g}
@@ -435,7 +436,7 @@ def render(l: Launcher) -> str:
         container=container_argv(l),
         env_prefix=runtimes.get(l.runtime).env_prefix,
         env_names=[v.name for v in l.env],
-        log=f"{l.log_dir}/{l.name}-%j.out",
+        log=f"logs/{l.name}-%j.out" if l.handout else f"{l.log_dir}/{l.name}-%j.out",  # handout: the submit dir's
         usage_prefix=f"{l.log_dir}/{l.name}",
     )
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from shipyard import slurm
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
+from shipyard.launch import options
 from shipyard import runtimes
 from shipyard.runtimes.mounts import job_mounts
 from shipyard.runtimes import Placement
@@ -61,6 +62,13 @@ def ssh_snippet(cluster: Cluster, user: str) -> str:
     ])
 
 
+def _default_time(cluster: Cluster) -> str:
+    """The shell's time limit without --time: launch.yaml's ``shell_time``, or the cluster's ``scheduler.time`` or
+    the partition's ``max_time`` when shorter. Never none: a forgotten shell must not hold a GPU node for long."""
+    candidates = [options.defaults()["shell_time"], cluster.time, cluster.partition_info().max_time]
+    return min((c for c in candidates if c), key=options.seconds)
+
+
 def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | None = None,
           gpus: int | str | None = None, time: str | None = None, user: str | None = None,
           runtime: str | None = None, partition: str | None = None) -> ShellPlan:
@@ -84,13 +92,17 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
         raise ShipyardError(f"--gpus {gpus}: partition {partition} of cluster {cluster.name} has "
                             f"{cluster.gpus_per_node} GPUs per node ({cluster.key('gpus_per_node')}); "
                             f"use 0 to {cluster.gpus_per_node}")
-    try:
-        words = shlex.split(command) if command is not None else None
-    except ValueError as exc:
-        raise ShipyardError(f"--command {command!r}: {exc} (give shell words, e.g. --command \"python -c 'print(1)'\")") from None
-    if words is not None and not words:
+    # --command is a shell string, run by bash on the node (in the container): `hostname; nproc`, pipes, $VARS
+    if command is not None and not command.strip():
         raise ShipyardError("--command '': give the command to run on the node, e.g. --command 'nvidia-smi -L'")
-    time = time or cluster.time
+    if command is not None:
+        try:
+            shlex.split(command)  # an unterminated quote is refused here, not by bash on a node after the queue
+        except ValueError as exc:
+            raise ShipyardError(f"--command {command!r}: {exc} (give a shell command line, e.g. --command "
+                                "'hostname; nproc')") from None
+    words = ["bash", "-c", command] if command is not None else None
+    time = time or _default_time(cluster)
     srun = ["srun", f"--partition={partition}"]
     if cluster.account:
         srun.append(f"--account={cluster.account}")

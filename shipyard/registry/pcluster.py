@@ -4,7 +4,8 @@ Why: a ParallelCluster user already has a config that says almost everything shi
 instance types, EFA, shared storage, whether pyxis is installed); writing the profile by hand repeats it, with the
 usual typos. Each Slurm queue becomes a partition with its instances' facts from ``shipyard/data/ec2.yaml`` (GPUs,
 model, arch, vCPUs, schedulable memory, network rate); ``Efa.Enabled`` decides its fabric; SharedStorage mount dirs
-become binds; a pyxis post-install script picks the pyxis runtime.
+become binds; a pyxis post-install script picks the pyxis runtime (a GPU cluster whose config does not show its
+runtime needs ``--runtime``: never a silent ``host``), and :func:`review` lists what the config cannot say.
 
 The profile is inserted as text into registry.yaml (the user's comments and layout stay as they are), the result is
 loaded and validated like any registry before anything is written, the diff is shown, and the file is replaced
@@ -103,15 +104,61 @@ def _scripts(node: Any) -> list[str]:
     return []
 
 
-def _runtime(config: dict) -> str:
+RUNTIMES = ("pyxis", "apptainer", "host")
+
+
+def _detected_runtime(config: dict) -> str | None:
     """pyxis where a post-install script installs it (aws-samples' pyxis/enroot scripts), apptainer where one
-    installs Apptainer/Singularity, else the host Python."""
+    installs Apptainer/Singularity; None when the config does not say."""
     scripts = " ".join(_scripts(config)).lower()
     if "pyxis" in scripts or "enroot" in scripts:
         return "pyxis"
     if "apptainer" in scripts or "singularity" in scripts:
         return "apptainer"
-    return "host"
+    return None
+
+
+def _runtime(config: dict, fname: str, gpu: bool, chosen: str | None) -> str:
+    """``--runtime`` when given; else what the post-install scripts install; else ``host`` for a cluster without
+    GPUs. A GPU cluster whose runtime the config does not show is refused: a silent ``host`` would run training
+    outside any container, and `invoke check` could not tell."""
+    if chosen:
+        if chosen not in RUNTIMES:
+            raise ShipyardError(f"--runtime {chosen!r}: use one of {', '.join(RUNTIMES)}")
+        return chosen
+    found = _detected_runtime(config)
+    if found or not gpu:
+        return found or "host"
+    raise ShipyardError(f"{fname}: no post-install script installs pyxis/enroot or Apptainer, so the config does not "
+                        "say how jobs start containers; pass --runtime pyxis (ParallelCluster's usual), --runtime "
+                        "apptainer, or --runtime host (no container: the nodes' own Python)")
+
+
+def newest_efa_installer() -> str:
+    """The newest EFA installer release shipyard's compatibility data knows (shipyard/data/compat.yaml)."""
+    known = facts.load("compat")["efa"]["installers"]
+    return max(known, key=lambda v: tuple(int(x) for x in str(v).split(".")))
+
+
+def review(config_text: str, fname: str, name: str, prof: dict, chosen: str | None = None) -> list[str]:
+    """What the import could not know from the config, one line each, for the user to review before the first job:
+    how the runtime was chosen, the driver, the account, the login host, the EFA installer version it suggested."""
+    config, _ = loader.parse_yaml(config_text, fname, core12=True)
+    key = f"clusters.{name}"
+    rt = prof["runtime"]
+    why = ("--runtime" if chosen else "a post-install script installs it" if _detected_runtime(config)
+           else "no GPUs: the nodes' own Python, no container")
+    notes = [f"{key}.runtime: {rt} ({why})"]
+    if prof.get("gpus_per_node"):
+        notes.append(f"{key}.driver: not in the config; set it to the NVIDIA driver of the compute nodes' AMI "
+                     f"(`invoke doctor --cluster {name}` reads it with nvidia-smi), or `invoke check` cannot judge "
+                     "CUDA against it")
+    notes.append(f"{key}.scheduler.account: not in the config; set it if your site charges jobs to an account")
+    notes.append(f"{key}.login: not in the config; the head node's host name, for `invoke shell`'s ssh snippet")
+    if (prof.get("fabric_options") or {}).get("efa_installer"):
+        notes.append(f"{key}.fabric_options.efa_installer: {prof['fabric_options']['efa_installer']}, the newest "
+                     "release shipyard's data knows; the image installs this version (pin another deliberately)")
+    return notes
 
 
 def _partition(queue: dict, qpath: tuple, lines, fname: str) -> dict:  # noqa: C901 - one queue, key by key
@@ -164,8 +211,9 @@ def _partition(queue: dict, qpath: tuple, lines, fname: str) -> dict:  # noqa: C
     return {k: v for k, v in part.items() if v is not None}
 
 
-def profile(config_text: str, fname: str) -> dict:
-    """The cluster profile (plain data, as it goes into registry.yaml) for a ParallelCluster config's text."""
+def profile(config_text: str, fname: str, runtime: str | None = None) -> dict:
+    """The cluster profile (plain data, as it goes into registry.yaml) for a ParallelCluster config's text;
+    ``runtime`` is the user's ``--runtime`` (see :func:`_runtime`)."""
     config, lines = loader.parse_yaml(config_text, fname, core12=True)  # ParallelCluster reads YAML 1.2
     if not isinstance(config, dict):
         raise ShipyardError(f"{fname}:1: not a ParallelCluster config (expected a mapping with Scheduling)")
@@ -211,7 +259,7 @@ def profile(config_text: str, fname: str) -> dict:
     d = parts[default]
     out: dict[str, Any] = {
         "description": f"imported from ParallelCluster config {Path(fname).name}",
-        "runtime": _runtime(config),
+        "runtime": _runtime(config, fname, bool(gpu_parts), runtime),
         "fabric": d["fabric"],
         "gpus_per_node": d["gpus_per_node"],
         "cpus_per_node": d["cpus_per_node"],
@@ -227,6 +275,8 @@ def profile(config_text: str, fname: str) -> dict:
         out["binds"] = binds
     out["storage"] = f"{store.rstrip('/')}/shipyard/images"
     out["fabric_options"] = {"line_rate_gbps": d["line_rate_gbps"]}
+    if any(p["fabric"] == "efa" for p in parts.values()):
+        out["fabric_options"]["efa_installer"] = newest_efa_installer()  # a suggestion: review() says so
     return out
 
 

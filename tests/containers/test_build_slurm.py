@@ -41,7 +41,7 @@ def _reg():
 
 def _job(reg, cluster: str, partition=None, **kw) -> str:
     argv = bs.job_argv("tiny", kw.get("backend", "apptainer"), kw.get("fakeroot", False), kw.get("force", False),
-                       kw.get("formats"), python="/usr/bin/python3", tasks=Path("/opt/shipyard"))
+                       kw.get("formats"), python="/usr/bin/python3")
     return bs.render_job(reg, "tiny", reg.cluster(cluster), partition, argv)
 
 
@@ -75,6 +75,36 @@ def test_unusable_directive_values_are_refused():
     reg = _reg()
     with pytest.raises(ShipyardError, match="not usable in an #SBATCH line"):
         _job(reg, "hpc", partition="gpu --exclusive")
+
+
+PYXIS = """\
+  pc:
+    runtime: pyxis
+    fabric: efa
+    gpus_per_node: 8
+    scheduler: {partition: gpu, partitions: [gpu, cpu], build_partition: cpu}
+    storage: /fsx/images
+    fabric_options: {efa_installer: "1.43.0"}
+"""
+
+
+def test_build_job_picks_the_tool_the_clusters_runtime_needs():
+    """apptainer clusters get apptainer (a .sif); pyxis clusters docker + enroot (a .sqsh); combinations that cannot
+    make the image the runtime starts are refused before a job is queued; a host cluster is only a build machine."""
+    text = fb.PROJECT_REGISTRY.format(registry="127.0.0.1:9").replace("clusters:\n", "clusters:\n" + HPC + PYXIS, 1)
+    reg = registry.load_text(text, "registry.yaml", Path("/proj/registry.yaml"))
+    assert bs.tool_for(reg.cluster("hpc"), None, None) == ("apptainer", "sif")
+    assert bs.tool_for(reg.cluster("hpc"), "docker", None) == ("docker", "sif")
+    assert bs.tool_for(reg.cluster("pc"), None, None) == ("docker", "sqsh")
+    assert bs.tool_for(reg.cluster("pc"), "docker", "sif,sqsh") == ("docker", "sif,sqsh")
+    with pytest.raises(ShipyardError, match="runs pyxis, which starts an enroot .sqsh, and apptainer makes only a "
+                                            ".sif; use --backend docker"):
+        bs.tool_for(reg.cluster("pc"), "apptainer", None)
+    with pytest.raises(ShipyardError, match="--formats sif: cluster pc runs pyxis, which starts a .sqsh; add sqsh"):
+        bs.tool_for(reg.cluster("pc"), "docker", "sif")
+    with pytest.raises(ShipyardError, match="--formats sqsh: cluster hpc runs apptainer, which starts a .sif"):
+        bs.tool_for(reg.cluster("hpc"), "docker", "sqsh")
+    assert bs.tool_for(reg.cluster("sandbox"), None, None) == ("apptainer", None)
 
 
 def test_partition_must_belong_to_the_cluster(project):

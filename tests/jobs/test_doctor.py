@@ -210,6 +210,27 @@ def _lines(text: str) -> dict:
     return out
 
 
+def test_powered_down_nodes_make_the_probe_wait_for_the_resume_timeout():
+    """sinfo's compact states (sinfo(1), NODE STATE CODES: ~ powered off, # powering up, % powering down, * not
+    responding) and scontrol show config's ResumeTimeout line (its format checked on the real sandbox below)."""
+    assert doctor.powered_down("idle~\nidle~\nalloc\n")  # ParallelCluster's dynamic nodes before the first job
+    assert doctor.powered_down("mix#\nidle~*\n")
+    assert not doctor.powered_down("idle\nidle~\n")  # an idle node takes the probe at once
+    assert not doctor.powered_down("alloc\nmix\n") and not doctor.powered_down("")
+    text = "SuspendTimeout          = 30 sec\nResumeTimeout           = 1800 sec\nResvOverRun             = 0 min\n"
+    assert doctor.resume_timeout(text) == 1800 and doctor.resume_timeout("Foo = 1 sec\n") is None
+
+
+@pytest.mark.slurm
+def test_probe_wait_on_the_real_sandbox(sandbox, monkeypatch):
+    """The sandbox's nodes are up: the ordinary wait; its controller's config has a ResumeTimeout line to read."""
+    monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
+    cl = registry.load(ROOT / "registry.yaml").cluster("sandbox")
+    assert doctor.probe_wait(cl) == (int(doctor.facts()["probe_wait_s"]), None)
+    conf = sandbox.run(["scontrol", "show", "config"])
+    assert doctor.resume_timeout(conf.stdout) is not None, conf.stdout[:2000]
+
+
 @pytest.mark.slurm
 def test_doctor_on_the_sandbox_for_real(sandbox, tmp_path):
     env = _sandbox_project(tmp_path, sandbox)
@@ -293,4 +314,4 @@ def test_doctor_without_pyxis_fails_a_pyxis_cluster(sandbox, tmp_path, without_s
     found = _lines(proc.stdout)
     assert found[("FAIL", "login", "pyxis")].startswith("runtime pyxis, but srun --help does not list")
     node = [w for (s, w, c) in found if c == "srun"][0]
-    assert found[("FAIL", node, "enroot")].startswith("enroot not found")
+    assert found[("FAIL", node, "enroot")].startswith("enroot not found"), proc.stdout

@@ -325,7 +325,7 @@ def test_monitor_writes_the_contract_csv_layout(launch_registry):
         (dict(cluster="nope"), "unknown cluster 'nope'"),
         (dict(runtime="docker"), "--runtime 'docker': unknown runtime \\(valid: pyxis, apptainer, host\\)"),
         (dict(partition="gpu"), "--partition 'gpu': not a partition of cluster lab-socket \\(valid: debug\\)"),
-        (dict(gpus_per_node=3), "--gpus-per-node 3: cluster lab-socket has 2 GPUs per node"),
+        (dict(gpus_per_node=3), "--gpus-per-node 3: partition debug of cluster lab-socket has 2 GPUs per node"),
         (dict(nodes=0), "--nodes 0: must be at least 1"),
         (dict(nodes=-1), "--nodes -1: must be at least 1"),
         (dict(nodes="two"), "--nodes 'two': expected an integer"),

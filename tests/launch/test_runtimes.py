@@ -20,7 +20,7 @@ RUNTIME_DIR = Path(runtimes.__file__).parent
 
 
 def load_tasks():
-    spec = importlib.util.spec_from_file_location("shipyard_tasks_under_test", ROOT / "tasks.py")
+    spec = importlib.util.spec_from_file_location("shipyard_tasks_under_test", ROOT / "shipyard" / "tasks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

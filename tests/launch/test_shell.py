@@ -65,7 +65,7 @@ def test_runtimes_follow_the_launcher_rules(tools_registry):
     assert px.index("--pty") < px.index("bash") and px[-1] == "bash"
     host = list(_plan(tools_registry, None, "sandbox", command="hostname", user="alice").argv)
     assert host == ["srun", "--partition=debug", "--nodes=1", "--ntasks=1", "--job-name=shipyard-shell",
-                    "--gpus-per-node=1", "--time=00:10:00", "hostname"]
+                    "--gpus-per-node=1", "--time=00:10:00", "bash", "-c", "hostname"]
 
 
 def test_hostile_site_values_stay_words_and_never_run(tools_registry, tmp_path):
@@ -78,7 +78,7 @@ def test_hostile_site_values_stay_words_and_never_run(tools_registry, tmp_path):
             assert words == list(plan.argv)
             assert any(HOSTILE_STORAGE in w for w in words)
             if command:
-                assert words[-5:] == ["a b", "$(touch PWNED)", ";", "it's", "ü\nx"]
+                assert words[-3:] == ["bash", "-c", cmd]  # one shell string, run by bash on the node
     loads = shell.command_line(_plan(tools_registry, None, "hostile", user="x")).split(" && ")[:-1]
     assert [bash_words(l) for l in loads] == [["module", "load", "apptainer/1.3 $(id)"], ["module", "load", "cuda;12"]]
     assert not list(tmp_path.rglob("PWNED")) and not (ROOT / "PWNED").exists()
@@ -232,3 +232,19 @@ def test_pyxis_runtime_flags_reach_the_node(sandbox, sandbox_env, tmp_path, pyxi
     assert got["SHIPYARD_PYXIS_DOUBLE_CONTAINER_IMAGE"] == str(image)
     assert got["SHIPYARD_PYXIS_DOUBLE_CONTAINER_MOUNTS"] == f"{tmp_path}:{tmp_path}"
     assert got["SHIPYARD_PYXIS_DOUBLE_CONTAINER_WORKDIR"] == str(tmp_path)
+
+
+def test_command_is_one_shell_string_and_shells_have_a_time_limit(tools_registry):
+    """`--command 'hostname; nproc'` runs as one bash command line on the node; without --time a shell gets
+    launch.yaml's shell_time, or the cluster's shorter scheduler.time (a forgotten shell must not hold a node)."""
+    from dataclasses import replace
+
+    from shipyard.launch import options
+
+    plan = _plan(tools_registry, None, "sandbox", command="hostname; nproc", user="alice")
+    assert list(plan.argv[-3:]) == ["bash", "-c", "hostname; nproc"]
+    assert "--time=00:10:00" in plan.argv  # the sandbox's scheduler.time is shorter than shell_time
+    cl = replace(tools_registry.cluster("grete"), time=None)
+    no_time = shell.build(tools_registry, tools_registry.environment(None), cl, user="alice")
+    assert f"--time={options.defaults()['shell_time']}" in no_time.argv
+    assert "--time=00:05:00" in _plan(tools_registry, None, "grete", time="00:05:00", user="alice").argv

@@ -98,7 +98,8 @@ def test_flags_override_and_are_checked_against_the_partition(reg):
         _build(reg, partition="shared", mem="300G")
     with pytest.raises(ShipyardError, match="--mem '12 GB': expected a Slurm memory size"):
         _build(reg, mem="12 GB")
-    with pytest.raises(ShipyardError, match="--gpus-per-node 2: cluster site has 1 GPUs per node"):
+    with pytest.raises(ShipyardError, match=r"--gpus-per-node 2: partition interactive of cluster site has 1 GPUs per "
+                       r"node \(clusters.site.scheduler.partitions.interactive.gpus_per_node\)"):
         _build(reg, partition="interactive", gpus_per_node=2)
 
 

@@ -19,8 +19,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "pcluster"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def prof(name: str) -> dict:
-    return pcluster.profile((DATA / name).read_text(), str(DATA / name))
+def prof(name: str, runtime: str | None = None) -> dict:
+    return pcluster.profile((DATA / name).read_text(), str(DATA / name), runtime)
 
 
 def parts(p: dict) -> dict:
@@ -32,7 +32,7 @@ def parts(p: dict) -> dict:
 
 
 def test_p4de_and_g5_queues_with_the_older_instancetype_key():
-    p = prof("awsome-p4de-g5.yaml")
+    p = prof("awsome-p4de-g5.yaml", runtime="pyxis")
     gpu, inf = parts(p)["compute-gpu"], parts(p)["inference-gpu"]
     assert (gpu["instance_type"], gpu["gpus_per_node"], gpu["gpus"], gpu["cpus_per_node"], gpu["mem_per_node"],
             gpu["fabric"], gpu["line_rate_gbps"], gpu["exclusive"]) == \
@@ -40,8 +40,40 @@ def test_p4de_and_g5_queues_with_the_older_instancetype_key():
     assert (inf["instance_type"], inf["gpus_per_node"], inf["gpus"], inf["cpus_per_node"], inf["mem_per_node"],
             inf["fabric"], inf["line_rate_gbps"], inf["exclusive"]) == \
         ("g5.12xlarge", 4, [{"model": "A10G", "arch": "sm_86"}], 48, "186777M", "socket", 40, False)
-    assert p["scheduler"]["partition"] == "compute-gpu" and p["runtime"] == "host"
+    assert p["scheduler"]["partition"] == "compute-gpu" and p["runtime"] == "pyxis"
     assert p["binds"] == ["/fsx:/fsx", "/apps:/apps"] and p["storage"] == "/fsx/shipyard/images"
+
+
+def test_a_gpu_cluster_never_gets_a_silent_host_runtime(tmp_path):
+    """Its scripts install neither pyxis nor Apptainer: the import asks for --runtime, in one line, writing nothing."""
+    with pytest.raises(ShipyardError, match=r"awsome-p4de-g5.yaml: no post-install script .* pass --runtime pyxis"):
+        prof("awsome-p4de-g5.yaml")
+    reg = tmp_path / "registry.yaml"
+    reg.write_text((REPO / "registry.yaml").read_text())
+    with pytest.raises(ShipyardError, match="--runtime"):
+        registry_commands.import_pcluster(str(DATA / "awsome-p4de-g5.yaml"), "pc", str(reg), yes=True)
+    assert reg.read_text() == (REPO / "registry.yaml").read_text()
+    assert prof("awsome-p4de-g5.yaml", runtime="host")["runtime"] == "host"  # chosen, not silent
+    with pytest.raises(ShipyardError, match="--runtime 'docker': use one of pyxis, apptainer, host"):
+        prof("awsome-p4de-g5.yaml", runtime="docker")
+
+
+def test_review_lists_what_the_config_cannot_say():
+    text = (DATA / "awsome-p5-base.yaml").read_text()
+    p = pcluster.profile(text, "p5.yaml")
+    newest = pcluster.newest_efa_installer()
+    assert p["fabric_options"]["efa_installer"] == newest
+    notes = pcluster.review(text, "p5.yaml", "aws", p)
+    assert notes[0] == "clusters.aws.runtime: pyxis (a post-install script installs it)"
+    keys = [n.split(":", 1)[0] for n in notes]
+    assert keys == ["clusters.aws.runtime", "clusters.aws.driver", "clusters.aws.scheduler.account",
+                    "clusters.aws.login", "clusters.aws.fabric_options.efa_installer"]
+    assert newest in notes[-1]
+    cpu = (DATA / "aws-parallelcluster-slurm-required.yaml").read_text()
+    cp = pcluster.profile(cpu, "cpu.yaml")
+    assert "efa_installer" not in cp["fabric_options"]
+    assert [n.split(":", 1)[0] for n in pcluster.review(cpu, "cpu.yaml", "c", cp)] == \
+        ["clusters.c.runtime", "clusters.c.scheduler.account", "clusters.c.login"]
 
 
 def test_p5_with_pyxis_post_install_script():
@@ -122,6 +154,7 @@ def imported(tmp_path):
                      str(reg), "--yes", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert f"+++ {reg} (with clusters.pc)" in res.stdout and "wrote clusters.pc" in res.stdout
+    assert "review (the config cannot say these):\n  - clusters.pc.runtime: pyxis" in res.stdout
     return reg
 
 

@@ -110,6 +110,7 @@ def test_invoke_demo_end_to_end(sandbox, tmp_path, invoke):
                      out, re.M), out
     log = re.search(r"^log: (.*)$", out, re.M)[1]
     assert Path(log).parent == tmp_path / "launch" / "logs" and "result: world_size=4" in Path(log).read_text()
+    assert out.rstrip().splitlines()[-1] == demo.STAYS_UP  # the sandbox outlives the demo, and it says how to stop it
 
 
 def test_up_twice_is_idempotent(sandbox):

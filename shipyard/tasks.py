@@ -1,5 +1,8 @@
 """shipyard's command line: thin invoke tasks. Each parses flags and calls the package; no logic lives here.
 
+Installed with the package: `invoke TASK` in the checkout (tasks/__init__.py re-exports this module), and
+`shipyard TASK` (or `python -m shipyard TASK`) from any folder, such as a course folder outside the checkout.
+
 Every task is wrapped in ``task_guard``: a user error prints one line and exits 2, never a traceback.
 The registry is ./registry.yaml unless $SHIPYARD_REGISTRY names another file.
 
@@ -13,8 +16,9 @@ from __future__ import annotations
 
 import sys
 
-from invoke import Collection, task
+from invoke import Collection, Program, task
 
+from shipyard import __version__
 from shipyard.cli import argv_after_dashdash, install_parser_hooks, task_guard
 from shipyard.commands import launch as launch_commands
 from shipyard.commands import registry as registry_commands
@@ -156,9 +160,11 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "env": "environment whose image to enter (default: defaults.environment)",
         "cluster": "cluster to run on (default: defaults.cluster); uses its interactive partition",
         "dry_run": "print the exact command and the ssh config snippet, run nothing",
-        "command": "run this command (shell words) in the container on the node instead of an interactive shell",
+        "command": "run this shell command line (bash -c, e.g. 'hostname; nproc') in the container on the node instead "
+                   "of an interactive shell",
         "gpus": "GPUs to request on the node (default: 1 if the cluster has GPUs, else 0)",
-        "time": "time limit (default: the cluster's scheduler.time)",
+        "time": "time limit (default: 01:00:00 (launch.yaml shell_time), or the cluster's scheduler.time or the "
+                "partition's max_time when shorter)",
         "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
         "force": "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)",
         "partition": "partition to run on (default: the cluster's interactive partition)",
@@ -242,6 +248,39 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
                                             kind=launch_options.NCCL_TEST))
 
 
+@task(
+    name="handout",
+    positional=["environment"],
+    help={
+        "environment": "the course environment (default: defaults.environment)",
+        "cluster": "cluster the students run on (default: defaults.cluster)",
+        "out": "folder to write the handout into (students copy it from there); must be empty unless --force",
+        "nodes": "nodes per student job (default: 1)",
+        "gpus_per_node": "GPUs per node (default: the partition's)",
+        "partition": "Slurm partition (default: the cluster's scheduler.partition)",
+        "time": "time limit of a student job [D-]HH[:MM[:SS]] (default: the cluster's scheduler.time)",
+        "name": "launcher name: writes OUT/<name>.sbatch (default: train-<cluster>)",
+        "account": "Slurm account the students' jobs use (default: the cluster's scheduler.account)",
+        "registry": "registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
+        "force": "replace the handout's files in a non-empty --out; also go on despite `invoke check` ERRORs",
+    },
+)
+@task_guard
+def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_per_node=None, partition=None,
+                   time=None, name=None, account=None, registry=None, force=False):
+    """Write a student folder: a launcher with no instructor path (per-user logs, checkpoints), STUDENTS.md."""
+    from shipyard.commands import course as course_commands  # lazy: start-up of every task
+
+    opts = launch_options.Options(environment=environment, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
+                                  partition=partition, time=time, name=name, account=account, registry=registry,
+                                  force=force)
+    raise SystemExit(course_commands.handout_folder(Context.load(registry), opts, out, argv_after_dashdash(sys.argv),
+                                                    force=force))
+
+
+course_tasks = Collection("course", course_handout)
+
+
 # ----------------------------------------------------------------------------------------------- sandbox, demo
 # The local Slurm cluster (shipyard/sandbox/) and the README's main command (shipyard/commands/demo.py).
 
@@ -320,12 +359,14 @@ def demo(c, steps=60, timeout=600, no_install=False):
         "registry": "registry file to add it to (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
         "dry_run": "show the diff only; write nothing",
         "yes": "write without asking (asked only on a terminal)",
+        "runtime": "pyxis, apptainer or host; needed for a GPU cluster whose post-install scripts do not show it",
     },
 )
 @task_guard
-def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False):
+def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False, runtime=""):
     """Turn a ParallelCluster config into a cluster profile in registry.yaml (each queue a partition); shows the diff."""
-    raise SystemExit(registry_commands.import_pcluster(config, name, registry, dry_run=dry_run, yes=yes))
+    raise SystemExit(registry_commands.import_pcluster(config, name, registry, dry_run=dry_run, yes=yes,
+                                                       runtime=runtime))
 
 
 cluster_tasks = Collection("cluster", cluster_import_pcluster)
@@ -338,7 +379,9 @@ cluster_tasks = Collection("cluster", cluster_import_pcluster)
     positional=["env"],
     help={
         "env": "environment to build (default: defaults.environment)",
-        "backend": "apptainer (default: apptainer build from definitions/ENV.def) or docker (Docker Engine API)",
+        "backend": "apptainer (apptainer build from definitions/ENV.def) or docker (Docker Engine API); default: "
+                   "apptainer here, and for a batch build the tool the cluster's runtime needs (pyxis: docker, then "
+                   "enroot)",
         "fakeroot": "pass --fakeroot to apptainer build (unprivileged builds)",
         "force": "rebuild even when the manifest says the image is current; also go on despite `invoke check` "
                  "ERRORs (warned, and recorded in containers/ENV.json)",
@@ -351,7 +394,7 @@ cluster_tasks = Collection("cluster", cluster_import_pcluster)
     },
 )
 @task_guard
-def build(c, env=None, backend="apptainer", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
+def build(c, env=None, backend="", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
           cluster="", partition="", wait=False):
     """Build containers/ENV.sif (and .sqsh / a docker image) when its inputs changed; record containers/ENV.json."""
     from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
@@ -482,4 +525,10 @@ def verify(c, env=None):
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
                 sandbox_tasks, cluster_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules, sign,
-                verify)
+                verify, course_tasks)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `shipyard` command (console entry point, and `python -m shipyard`): these tasks from any folder, with the
+    folder's registry.yaml, without a tasks.py there."""
+    Program(namespace=ns, name="shipyard", binary="shipyard", version=__version__).run(argv)

@@ -1,0 +1,136 @@
+"""A course's student folder (`invoke course.handout`): the course launcher made portable, and a one-page
+STUDENTS.md.
+
+Why: a launcher written by `invoke launch` names the instructor's project directory (``#SBATCH --chdir``, the log
+directory, the container's working directory and mounts), so every student who submits it writes logs and
+checkpoints into the instructor's folder, and all of them share one checkpoint. A student launcher names none of
+that: Slurm runs the job in the directory it was submitted from (``$SLURM_SUBMIT_DIR``, sbatch's default working
+directory), its log goes to ``logs/`` there, a relative checkpoint path lands there, and a container sees that
+directory at the same path. Each student copies the folder and submits from the copy; two students never share a
+file. The image stays where the instructor staged it (read-only, readable as `invoke stage --mode` chose).
+
+The student launcher is the instructor's :class:`~shipyard.launch.launcher.Launcher` with the project directory
+replaced by a placeholder path, rendered by the same template (``handout=True``), and the placeholder then replaced
+by ``"$SLURM_SUBMIT_DIR"``. Only words that need no quoting may hold it (a quoted word would keep ``$`` literal), and
+a text that still names the instructor's project is refused: no instructor path in what students run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path, PurePosixPath
+from typing import Sequence
+
+from shipyard import __version__, templating
+from shipyard.errors import ShipyardError
+from shipyard.escaping import shell_join, shell_quote
+from shipyard.files import atomic_write
+from shipyard.launch import launcher
+from shipyard.launch.launcher import Launcher
+from shipyard.runtimes.mounts import Mount
+
+SUBMIT_DIR = "/shipyard-handout-submit-dir"  # placeholder for the student's folder, replaced after rendering
+SUBMIT_DIR_SHELL = '"$SLURM_SUBMIT_DIR"'
+
+
+def student_launcher(l: Launcher) -> Launcher:
+    """``l`` with no instructor path: the job's directory, the container's working directory and the project mount
+    become the submit directory; no registry path, no regenerate line, one job (no chain script)."""
+    root = l.root
+    mounts = tuple(Mount(SUBMIT_DIR, SUBMIT_DIR, m.ro) if m.src == root else m for m in l.mounts)
+    return dataclasses.replace(l, handout=True, root=SUBMIT_DIR, workdir=SUBMIT_DIR, container_workdir=SUBMIT_DIR,
+                               mounts=mounts, registry="", regenerate=(), chain=1)
+
+
+def render(l: Launcher, instructor_root: str) -> str:
+    """The student launcher's text for ``l`` (already :func:`student_launcher`'d)."""
+    text = launcher.render(l)
+    out = []
+    for n, line in enumerate(text.splitlines(keepends=True), 1):
+        if SUBMIT_DIR in line:
+            if "'" in line:
+                raise ShipyardError(f"course.handout: line {n} of the launcher would need the student's folder inside "
+                                    f"a quoted word ({line.strip()[:80]}...); use cluster binds and paths without "
+                                    "spaces or shell characters")
+            line = line.replace(SUBMIT_DIR, SUBMIT_DIR_SHELL)
+        out.append(line)
+    text = "".join(out)
+    if re.search(re.escape(instructor_root.rstrip("/")) + r"(?=[/'\":,\s]|$)", text, re.M):
+        raise ShipyardError(f"course.handout: the launcher would still name {instructor_root} (the instructor's "
+                            "project), e.g. an image stored under it; stage the image to shared storage "
+                            "(an absolute clusters.NAME.storage) first")
+    return text
+
+
+def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[str]) -> str:
+    """The srun line STUDENTS.md gives for an interactive shell on one GPU (or CPU) node, in the course image."""
+    words = ["srun", f"--partition={partition}", "--nodes=1"]
+    if l.gpus_per_node:
+        words.append("--gpus=1")
+    if time:
+        words.append(f"--time={time}")
+    binds = [m for m in l.mounts if m.src != SUBMIT_DIR]
+    if l.runtime == "apptainer":
+        bind = ",".join(["$PWD", *(m.spec() for m in binds)])
+        tail = f"--pty apptainer shell --nv --bind \"{bind}\" {shell_quote(l.image)}"
+    elif l.runtime == "pyxis":
+        mounts = ",".join(["$PWD:$PWD", *(m.spec() for m in binds)])
+        tail = (f"--container-image={shell_quote(l.image)} --container-mounts=\"{mounts}\" "
+                "--container-workdir=\"$PWD\" --pty bash")
+    else:
+        tail = "--pty bash"
+    pre = "".join(f"module load {shell_quote(m)}; " for m in modules)
+    return pre + shell_join(words) + " " + tail
+
+
+def students_md(l: Launcher, course: str, script: str, interactive: str, where: str) -> str:
+    """STUDENTS.md: one page, for this course's cluster; ``where``: the handout folder students copy."""
+    return templating.render("shipyard.launch", "STUDENTS.md.j2", trim_blocks=True, l=l, course=course,
+                             script=script, interactive=interactive, where=where, version=__version__)
+
+
+def copy_source(project: Path, workdir: Path, command: Sequence[str]) -> tuple[Path, PurePosixPath] | None:
+    """(file, relative path in the handout) of the training script the command runs, when it is a relative path to
+    a file under the project; None for a module (``-m x``) or a program on the PATH."""
+    if not command or command[0].startswith("-"):
+        return None
+    rel = PurePosixPath(command[0])
+    if rel.is_absolute() or ".." in rel.parts:
+        raise ShipyardError(f"course.handout: {command[0]}: give the training script as a path relative to where "
+                            "you run the command (it is copied into the handout at that path)")
+    src = workdir / rel
+    if not src.is_file():
+        return None
+    if project.resolve() not in src.resolve().parents:
+        raise ShipyardError(f"course.handout: {command[0]} is not under the course folder {project}")
+    return src, rel
+
+
+def write(out: Path, name: str, text: str, students: str, script: tuple[Path, PurePosixPath] | None,
+          force: bool = False) -> list[Path]:
+    """Write the handout folder: NAME.sbatch (0755), STUDENTS.md, the training script and an empty logs/ (Slurm
+    does not create --output's directory). Everything world-readable, so students can copy it. A folder that holds
+    other files is refused unless ``force`` (then only these files are replaced)."""
+    if out.is_symlink():
+        raise ShipyardError(f"--out {out}: is a symbolic link; name the real directory")
+    if out.exists() and not out.is_dir():
+        raise ShipyardError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ShipyardError(f"--out {out}: is not empty; pass --force to replace the handout's files in it")
+    out.mkdir(parents=True, exist_ok=True)
+    os.chmod(out, 0o755)
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+    os.chmod(logs, 0o755)
+    written = [atomic_write(out / f"{name}.sbatch", text, mode=0o755), atomic_write(out / "STUDENTS.md", students,
+                                                                                   mode=0o644)]
+    if script:
+        src, rel = script
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        written.append(atomic_write(dst, src.read_bytes(), mode=0o644))
+    return written + [logs]
+
+

@@ -1,0 +1,67 @@
+"""`invoke course.handout`: the student launcher names no instructor path (golden per runtime, shellcheck), the
+one-page STUDENTS.md (golden), and the refusals (an image under the instructor's project, a non-empty folder)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from fixtures_launch import FAKE_ROOT, build_launcher
+from helpers_registry import GOLDEN, golden
+
+from shipyard.errors import ShipyardError
+from shipyard.launch import handout
+
+CLUSTERS = {"host": "lab-socket", "pyxis": "lab-efa", "apptainer": "lab-ib"}
+CMD = ("train.py", "--steps", "200")
+
+
+def student_text(reg, runtime: str, cluster: str | None = None) -> str:
+    l = build_launcher(reg, cluster=cluster or CLUSTERS[runtime], runtime=runtime, nodes=2, command=CMD,
+                       workdir=FAKE_ROOT)
+    return handout.render(handout.student_launcher(l), str(FAKE_ROOT))
+
+
+@pytest.mark.parametrize("runtime", sorted(CLUSTERS))
+def test_student_launcher_has_no_instructor_path(launch_registry, runtime):
+    text = student_text(launch_registry, runtime)
+    golden(GOLDEN / "launch" / f"handout-{runtime}.sbatch", text)
+    assert str(FAKE_ROOT) not in text and handout.SUBMIT_DIR not in text
+    assert "#SBATCH --chdir" not in text and "#SBATCH --output=logs/train-" in text
+    assert 'log_dir="$SLURM_SUBMIT_DIR/logs"' in text
+    if runtime != "host":  # the container sees the student's folder at the same path and starts there
+        assert '"$SLURM_SUBMIT_DIR":"$SLURM_SUBMIT_DIR"' in text
+    res = subprocess.run(["shellcheck", "-S", "warning", "-s", "bash", "-"], input=text, text=True,
+                         capture_output=True)
+    assert res.returncode == 0, res.stdout
+
+
+def test_students_md(launch_registry):
+    l = handout.student_launcher(build_launcher(launch_registry, cluster="lab-ib", nodes=2, command=CMD,
+                                                workdir=FAKE_ROOT))
+    shell = handout.shell_line(l, "grete-interactive", "01:00:00", l.modules)
+    text = handout.students_md(l, "pytorch-2.3", "train.py --steps 200", shell, "/scratch/course/handout")
+    golden(GOLDEN / "launch" / "handout-STUDENTS.md", text)
+    assert str(FAKE_ROOT) not in text and len(text.splitlines()) <= 60
+
+
+def test_an_image_inside_the_instructors_project_is_refused(launch_registry):
+    """lab-socket's storage is relative (under the project): a container launcher there would name it."""
+    with pytest.raises(ShipyardError, match="would still name /srv/shipyard-project"):
+        student_text(launch_registry, "pyxis", cluster="lab-socket")
+
+
+def test_write_refuses_a_non_empty_folder_and_copies_the_script(tmp_path):
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "train.py").write_text("print('hi')\n")
+    src = handout.copy_source(tmp_path / "proj", tmp_path / "proj", ["train.py", "--steps", "2"])
+    out = tmp_path / "handout"
+    written = handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src)
+    assert sorted(p.name for p in written) == ["STUDENTS.md", "logs", "train-x.sbatch", "train.py"]
+    assert (out / "train-x.sbatch").stat().st_mode & 0o777 == 0o755
+    assert (out / "train.py").stat().st_mode & 0o777 == 0o644 and (out / "logs").is_dir()
+    with pytest.raises(ShipyardError, match="is not empty; pass --force"):
+        handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src)
+    handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src, force=True)
+    with pytest.raises(ShipyardError, match="relative to where you run"):
+        handout.copy_source(tmp_path / "proj", tmp_path / "proj", ["/abs/train.py"])
