@@ -225,7 +225,7 @@ def test_blackwell_instances_p6_and_g7e_are_known():
     text = ("HeadNode:\n  InstanceType: c5.xlarge\n  Networking: {SubnetId: subnet-12345678}\n"
             "Scheduling:\n  Scheduler: slurm\n  SlurmQueues:\n" + queues)
     got = {n: (q["gpus_per_node"], q["gpus"], q["cpus_per_node"], q["fabric"], q["line_rate_gbps"])
-           for n, q in parts(pcluster.profile(text, "c.yaml")).items()}
+           for n, q in parts(pcluster.profile(text, "c.yaml", "pyxis")).items()}
     assert got == {
         "b200": (8, [{"model": "B200", "arch": "sm_100"}], 192, "efa", 3200),
         "b300": (8, [{"model": "B300", "arch": "sm_103"}], 192, "efa", 6400),

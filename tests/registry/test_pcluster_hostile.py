@@ -36,11 +36,12 @@ Scheduling:
 def _import(cfg_text: str, reg: Path, name: str) -> None:
     cfg = reg.parent / f"{name}.yaml"
     cfg.write_text(cfg_text)
-    assert registry_commands.import_pcluster(str(cfg), name, str(reg), yes=True, out=open("/dev/null", "w")) == 0
+    assert registry_commands.import_pcluster(str(cfg), name, str(reg), yes=True, runtime="pyxis",
+                                             out=open("/dev/null", "w")) == 0
 
 
 def test_times_stay_strings_and_false_strings_are_false():
-    q = pcluster.profile(BASE, "c.yaml")["scheduler"]["partitions"]["gpu"]
+    q = pcluster.profile(BASE, "c.yaml", "pyxis")["scheduler"]["partitions"]["gpu"]
     assert q["max_time"] == "24:00:00"  # not base-60 86400 (which Slurm reads as 60 days)
     assert q["exclusive"] is False and q["fabric"] == "socket"
 
