@@ -81,23 +81,12 @@ def sync(ctx: Context, cluster: str | None = None) -> int:
 
 
 def task_words(argv: Sequence[str]) -> list[str]:
-    """``sys.argv`` of this invoke run without the program and invoke's local flags (``-r ROOT`` ...): the words
-    that name the task and its flags, exactly as the shell passed them."""
-    words, out, i = list(argv[1:]), [], 0
-    while i < len(words):
-        w = words[i]
-        if w == "--":
-            out += words[i:]
-            break
-        if w in _LOCAL_FLAGS:
-            i += 2
-            continue
-        if any(w.startswith(f + "=") for f in _LOCAL_FLAGS if f.startswith("--")):
-            i += 1
-            continue
-        out.append(w)
-        i += 1
-    return out
+    """``sys.argv`` of this invoke run without the program and invoke's own flags before the task name (``-r ROOT``
+    ...: they name this machine's tasks.py): the task and its flags, exactly as the shell passed them."""
+    words, i = list(argv[1:]), 0
+    while i < len(words) and words[i].startswith("-"):
+        i += 2 if words[i] in _LOCAL_FLAGS else 1
+    return words[i:]
 
 
 def forward(ctx: Context, cl, argv: Sequence[str] | None = None, *, tty: bool = False) -> int:
