@@ -42,6 +42,7 @@ from shipyard.runtimes.mounts import Mount, job_mounts, parse_mounts
 from shipyard.runtimes import Placement, Runtime
 from shipyard.registry.loader import mem_mb
 from shipyard.registry.model import Cluster, Environment, Registry
+from shipyard.remote.sync import code_identity
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -97,6 +98,8 @@ class Launcher:
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
     image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
     regenerate: tuple[str, ...] = field(default=(), compare=False)
+    code_commit: str | None = None  # the project's commit (git, else what remote.sync shipped); None: unknown
+    code_dirty: bool = False  # uncommitted changes to tracked files were part of it
 
     @property
     def path(self) -> Path:
@@ -157,6 +160,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     _check_script(cl, rt, kind, command, fields)
     user_env = parse_env(opts.env)
     fields |= _environment(cl, user_env, opts.nccl_debug, env)
+    fields |= _code(Path(reg.root), fields["env"])
     fields |= _image(reg, env.name, cl, rt, opts.image)
     fields |= _checkpointing(opts.chain, opts.requeue, opts.max_restarts, opts.signal_before)
     fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
@@ -335,6 +339,17 @@ def _environment(cl: Cluster, user_env: tuple[tuple[str, str], ...], nccl_debug:
     for k, v in user_env:
         variables[k] = EnvVar(k, v, False, "--env")
     return {"env": tuple(variables.values()), "nccl_debug": bool(nccl_debug)}
+
+
+def _code(root: Path, env: tuple[EnvVar, ...]) -> dict:
+    """Which code the job runs: the commit and dirty flag in the header and as SHIPYARD_COMMIT / SHIPYARD_DIRTY in
+    the job's environment (a checkout of its own, else the record `invoke remote.sync` left; unknown: neither)."""
+    commit, dirty = code_identity(root, own_checkout=True)
+    if commit == "unknown":
+        return {}
+    extra = (EnvVar("SHIPYARD_COMMIT", commit, False, "the project's commit"),
+             EnvVar("SHIPYARD_DIRTY", "1" if dirty else "0", False, "1: uncommitted changes were part of it"))
+    return {"code_commit": commit, "code_dirty": bool(dirty), "env": tuple(env) + extra}
 
 
 def _image(reg: Registry, env_name: str, cl: Cluster, rt: Runtime, image: str | None) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -36,19 +37,30 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
 
 
-def code_identity(root: Path) -> tuple[str, bool | None]:
-    """(commit, dirty) of the project: git's when it is a checkout, else the record a sync left there, else
-    ("unknown", None)."""
+_COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def code_identity(root: Path, *, own_checkout: bool = False) -> tuple[str, bool | None]:
+    """(commit, dirty) of the project: git's when it is a checkout (``own_checkout``: only when ``root`` is the top
+    of its work tree, so that a project inside another repository, like the examples here, does not name that
+    repository's commit), else the record a sync left there, else ("unknown", None)."""
     try:
         head = _git(root, "rev-parse", "--verify", "HEAD")
-    except FileNotFoundError:
+        top = _git(root, "rev-parse", "--show-toplevel") if own_checkout else None
+    except (FileNotFoundError, NotADirectoryError):
+        head = top = None
+    if top is not None and (top.returncode != 0 or Path(top.stdout.decode().strip()).resolve() != root.resolve()):
         head = None
     if head is not None and head.returncode == 0:
         status = _git(root, "status", "--porcelain", "--untracked-files=no")
         return head.stdout.decode().strip(), bool(status.stdout.strip())
     record = root / transport.policy()["shipped_record"]
     try:
+        if record.is_symlink():
+            return "unknown", None
         data = json.loads(record.read_text())
+        if not _COMMIT.match(str(data["commit"])):
+            return "unknown", None
         return str(data["commit"]), bool(data["dirty"])
     except (OSError, ValueError, KeyError, TypeError):
         return "unknown", None

@@ -79,7 +79,9 @@ def test_from_a_laptop_one_otp_login_for_the_whole_run(laptop, ssh_hosts, invoke
 
     follow = run("logs", job, "-f", "--cluster", "sandbox", timeout=300)
     assert follow.returncode == 0, follow.stdout + follow.stderr
-    assert "probe rank 3 done" in follow.stdout or "probe rank" in follow.stdout, follow.stdout[-2000:]
+    assert "probe rank 0 done" in follow.stdout and "probe rank 1 done" in follow.stdout, follow.stdout[-2000:]
+    header = (shipped / "launch" / "remote.sbatch").read_text()
+    assert f"# code: commit {head.strip()}\n" in header, header[:800]
     # the laptop's own Slurm client over the transport: scontrol through the master
     monkeypatch.setenv("SHIPYARD_SSH_CONFIG", str(ssh_hosts.config))
     monkeypatch.setenv("XDG_CACHE_HOME", str(ssh_hosts.directory / "cache"))
