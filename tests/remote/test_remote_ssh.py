@@ -104,6 +104,15 @@ def test_from_a_laptop_one_otp_login_for_the_whole_run(laptop, ssh_hosts, invoke
     assert len(re.findall(r"Accepted keyboard-interactive/pam for root", login_log)) == 1, login_log[-3000:]
     assert f"port {ssh_hosts.login_port}" in ssh_hosts.jump_log.read_text(errors="replace")
 
+    # the tar way (a laptop without rsync): nothing changed is nothing sent; an edit goes, and is recorded as dirty
+    from shipyard.remote import sync as sync_stage
+
+    assert sync_stage.sync(cluster, laptop, method="tar").changed == 0
+    (laptop / "probe.py").write_text(PROBE + "# edited, not committed\n")
+    tar = sync_stage.sync(cluster, laptop, method="tar")
+    assert tar.changed and tar.dirty and (shipped / "probe.py").read_text().endswith("# edited, not committed\n")
+    assert json.loads((shipped / ".shipyard-shipped.json").read_text())["dirty"] is True
+
     subprocess.run(["ssh", *dest_cfg, "-o", f"ControlPath={ssh_hosts.directory}/cache/shipyard/ssh/%C", "-O", "exit",
                     "cluster-login"], capture_output=True, stdin=subprocess.DEVNULL)
     t0 = time.monotonic()
