@@ -64,7 +64,8 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path) -> None:
 
 @pytest.fixture(scope="module")
 def ssh_hosts():
-    missing = [t for t in ("sshd", "ssh", "oathtool", "rsync") if not shutil.which(t) and not Path(f"/usr/sbin/{t}").exists()]
+    missing = [t for t in ("sshd", "ssh", "oathtool", "rsync")
+               if not shutil.which(t) and not Path(f"/usr/sbin/{t}").exists()]
     pam = [p for p in ("/lib/x86_64-linux-gnu/security/pam_oath.so", "/lib/aarch64-linux-gnu/security/pam_oath.so",
                        "/usr/lib/x86_64-linux-gnu/security/pam_oath.so") if Path(p).exists()]
     if os.geteuid() != 0 or missing or not pam:
@@ -102,7 +103,8 @@ def ssh_hosts():
                                       "MaxSessions 64\n")
         otp_sshd = d / PAM_SERVICE
         otp_sshd.symlink_to("/usr/sbin/sshd")
-        for binary, conf, log in (("/usr/sbin/sshd", "jump.conf", "jump.log"), (str(otp_sshd), "login.conf", "login.log")):
+        for binary, conf, log in (("/usr/sbin/sshd", "jump.conf", "jump.log"),
+                                  (str(otp_sshd), "login.conf", "login.log")):
             procs.append(subprocess.Popen([binary, "-D", "-f", str(d / conf), "-E", str(d / log)],
                                           stdin=subprocess.DEVNULL))
         _wait_port(jump_port, procs[0], d / "jump.log")
