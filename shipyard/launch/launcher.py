@@ -93,13 +93,13 @@ class Launcher:
     nccl_test_mpi: str
     nccl_test_args: tuple[str, ...]
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
+    code_commit: str | None  # the project's commit (git, else what remote.sync shipped); None: unknown
+    code_dirty: bool  # uncommitted changes to tracked files were part of it
     image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/staging/record.py)
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
     image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
     regenerate: tuple[str, ...] = field(default=(), compare=False)
-    code_commit: str | None = None  # the project's commit (git, else what remote.sync shipped); None: unknown
-    code_dirty: bool = False  # uncommitted changes to tracked files were part of it
 
     @property
     def path(self) -> Path:
@@ -346,7 +346,7 @@ def _code(root: Path, env: tuple[EnvVar, ...]) -> dict:
     the job's environment (a checkout of its own, else the record `invoke remote.sync` left; unknown: neither)."""
     commit, dirty = code_identity(root, own_checkout=True)
     if commit == "unknown":
-        return {}
+        return {"code_commit": None, "code_dirty": False}
     extra = (EnvVar("SHIPYARD_COMMIT", commit, False, "the project's commit"),
              EnvVar("SHIPYARD_DIRTY", "1" if dirty else "0", False, "1: uncommitted changes were part of it"))
     return {"code_commit": commit, "code_dirty": bool(dirty), "env": tuple(env) + extra}
