@@ -101,4 +101,7 @@ def forward(ctx: Context, cl, argv: Sequence[str] | None = None, *, tty: bool = 
         env={p["on_cluster_env"]: cl.name, "SHIPYARD_REGISTRY": f"{target}/{ctx.registry.path.name}"})
     ctx.out.flush()
     res = subprocess.run(transport.ssh_argv(dest, script, tty=tty), stdin=None if tty else subprocess.DEVNULL)
+    if res.returncode == 255 and not transport.master_alive(dest):  # ssh's own failure: the master went away
+        raise ShipyardError(f"cluster {cl.name}: the shared ssh connection to {cl.login} closed during the command "
+                            f"(open it again with: {transport.login_hint(cl)})")
     return res.returncode

@@ -100,6 +100,9 @@ def test_from_a_laptop_one_otp_login_for_the_whole_run(laptop, ssh_hosts, invoke
     status = run("status", "--cluster", "sandbox")
     assert status.returncode == 0 and job in status.stdout, status.stdout + status.stderr
 
+    doctor = run("doctor", "--cluster", "sandbox", timeout=180)  # forwarded: the login node and one compute node
+    assert doctor.returncode in (0, 1) and "storage" in doctor.stdout, doctor.stdout + doctor.stderr
+
     login_log = ssh_hosts.login_log.read_text(errors="replace")
     assert len(re.findall(r"Accepted keyboard-interactive/pam for root", login_log)) == 1, login_log[-3000:]
     assert f"port {ssh_hosts.login_port}" in ssh_hosts.jump_log.read_text(errors="replace")
