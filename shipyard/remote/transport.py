@@ -145,9 +145,9 @@ def remote_script(cluster, argv: Sequence[str], *, cwd: str | None = None, env: 
     if cwd:
         lines.append(f"cd -- {shell_quote(cwd)}")
     lines.append("set +e")
-    assigns = [f"{k}={shell_quote(v)}" for k, v in (env or {}).items()]
-    cmd = raw if raw is not None else shell_join([str(a) for a in argv])
-    lines.append(" ".join(assigns + [cmd]) if not assigns else "export " + " ".join(assigns) + "\n" + cmd)
+    if env:
+        lines.append("export " + " ".join(f"{k}={shell_quote(v)}" for k, v in env.items()))
+    lines.append(raw if raw is not None else shell_join([str(a) for a in argv]))
     return "\n".join(lines)
 
 
