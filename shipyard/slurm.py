@@ -6,6 +6,9 @@ It owns three things that were once spread over five wrappers:
   local Slurm sandbox (:mod:`shipyard.sandbox`): its addresses exist only inside the controller's network namespace,
   so a client enters that namespace (``nsenter --net``) with ``SLURM_CONF`` and ``PATH`` set for it. The route is
   read from the sandbox's ``state.json``; the controller is trusted only while its PID *and* start time match.
+  A cluster with ``login`` and ``remote`` (docs/remote.md) is reached from a workstation over ssh: every client runs
+  on its login node through the shared master connection (:mod:`shipyard.remote.transport`), stdin closed, after
+  ``ssh -O check``; without the master it is one line naming `invoke remote.login CLUSTER`, exit 2.
 * **Timeouts.** One policy from ``shipyard/data/slurm.yaml``: queries and submissions end within a bound (a dead
   controller blocks a client for minutes); interactive steps (``timeout=0``) do not.
 * **States and errors.** One set of final and alive job states and the one success state, all from the data file;
@@ -28,6 +31,7 @@ from typing import IO, Callable, Sequence
 
 from shipyard import facts, procs
 from shipyard.errors import ShipyardError
+from shipyard.remote import transport
 
 SANDBOX = "sandbox"  # the registry's cluster that `invoke sandbox.up` runs on this machine
 DIR_ENV = "SHIPYARD_SANDBOX_DIR"
@@ -149,7 +153,10 @@ def namespace_argv(argv: Sequence[str], net_pid: int, slurm_conf: str | os.PathL
 
 
 def route(cluster, argv: Sequence[str], timeout: float = 0, directory=None) -> tuple[list[str], dict | None]:
-    """(argv, env) that run ``argv`` against ``cluster``'s Slurm: through the sandbox's namespace, else as is."""
+    """(argv, env) that run ``argv`` against ``cluster``'s Slurm: over ssh to a remote cluster's login node, through
+    the sandbox's namespace, else as is."""
+    if transport.is_remote(cluster):
+        return transport.command_argv(cluster, argv), None
     if is_sandbox(cluster):
         return client_argv(argv, directory, timeout=timeout), client_env(directory)
     return [str(a) for a in argv], None
@@ -166,9 +173,14 @@ def run(cluster, argv: Sequence[str], *, timeout: float | None = None, directory
     t = policy()["timeouts"]["query_s"] if timeout is None else timeout
     full, env = route(cluster, argv, t, directory)
     kwargs = {"capture_output": True, "text": True} if capture else {}
+    if transport.is_remote(cluster):
+        kwargs["stdin"] = subprocess.DEVNULL  # never a prompt, never the user's terminal
     try:
         return subprocess.run(full, env=env, timeout=(t + 10) if t else None, **kwargs)
     except FileNotFoundError:
+        if transport.is_remote(cluster):
+            raise ShipyardError(f"ssh is not on PATH: install the OpenSSH client to reach cluster "
+                                f"{cluster_name(cluster)}") from None
         raise ShipyardError(f"{full[0]} is not on PATH: run this on a login node of cluster "
                             f"{cluster_name(cluster)}") from None
     except subprocess.TimeoutExpired:

@@ -334,6 +334,40 @@ def sandbox_exec(c, directory=None):
 sandbox_tasks = Collection("sandbox", sandbox_up, sandbox_down, sandbox_status, sandbox_exec)
 
 
+# ----------------------------------------------------------------------------------------------- remote (docs/remote.md)
+# A cluster reached from a workstation over ssh: one shared connection, the project shipped (shipyard/remote/).
+
+
+@task(name="login", positional=["cluster"], help={"cluster": "a cluster with login and remote in registry.yaml"})
+@task_guard
+def remote_login(c, cluster):
+    """Open the shared ssh connection to CLUSTER's login node once (may prompt: passphrase, one-time code)."""
+    from shipyard.commands import remote as remote_commands  # lazy: start-up of every task
+
+    raise SystemExit(remote_commands.login(Context.load(), cluster))
+
+
+@task(name="sync", positional=["cluster"], help={"cluster": "a cluster with login and remote in registry.yaml"})
+@task_guard
+def remote_sync(c, cluster):
+    """Ship the project (tracked files and locks) to REMOTE_ROOT/<project> through the shared connection."""
+    from shipyard.commands import remote as remote_commands  # lazy: start-up of every task
+
+    raise SystemExit(remote_commands.sync(Context.load(), cluster))
+
+
+@task(name="logout", positional=["cluster"], help={"cluster": "a cluster with login and remote in registry.yaml"})
+@task_guard
+def remote_logout(c, cluster):
+    """Close the shared ssh connection to CLUSTER's login node (ssh -O exit)."""
+    from shipyard.commands import remote as remote_commands  # lazy: start-up of every task
+
+    raise SystemExit(remote_commands.logout(Context.load(), cluster))
+
+
+remote_tasks = Collection("remote", remote_login, remote_sync, remote_logout)
+
+
 @task(
     help={
         "steps": "training steps of the demo job (default 60)",
@@ -524,8 +558,8 @@ def verify(c, env=None):
 # ----------------------------------------------------------------------------------------------- namespace
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
-                sandbox_tasks, cluster_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules, sign,
-                verify, course_tasks)
+                sandbox_tasks, remote_tasks, cluster_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules,
+                sign, verify, course_tasks)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -148,7 +148,7 @@ def test_the_slurm_check_would_notice_a_direct_call(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ stages and commands
 
-STAGES = ("registry", "definitions", "containers", "staging", "launch", "jobs", "sandbox")
+STAGES = ("registry", "definitions", "containers", "staging", "launch", "jobs", "sandbox", "remote")
 
 
 def stage_offences(path: Path) -> list[str]:

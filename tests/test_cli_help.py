@@ -20,6 +20,7 @@ from invoke.main import program
 import tasks
 
 ROOT = Path(__file__).resolve().parent.parent
+# the user docs: README.md and the feature pages under docs/ it links (docs/remote.md shows remote.login, ...)
 README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 TASKS = sorted(tasks.ns.task_names)
 FORMS = {"TASK --help": lambda t: (t, "--help"), "TASK -h": lambda t: (t, "-h"), "--help TASK": lambda t: ("--help", t)}

@@ -7,9 +7,11 @@ lock included, so a refused environment never starts a 30-minute build), and han
 
 from __future__ import annotations
 
+from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
 from shipyard.containers import engine, on_slurm, push as registry_io, sign as signing
 from shipyard.errors import ShipyardError
+from shipyard.remote import transport
 
 
 def build(ctx: Context, env: str | None = None, *, backend: str | None = None, fakeroot: bool = False,
@@ -17,6 +19,8 @@ def build(ctx: Context, env: str | None = None, *, backend: str | None = None, f
           cluster: str | None = None, partition: str | None = None, wait: bool = False) -> int:
     """`invoke build`: locally, or as a batch job on a cluster's build partition with ``slurm``."""
     environment = ctx.environment(env)
+    if slurm and transport.is_remote(ctx.cluster(cluster)):  # the build job writes to the cluster's storage
+        return remote_commands.forward(ctx, ctx.cluster(cluster))
     forced = ctx.gate(environment, what=f"build {environment.name}", force=force, locks=True)
     if slurm:
         return on_slurm.submit(ctx.registry, environment.name, cluster_name=cluster or None,

@@ -11,17 +11,21 @@ import getpass
 import sys
 
 from shipyard import project, registry, slurm
+from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.jobs import doctor as doctor_stage
 from shipyard.jobs import nccl_report as nccl
 from shipyard.jobs import status as jobs
 from shipyard.jobs import usage as usage_stage
+from shipyard.remote import transport
 
 
 def status(ctx: Context, cluster: str | None = None, since: str = "now-2days", user: str | None = None) -> int:
     """`invoke status`: the table of the user's shipyard jobs on the cluster."""
     where = ctx.cluster(cluster)
+    if transport.is_remote(where):  # the launchers that name shipyard's jobs are there (docs/remote.md)
+        return remote_commands.forward(ctx, where)
     found, note = jobs.shipyard_jobs(ctx.registry, where, user or getpass.getuser(), since)
     ctx.out.write(jobs.render_status(where.name, found, ctx.root, note))
     return 0
@@ -40,6 +44,8 @@ def logs(ctx: Context, jobid: str, follow: bool = False, lines: int | str = 20, 
     if n < 0:
         raise ShipyardError(f"--num-lines {n}: expected 0 or more")
     where = ctx.cluster(cluster)
+    if transport.is_remote(where):  # the log is on the cluster's storage
+        return remote_commands.forward(ctx, where)
     path = jobs.find_log(ctx.registry, where, str(jobid), wait=follow)
     last, size = jobs.tail(path, n)
     ctx.out.write("".join(last))
@@ -87,6 +93,8 @@ def doctor(ctx: Context, cluster: str | None = None, env: str | None = None, par
     if partition and partition not in where.partitions:
         raise ShipyardError(f"--partition {partition!r}: not a partition of cluster {where.name} "
                             f"(valid: {', '.join(where.partitions)})")
+    if transport.is_remote(where):
+        return remote_commands.forward(ctx, where)
     where = where.on(partition)
     environment = ctx.environment(env)
     findings = doctor_stage.diagnose(ctx.registry, where, environment)

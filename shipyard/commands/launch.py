@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Sequence
 
 from shipyard import slurm
+from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import launcher, modules as module_files, shell as shells
 from shipyard.launch.options import TORCHRUN, Options
+from shipyard.remote import transport
 
 
 def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: str | os.PathLike | None = None, *,
@@ -29,6 +31,8 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
     if opts.dry_run and opts.submit:
         raise ShipyardError("--dry-run and --submit exclude each other")
     env, cluster = ctx.environment(opts.environment), ctx.cluster(opts.cluster)
+    if transport.is_remote(cluster):  # rendered, checked and submitted where the stage record is (docs/remote.md)
+        return remote_commands.forward(ctx, cluster)
     forced = ctx.gate(env, cluster, what="launch", force=opts.force)
     l = launcher.build(ctx.registry, env, cluster, opts, command, workdir or Path.cwd(), forced, kind=kind)
     launcher.require_bound(l)
@@ -58,6 +62,8 @@ def shell(ctx: Context, env: str | None = None, cluster: str | None = None, *, d
     """`invoke shell`: print (``dry_run``) or run the srun command; returns srun's exit code. The environment on the
     cluster passes `invoke check` first (``force``: go on with a warning)."""
     environment, cl = ctx.environment(env), ctx.cluster(cluster)
+    if transport.is_remote(cl):
+        return remote_commands.forward(ctx, cl, tty=not dry_run and command is None)
     ctx.gate(environment, cl, what="shell", force=force)
     plan = shells.build(ctx.registry, environment, cl, command=command, gpus=gpus, time=time, runtime=runtime,
                         partition=partition)

@@ -7,7 +7,9 @@ cluster, and hands the objects and the overridden errors (``--force``) to :func:
 
 from __future__ import annotations
 
+from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
+from shipyard.remote import transport
 from shipyard.staging import stage as staging
 
 
@@ -16,6 +18,8 @@ def stage(ctx: Context, env: str | None = None, cluster: str | None = None, *, s
           force: bool = False) -> int:
     """`invoke stage`."""
     environment, where = ctx.environment(env), ctx.cluster(cluster)
+    if transport.is_remote(where):  # the images and the stage record live on the cluster's storage
+        return remote_commands.forward(ctx, where)
     staging.request(where, source, mode or None)
     forced = ctx.gate(environment, where, what=f"stage {environment.name}", force=force)
     staging.stage(ctx.registry, environment, where, source=source, registry_name=registry or None, tag=tag or None,

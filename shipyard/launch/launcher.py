@@ -42,6 +42,7 @@ from shipyard.runtimes.mounts import Mount, job_mounts, parse_mounts
 from shipyard.runtimes import Placement, Runtime
 from shipyard.registry.loader import mem_mb
 from shipyard.registry.model import Cluster, Environment, Registry
+from shipyard.remote.sync import code_identity
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -92,6 +93,8 @@ class Launcher:
     nccl_test_mpi: str
     nccl_test_args: tuple[str, ...]
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
+    code_commit: str | None  # the project's commit (git, else what remote.sync shipped); None: unknown
+    code_dirty: bool  # uncommitted changes to tracked files were part of it
     image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/staging/record.py)
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
@@ -158,6 +161,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     _check_script(cl, rt, kind, command, fields)
     user_env = parse_env(opts.env)
     fields |= _environment(cl, user_env, opts.nccl_debug, env)
+    fields |= _code(Path(reg.root), fields["env"])
     fields |= _image(reg, env.name, cl, rt, opts.image)
     fields |= _checkpointing(opts.chain, opts.requeue, opts.max_restarts, opts.signal_before)
     fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
@@ -343,6 +347,17 @@ def _environment(cl: Cluster, user_env: tuple[tuple[str, str], ...], nccl_debug:
     for k, v in user_env:
         variables[k] = EnvVar(k, v, False, "--env")
     return {"env": tuple(variables.values()), "nccl_debug": bool(nccl_debug)}
+
+
+def _code(root: Path, env: tuple[EnvVar, ...]) -> dict:
+    """Which code the job runs: the commit and dirty flag in the header and as SHIPYARD_COMMIT / SHIPYARD_DIRTY in
+    the job's environment (a checkout of its own, else the record `invoke remote.sync` left; unknown: neither)."""
+    commit, dirty = code_identity(root, own_checkout=True)
+    if commit == "unknown":
+        return {"code_commit": None, "code_dirty": False}
+    extra = (EnvVar("SHIPYARD_COMMIT", commit, False, "the project's commit"),
+             EnvVar("SHIPYARD_DIRTY", "1" if dirty else "0", False, "1: uncommitted changes were part of it"))
+    return {"code_commit": commit, "code_dirty": bool(dirty), "env": tuple(env) + extra}
 
 
 def _image(reg: Registry, env_name: str, cl: Cluster, rt: Runtime, image: str | None) -> dict:

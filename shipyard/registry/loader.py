@@ -38,6 +38,7 @@ from shipyard.registry.model import (
     Pin,
     Registry,
     RegistryTarget,
+    Remote,
 )
 
 REGISTRY_ENV = "SHIPYARD_REGISTRY"
@@ -603,6 +604,7 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
         fabric_options=dict(raw.get("fabric_options", {})),
         instance_type=raw.get("instance_type"),
         login=raw.get("login"),
+        remote=Remote(**raw["remote"]) if raw.get("remote") else None,
         host_requirements=tuple(raw.get("host_requirements", ())),
         description=raw.get("description", ""),
         line=_line(lines, ("clusters", name)),

@@ -150,6 +150,15 @@ class Partition:
 
 
 @dataclass(frozen=True)
+class Remote:
+    """A cluster reached from a workstation over ssh (``clusters.NAME.remote``, docs/remote.md)."""
+
+    root: str  # directory on the cluster that holds synced projects: ROOT/<project directory name>
+    prelude: str = ""  # shell lines run before every remote command, as the registry's owner wrote them
+    invoke: str | None = None  # how shipyard runs there (None: shipyard/data/remote.yaml's default)
+
+
+@dataclass(frozen=True)
 class Cluster:
     """A cluster profile: scheduler defaults, hardware, fabric, container runtime and site specifics."""
 
@@ -177,6 +186,7 @@ class Cluster:
     fabric_options: Mapping[str, object] = field(default_factory=dict)
     instance_type: str | None = None
     login: str | None = None  # ssh destination of a login node (ProxyJump for `invoke shell`)
+    remote: Remote | None = None  # submit over ssh through `login` (shipyard/remote/)
     host_requirements: tuple[str, ...] = ()
     description: str = ""
     line: int | None = None

@@ -1,0 +1,170 @@
+"""`invoke remote.sync`: ship the project to ``<remote.root>/<project>`` through the shared connection.
+
+What goes: the files git tracks (plus new files git does not ignore), and the environments' locks
+(definitions/*.lock) even where ignored: the commands there read them. Launchers are not shipped: they are rendered
+on the cluster by the forwarded `invoke launch`, where the stage record is (docs/remote.md). How: rsync through the
+same master when this machine has rsync, else tar over ssh. A record of what was shipped (the commit and whether the
+working tree had uncommitted changes) lands beside it as ``.shipyard-shipped.json``: jobs there name that code.
+A second sync with nothing changed transfers nothing (rsync's own comparison; tar: the same manifest digest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from shipyard.errors import ShipyardError
+from shipyard.escaping import shell_join, shell_quote
+from shipyard.remote import transport
+
+
+@dataclass(frozen=True)
+class Shipped:
+    commit: str  # the commit shipped ("unknown" outside a git checkout)
+    dirty: bool  # the working tree had uncommitted changes to tracked files
+    files: int  # files in the shipped list
+    changed: int  # files (and directories) transferred or updated this time: 0 means nothing changed
+    destination: str
+    method: str  # rsync | tar
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def code_identity(root: Path, *, own_checkout: bool = False) -> tuple[str, bool | None]:
+    """(commit, dirty) of the project: git's when it is a checkout (``own_checkout``: only when ``root`` is the top
+    of its work tree, so that a project inside another repository, like the examples here, does not name that
+    repository's commit), else the record a sync left there, else ("unknown", None)."""
+    try:
+        head = _git(root, "rev-parse", "--verify", "HEAD")
+        top = _git(root, "rev-parse", "--show-toplevel") if own_checkout else None
+    except (FileNotFoundError, NotADirectoryError):
+        head = top = None
+    if top is not None and (top.returncode != 0 or Path(top.stdout.decode().strip()).resolve() != root.resolve()):
+        head = None
+    if head is not None and head.returncode == 0:
+        status = _git(root, "status", "--porcelain", "--untracked-files=no")
+        return head.stdout.decode().strip(), bool(status.stdout.strip())
+    record = root / transport.policy()["shipped_record"]
+    try:
+        if record.is_symlink():
+            return "unknown", None
+        data = json.loads(record.read_text())
+        if not _COMMIT.match(str(data["commit"])):
+            return "unknown", None
+        return str(data["commit"]), bool(data["dirty"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown", None
+
+
+def files_to_ship(root: Path) -> list[str]:
+    """Paths relative to ``root``: git's tracked and not-ignored files that exist, plus definitions/*.lock."""
+    try:
+        res = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    except FileNotFoundError:
+        raise ShipyardError("git is not on PATH: remote.sync ships the files git tracks") from None
+    if res.returncode != 0:
+        raise ShipyardError(f"{root}: not a git checkout (remote.sync ships the files git tracks; run `git init` "
+                            "and add the project's files)")
+    names = {n for n in res.stdout.decode("utf-8", "surrogateescape").split("\0") if n}
+    names |= {str(p.relative_to(root)) for p in (root / "definitions").glob("*.lock")}
+    record = transport.policy()["shipped_record"]
+    return sorted(n for n in names if n != record and (root / n).is_file() and not (root / n).is_symlink())
+
+
+def _manifest_digest(root: Path, names: list[str]) -> str:
+    h = hashlib.sha256()
+    for n in names:
+        h.update(n.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256((root / n).read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _ssh_run(dest, script: str, *, input: bytes | None = None, timeout: float) -> subprocess.CompletedProcess:
+    argv = transport.ssh_argv(dest, script)
+    try:
+        return subprocess.run(argv, input=input if input is not None else b"", capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ShipyardError(f"ssh to {dest.login}: no answer within {timeout:.0f} s") from None
+
+
+def _fail(what: str, res: subprocess.CompletedProcess) -> ShipyardError:
+    last = (res.stderr.decode(errors="replace").strip().splitlines() or [f"exit {res.returncode}"])[-1]
+    return ShipyardError(f"{what}: {last}", exit_code=1)
+
+
+def sync(cluster, root: Path, *, method: str | None = None) -> Shipped:
+    """Ship ``root`` to ``cluster`` (the master must be open: :func:`transport.require_master`)."""
+    p = transport.policy()
+    dest = transport.require_master(cluster)
+    target = transport.project_dir(cluster, root.name)
+    names = files_to_ship(root)
+    commit, dirty = code_identity(root)
+    method = method or ("rsync" if shutil.which("rsync") else "tar")
+    timeout = p["ssh"]["sync_timeout_s"]
+    digest = _manifest_digest(root, names)
+    record_path = f"{target}/{p['shipped_record']}"
+    old = _ssh_run(dest, f"cat -- {shell_quote(record_path)} 2>/dev/null || true", timeout=timeout)
+    try:
+        previous = json.loads(old.stdout.decode() or "{}")
+    except ValueError:
+        previous = {}
+    mk = _ssh_run(dest, f"mkdir -p -- {shell_quote(target)}", timeout=timeout)
+    if mk.returncode != 0:
+        raise _fail(f"mkdir {target} on {cluster.name}", mk)
+    if method == "rsync":
+        changed = _rsync(dest, root, names, target, timeout)
+    elif previous.get("manifest") == digest:
+        changed = 0
+    else:
+        changed = _tar(dest, root, names, target, timeout)
+    record = {"commit": commit, "dirty": dirty, "files": len(names), "manifest": digest}
+    if changed or any(previous.get(k) != v for k, v in record.items()):
+        body = json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
+        tmp = f"{record_path}.tmp"
+        res = _ssh_run(dest, f"umask 022 && cat > {shell_quote(tmp)} && mv -f -- {shell_quote(tmp)} "
+                             f"{shell_quote(record_path)}", input=body, timeout=timeout)
+        if res.returncode != 0:
+            raise _fail(f"writing {record_path} on {cluster.name}", res)
+        changed = changed or 1
+    return Shipped(commit, bool(dirty), len(names), changed, target, method)
+
+
+def _rsync(dest, root: Path, names: list[str], target: str, timeout: float) -> int:
+    """rsync through the master (its ssh gets the same options); the count of itemized changes."""
+    ssh = shell_join(["ssh", *dest.options(), *sum((["-o", o] for o in transport.policy()["ssh"]["batch_options"]),
+                                                    [])])
+    argv = ["rsync", "-rlpt", "--itemize-changes", "--from0", "--files-from=-", "--protect-args", "-e", ssh,
+            "--", "./", f"{dest.login}:{target}/"]
+    try:
+        res = subprocess.run(argv, cwd=root, input=b"\0".join(n.encode("utf-8", "surrogateescape") for n in names),
+                             capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ShipyardError(f"rsync to {dest.login}: not done within {timeout:.0f} s") from None
+    if res.returncode != 0:
+        raise _fail(f"rsync to {cluster_label(dest)}", res)
+    return sum(1 for line in res.stdout.decode(errors="replace").splitlines() if line.strip())
+
+
+def _tar(dest, root: Path, names: list[str], target: str, timeout: float) -> int:
+    """tar over ssh: the whole list (used only when the manifest digest changed)."""
+    tar = subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=root, capture_output=True,
+                         input=b"\0".join(n.encode("utf-8", "surrogateescape") for n in names), timeout=timeout)
+    if tar.returncode != 0:
+        raise _fail("tar", tar)
+    res = _ssh_run(dest, f"tar -x -f - -C {shell_quote(target)}", input=tar.stdout, timeout=timeout)
+    if res.returncode != 0:
+        raise _fail(f"tar to {cluster_label(dest)}", res)
+    return len(names)
+
+
+def cluster_label(dest) -> str:
+    return f"{dest.login} (cluster {dest.cluster})"
