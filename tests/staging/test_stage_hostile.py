@@ -18,7 +18,7 @@ import helpers_stage
 from fixtures_launch import run_launch
 from test_stage import _launch, built, proj, storage  # noqa: F401 (fixtures)
 
-from shipyard import identity, project
+from shipyard import project
 from shipyard.errors import ShipyardError
 from shipyard.files import sha256_file
 from shipyard.staging import record as staged
