@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "examples/course/README.md",
         *sorted((ROOT / "docs").glob("*.md"))]
 # linked from the README, written by work merged separately (issues 18, 19, 21, 22); drop a name once it exists
-PENDING = {"docs/runtimes.md", "docs/security.md", "docs/nccl-tests.md", "docs/facts.md"}
+PENDING = {"docs/runtimes.md", "docs/nccl-tests.md"}
 
 
 def named_paths() -> set[str]:
