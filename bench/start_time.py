@@ -86,8 +86,8 @@ def main() -> None:
     env["PYTHONPATH"] = str(ROOT)
     with tempfile.TemporaryDirectory() as tmp:
         proj = Path(tmp)
-        for name in ("registry.yaml", "tasks.py"):
-            shutil.copy(ROOT / name, proj / name)
+        # a project folder with no tasks file in it: `python -m shipyard` is its `invoke` (the same program and tasks)
+        shutil.copy(ROOT / "registry.yaml", proj / "registry.yaml")
         for name in ("definitions", "examples"):
             shutil.copytree(ROOT / name, proj / name)
         recipe = proj / "recipe.py"
@@ -96,11 +96,11 @@ def main() -> None:
             ("hpccm --recipe R --format singularity (reference)", [str(hpccm), "--recipe", str(recipe),
                                                                    "--format", "singularity"]),
             ("python -c pass", [py, "-c", "pass"]),
-            ("invoke --list", [py, "-m", "invoke", "--list"]),
-            ("invoke render --all", [py, "-m", "invoke", "render", "--all"]),
-            ("invoke check", [py, "-m", "invoke", "check"]),
+            ("invoke --list", [py, "-m", "shipyard", "--list"]),
+            ("invoke render --all", [py, "-m", "shipyard", "render", "--all"]),
+            ("invoke check", [py, "-m", "shipyard", "check"]),
             ("invoke launch --dry-run -- examples/train.py",
-             [py, "-m", "invoke", "launch", "--dry-run", "--", "examples/train.py"]),
+             [py, "-m", "shipyard", "launch", "--dry-run", "--", "examples/train.py"]),
         ]
         if args.no_reference:
             rows = rows[1:]
