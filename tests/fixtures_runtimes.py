@@ -6,7 +6,6 @@ they skip, and `invoke test` names them in one line with how to provide the sour
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,27 +13,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES_ENV = "SHIPYARD_RUNTIME_SOURCES"
-REAL_RUNTIME_TESTS = "tests/sandbox/test_real_runtimes.py"
 
 
 def runtime_sources() -> Path:
     from shipyard.sandbox import runtimes
 
-    env = os.environ.get(SOURCES_ENV)
-    return Path(env) if env else (ROOT / runtimes.runtime_facts()["sources"]).resolve()
+    return runtimes.test_sources(ROOT)
 
 
 def missing_sources_line() -> str | None:
     """One line (which tests, how to provide the sources), or None when the sources are there."""
     from shipyard.sandbox import runtimes
 
-    d = runtime_sources()
-    why = runtimes.missing_sources_reason(d) if d.is_dir() else f"{d} does not exist"
-    if why is None:
-        return None
-    return (f"real enroot+pyxis tests ({REAL_RUNTIME_TESTS}) left out: {why}; put the archives named in "
-            f"shipyard/data/sandbox.yaml runtimes in ../shared/vendor or set ${SOURCES_ENV}=DIR")
+    return runtimes.tests_left_out_line(ROOT)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from typing import IO, Sequence
 
 from shipyard import sandbox, slurm
 from shipyard.commands.context import Context
+from shipyard.errors import ShipyardError
 
 
 def up(ctx: Context, nodes: int | None = None, gpus_per_node: int | None = None, directory=None,
@@ -42,8 +43,6 @@ def exec_(argv: Sequence[str], directory=None) -> int:
 def runtimes(project_root, sources=None, directory=None, install: bool = True, out: IO[str] | None = None) -> int:
     """`invoke sandbox.runtimes [--sources DIR]`: build (cached) and install real enroot + pyxis for the running
     sandbox; the real pyxis goes into its plugstack.conf. ``sources`` defaults to ../shared/vendor of the project."""
-    from shipyard.errors import ShipyardError
-
     if sources is None:
         sources = sandbox.default_sources(project_root)
         if sources is None:

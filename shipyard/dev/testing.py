@@ -11,9 +11,13 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from shipyard import facts
 from shipyard.errors import ShipyardError
+from shipyard.sandbox import runtimes
+
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def test_packages() -> list[str]:
@@ -97,6 +101,9 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
     phase."""
     if install:
         ensure_packages()
+    note = runtimes.tests_left_out_line(CHECKOUT)
+    if note and os.environ.get("CI", "").lower() not in ("true", "1"):
+        print(f"shipyard: {note}", flush=True)  # in CI those tests fail instead (tests/fixtures_runtimes.py)
     codes = []
     for args in phases(pytest_args):
         codes.append(subprocess.run([sys.executable, "-m", "pytest", *args]).returncode)

@@ -68,6 +68,27 @@ def missing_sources_reason(directory: Path) -> str | None:
     return None
 
 
+SOURCES_ENV = "SHIPYARD_RUNTIME_SOURCES"  # the tests' source folder, instead of ../shared/vendor
+REAL_RUNTIME_TESTS = "tests/sandbox/test_real_runtimes.py"
+
+
+def test_sources(checkout) -> Path:
+    """Where the tests take the sources from: ``$SHIPYARD_RUNTIME_SOURCES``, else ``runtimes.sources`` beside the
+    checkout."""
+    env = os.environ.get(SOURCES_ENV)
+    return Path(env) if env else (Path(checkout) / runtime_facts()["sources"]).resolve()
+
+
+def tests_left_out_line(checkout) -> str | None:
+    """One line naming the real-runtime tests that cannot run and how to provide the sources; None when they can."""
+    d = test_sources(checkout)
+    why = missing_sources_reason(d) if d.is_dir() else f"{d} does not exist"
+    if why is None:
+        return None
+    return (f"real enroot+pyxis tests ({REAL_RUNTIME_TESTS}) left out: {why}; put the archives named in "
+            f"shipyard/data/sandbox.yaml runtimes in ../shared/vendor or set ${SOURCES_ENV}=DIR")
+
+
 def find_sources(directory, flag: str = "--sources") -> Sources:
     """The two archives in ``directory``, checked against their sha256; one error line otherwise."""
     d = Path(directory)
