@@ -67,3 +67,21 @@ def test_a_named_container_is_reused_by_a_later_job_on_the_same_node(sandbox, re
     assert sorted(out.split("\n")[:-1]) == [f"{n} first" for n in sandbox.nodes]
     for n in sandbox.nodes:  # the unpacked container lives in that node's own data path
         assert (runtimes.node_dir(sandbox.directory, n) / "enroot" / "data" / f"pyxis_{name}").is_dir()
+
+
+def test_injected_library_path_is_prepended_to_the_images_inside_the_real_container(sandbox, real_pyxis,
+                                                                                   busybox_sqsh):
+    """Point 6, checked in a real pyxis container whose image sets LD_LIBRARY_PATH=/opt/image/lib: the launcher's
+    in-container prefix keeps the image's path; the old way (export + --container-env) replaced it."""
+    from types import SimpleNamespace
+
+    from shipyard.launch.fabric import EnvVar
+    from shipyard.launch.launcher import _prepend_exports
+
+    script = _prepend_exports(SimpleNamespace(env=[EnvVar("LD_LIBRARY_PATH", "/opt/host/lib", prepend=True)]))
+    out = _srun(sandbox, busybox_sqsh, "sh", "-c", script + '; exec "$@"', "shipyard-env",
+                "sh", "-c", 'echo "$LD_LIBRARY_PATH"', env={"LD_LIBRARY_PATH": "/host/only"})
+    assert out.split("\n")[:-1] == ["/opt/host/lib:/opt/image/lib"] * 2
+    old = _srun(sandbox, busybox_sqsh, "--container-env=LD_LIBRARY_PATH", "sh", "-c", 'echo "$LD_LIBRARY_PATH"',
+                env={"LD_LIBRARY_PATH": "/opt/host/lib"})
+    assert old.split("\n")[:-1] == ["/opt/host/lib"] * 2  # the image's /opt/image/lib is gone: the bug point 6 fixes
