@@ -413,7 +413,9 @@ def _resolved_options(l: Launcher, given: options.Options, user_mounts, user_env
 def container_argv(l: Launcher) -> list[str]:
     """What goes between ``srun <options>`` and the command on each node: the runtime's srun and exec words."""
     rt = runtimes.get(l.runtime)
-    p = Placement(l.image, l.mounts, l.container_workdir or l.root, tuple(v.name for v in l.env if not v.prepend))
+    name = f"{l.environment}-{l.image_sha256[:16]}" if l.image_sha256 else None  # only a staged image's hash
+    p = Placement(l.image, l.mounts, l.container_workdir or l.root, tuple(v.name for v in l.env if not v.prepend),
+                  container_name=name)
     return rt.srun_words(p) + rt.exec_words(p)
 
 
