@@ -331,7 +331,26 @@ def sandbox_exec(c, directory=None):
     raise SystemExit(sandbox_commands.exec_(argv_after_dashdash(sys.argv), directory))
 
 
-sandbox_tasks = Collection("sandbox", sandbox_up, sandbox_down, sandbox_status, sandbox_exec)
+@task(
+    name="runtimes",
+    help={
+        "sources": "folder with the enroot and pyxis source archives (default: ../shared/vendor of the project)",
+        "directory": _SANDBOX_DIR_HELP,
+        "no_install": "do not apt-get install missing build packages; fail naming them",
+    },
+)
+@task_guard
+def sandbox_runtimes(c, sources=None, directory=None, no_install=False):
+    """Build real enroot + pyxis (cached) and install them in the running sandbox; sandbox.down removes them."""
+    from shipyard.commands import sandbox as sandbox_commands  # lazy: start-up of every task
+
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent  # the shipyard checkout: ../shared/vendor is beside it
+    raise SystemExit(sandbox_commands.runtimes(here, sources, directory, install=not no_install))
+
+
+sandbox_tasks = Collection("sandbox", sandbox_up, sandbox_down, sandbox_status, sandbox_exec, sandbox_runtimes)
 
 
 # ----------------------------------------------------------------------------------------------- remote (docs/remote.md)

@@ -11,6 +11,7 @@ from typing import IO, Sequence
 
 from shipyard import sandbox, slurm
 from shipyard.commands.context import Context
+from shipyard.errors import ShipyardError
 
 
 def up(ctx: Context, nodes: int | None = None, gpus_per_node: int | None = None, directory=None,
@@ -37,3 +38,19 @@ def exec_(argv: Sequence[str], directory=None) -> int:
     """`invoke sandbox.exec -- CMD ...`: run CMD (the words after ``--``, exactly as typed) against the sandbox with
     the terminal attached; its exit code."""
     return slurm.run(slurm.SANDBOX, list(argv), timeout=0, directory=directory, capture=False).returncode
+
+
+def runtimes(project_root, sources=None, directory=None, install: bool = True, out: IO[str] | None = None) -> int:
+    """`invoke sandbox.runtimes [--sources DIR]`: build (cached) and install real enroot + pyxis for the running
+    sandbox; the real pyxis goes into its plugstack.conf. ``sources`` defaults to ../shared/vendor of the project."""
+    if sources is None:
+        sources = sandbox.default_sources(project_root)
+        if sources is None:
+            raise ShipyardError("sandbox.runtimes: no source folder: pass --sources DIR (a folder holding the enroot "
+                                "and pyxis archives named in shipyard/data/sandbox.yaml runtimes)")
+    r = sandbox.install_runtimes(sources, directory, install=install)
+    how = "built" if r["built_now"] else "cached"
+    print(f"sandbox runtimes: enroot {r['enroot']} + pyxis {r['pyxis']} for Slurm {r['slurm']} ({how} in "
+          f"{r['build']}, {r['seconds']:.1f} s); enroot installed under /usr and /etc (sandbox.down removes it); "
+          f"plugstack: {' '.join(r['plugstack'])}", file=out or sys.stdout)
+    return 0

@@ -29,6 +29,9 @@ class EnvVar:
     value: str
     expand: bool = False
     origin: str = ""  # "fabric efa", "cluster grete", "--env": printed in the launcher as a comment
+    # A path list put IN FRONT of the image's value inside the container (never exported from the host, where the
+    # runtime would let it replace the image's value): launch.yaml's prepend_in_container, from host_injection.
+    prepend: bool = False
 
 
 def aws_ofi_nccl_version(cluster: Cluster) -> str | None:
@@ -38,8 +41,10 @@ def aws_ofi_nccl_version(cluster: Cluster) -> str | None:
 
 def fabric_env(cluster: Cluster, env: Environment | None = None) -> list[EnvVar]:
     """The NCCL variables for the cluster's fabric, the host injection's, then the cluster profile's own ``env``
-    (which wins). A plugin path (NCCL_*_PLUGIN) is exported only when the image carries the fabric userspace or the
-    host injects it: a path the image lacks makes NCCL fail or warn on every rank (`invoke check` says so too)."""
+    (which wins). A plugin path (NCCL_*_PLUGIN) is exported only when the image carries the fabric userspace or a
+    host-injection bind holds it: a path the container lacks makes NCCL fail or warn on every rank. Path lists of
+    the host injection (launch.yaml's prepend_in_container) are marked ``prepend``: they go in front of the image's
+    value inside the container, never replace it."""
     data = launch_data()["fabrics"]
     if cluster.fabric not in data:
         raise ShipyardError(f"clusters.{cluster.name}.fabric: no NCCL preset for {cluster.fabric!r} "
@@ -56,11 +61,16 @@ def fabric_env(cluster: Cluster, env: Environment | None = None) -> list[EnvVar]
         if ofi is not None and compat.vtuple(ofi) < compat.vtuple(cond["version"]):
             for k, v in cond["env"].items():
                 out[k] = EnvVar(k, str(v), False, f"{origin}, aws-ofi-nccl {ofi} < {cond['version']}")
-    if env is not None and not fabric_checks.image_has_fabric(env, cluster):
+    if env is not None and not fabric_checks.image_carries_fabric(env, cluster):
+        # a plugin file is there only when the image has it or a host-injection bind brings it
+        binds = [str(b).rstrip("/") + "/" for b in ((cluster.host_injection or {}).get("binds") or ())]
         for name in fabric_checks.plugin_paths(cluster):
-            out.pop(name, None)
+            if name in out and not any(out[name].value.startswith(b) for b in binds):
+                out.pop(name)
+    prepend = set(launch_data().get("prepend_in_container") or ())
     for k, v in ((cluster.host_injection or {}).get("env") or {}).items():
-        out[k] = EnvVar(k, str(v), False, f"clusters.{cluster.name}.fabric_options.host_injection")
+        out[k] = EnvVar(k, str(v), False, f"clusters.{cluster.name}.fabric_options.host_injection",
+                        prepend=k in prepend)
     hca = cluster.fabric_options.get("ib_hca")
     if hca:
         out["NCCL_IB_HCA"] = EnvVar("NCCL_IB_HCA", str(hca), False, f"clusters.{cluster.name}.fabric_options.ib_hca")

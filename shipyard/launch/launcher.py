@@ -26,7 +26,7 @@ from typing import Sequence
 
 from shipyard import __version__, identity, project, slurm, templating
 from shipyard.errors import ShipyardError
-from shipyard.escaping import shell_join
+from shipyard.escaping import shell_join, shell_quote
 from shipyard.files import atomic_write
 from shipyard import runtimes
 from shipyard.launch import options
@@ -436,8 +436,15 @@ def _resolved_options(l: Launcher, given: options.Options, user_mounts, user_env
 def container_argv(l: Launcher) -> list[str]:
     """What goes between ``srun <options>`` and the command on each node: the runtime's srun and exec words."""
     rt = runtimes.get(l.runtime)
-    p = Placement(l.image, l.mounts, l.container_workdir or l.root, tuple(v.name for v in l.env))
+    name = f"{l.environment}-{l.image_sha256[:16]}" if l.image_sha256 else None  # only a staged image's hash
+    p = Placement(l.image, l.mounts, l.container_workdir or l.root, tuple(v.name for v in l.env if not v.prepend),
+                  container_name=name)
     return rt.srun_words(p) + rt.exec_words(p)
+
+
+def _prepend_exports(l: Launcher) -> str:
+    """Shell that puts host-injected path lists in front of the container's own values (run inside it)."""
+    return "; ".join(f'export {v.name}={shell_quote(v.value)}"${{{v.name}:+:${v.name}}}"' for v in l.env if v.prepend)
 
 
 def render(l: Launcher) -> str:
@@ -450,7 +457,10 @@ def render(l: Launcher) -> str:
         regenerate=shell_join(l.regenerate),
         container=container_argv(l),
         env_prefix=runtimes.get(l.runtime).env_prefix,
-        env_names=[v.name for v in l.env],
+        env_names=[v.name for v in l.env if not v.prepend],
+        prepends=[v for v in l.env if v.prepend],
+        prepend_exports=_prepend_exports(l),
+        prepend_script=_prepend_exports(l) + '; exec "$@"',
         log=f"logs/{l.name}-%j.out" if l.handout else f"{l.log_dir}/{l.name}-%j.out",  # handout: the submit dir's
         usage_prefix=f"{l.log_dir}/{l.name}",
     )

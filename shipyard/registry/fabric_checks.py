@@ -35,8 +35,11 @@ def aws_ofi_nccl(cluster: Cluster) -> str | None:
 
 def image_has_fabric(env: Environment, cluster: Cluster) -> bool:
     """The image carries the cluster's fabric userspace, or the cluster's runtime injects the host's."""
-    if cluster.host_injection is not None:
-        return True
+    return cluster.host_injection is not None or image_carries_fabric(env, cluster)
+
+
+def image_carries_fabric(env: Environment, cluster: Cluster) -> bool:
+    """The image itself carries the cluster's fabric userspace (host injection not counted)."""
     if cluster.fabric == "efa":
         return "efa" in env.fabrics and env.efa_installer is not None
     return cluster.fabric in env.fabrics

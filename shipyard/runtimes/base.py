@@ -41,6 +41,9 @@ class Placement:
     workdir: str
     env_names: tuple[str, ...] = ()
     home: bool = False
+    # A name for the unpacked container that later steps/jobs on the same node reuse (pyxis --container-name):
+    # <env>-<image sha256 prefix>, so a restaged image is never mistaken for the old one. None: no reuse.
+    container_name: str | None = None
 
 
 def storage_dir(root: Path | None, cluster: Site) -> Path | None:

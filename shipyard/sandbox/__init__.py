@@ -31,6 +31,7 @@ from typing import Sequence
 from shipyard import procs, slurm
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
+from shipyard.sandbox import runtimes as real_runtimes
 from shipyard.sandbox import start
 from shipyard.sandbox import state as record
 from shipyard.sandbox.plan import (
@@ -54,7 +55,7 @@ from shipyard.slurm import (
 
 CLUSTER = SANDBOX  # the registry's cluster entry that gives the shape
 # What down() removes without --keep; anything else in the directory (e.g. the cluster's image storage) stays.
-_OWNED = ("etc", "log", "run", "state", "dev", "jobs", "env.sh", "state.json", ".lock")
+_OWNED = ("etc", "log", "run", "state", "dev", "jobs", "nodes", "node-local", "env.sh", "state.json", ".lock")
 
 
 def default_directory() -> Path:
@@ -190,6 +191,8 @@ def down(directory=None, keep: bool = False) -> str:
         if state:
             n = sum(procs.alive(p) for p in state.get("processes", []))
             record.stop(state, root)
+        installed = real_runtimes.read_record(root) is not None
+        changed = real_runtimes.uninstall(root)  # what sandbox.runtimes installed (enroot under /usr, /etc)
         if not keep:
             for name in _OWNED:
                 p = root / name
@@ -202,7 +205,9 @@ def down(directory=None, keep: bool = False) -> str:
         with contextlib.suppress(OSError):
             root.rmdir()  # only when nothing else (e.g. stored images) is there
     kept = f"; files kept in {root}" if keep else ""
-    return f"sandbox {root}: stopped {n} process(es){kept}"
+    rt = "; removed the enroot it installed" if installed else ""
+    rt += "".join(f"; left {c}" for c in changed)
+    return f"sandbox {root}: stopped {n} process(es){rt}{kept}"
 
 
 def info_line(info: dict) -> str:
@@ -218,15 +223,72 @@ def info_line(info: dict) -> str:
 # Hook added by the launch area: tests that need a SPANK plugin (the pyxis test double) list it here.
 
 
-def set_plugstack(plugins: Sequence[str | os.PathLike], directory=None) -> Path:
-    """Write the sandbox's ``etc/plugstack.conf`` listing ``plugins`` (``optional`` entries; [] empties it).
+def set_plugstack(plugins: Sequence, directory=None, required: bool = False) -> Path:
+    """Write the sandbox's ``etc/plugstack.conf`` listing ``plugins`` ([] empties it). Each is a path, or a
+    ``(path, [arguments])`` pair (the real pyxis takes ``runtime_path=...``, ``container_scope=...``); entries are
+    ``optional`` unless ``required``.
 
     Why no restart: Slurm reads plugstack.conf beside $SLURM_CONF in every client (srun/sbatch option parsing) and
     in slurmstepd at each step, so the change applies to the next command. ``sandbox.down`` removes it with etc/.
     """
     root = _directory(directory)
-    text = "".join(f"optional {Path(p).absolute()}\n" for p in plugins)
-    return atomic_write(root / "etc" / "plugstack.conf", text)
+    lines = []
+    for entry in plugins:
+        path, args = (entry, []) if isinstance(entry, (str, os.PathLike)) else entry
+        words = [str(Path(path).absolute()), *map(str, args)]
+        bad = [w for w in words if not w or any(c.isspace() for c in w) or "#" in w]
+        if bad:
+            raise ShipyardError(f"plugstack.conf: {bad[0]!r} cannot be written (no spaces or # in a plugin's "
+                                "path or arguments)")
+        lines.append(" ".join(["required" if required else "optional", *words]) + "\n")
+    return atomic_write(root / "etc" / "plugstack.conf", "".join(lines))
+
+
+def plugstack(directory=None) -> str:
+    """The sandbox's plugstack.conf as it is now ("" when absent): to restore it after a test."""
+    try:
+        return (_directory(directory) / "etc" / "plugstack.conf").read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def restore_plugstack(text: str, directory=None) -> None:
+    atomic_write(_directory(directory) / "etc" / "plugstack.conf", text)
+
+
+# ------------------------------------------------------------------------------------------------ real runtimes
+
+
+def default_sources(project_root) -> Path | None:
+    """shipyard/data/sandbox.yaml's ``runtimes.sources`` relative to the project, when that folder exists."""
+    p = (Path(project_root) / real_runtimes.runtime_facts()["sources"]).resolve()
+    return p if p.is_dir() else None
+
+
+def install_runtimes(sources, directory=None, install: bool = True, use_pyxis: bool = True) -> dict:
+    """Build (cached) and install real enroot + pyxis for the running sandbox in ``directory``; list the real pyxis
+    in its plugstack.conf (unless ``use_pyxis`` is False: the pyxis double stays where a test put it).
+
+    Returns ``{"build", "built_now", "seconds", "slurm", "enroot", "pyxis", "plugstack"}``."""
+    t0 = time.monotonic()
+    root = _directory(directory)
+    state = read_sandbox_state(root)
+    if not sandbox_running(state):
+        raise ShipyardError(f"sandbox.runtimes: the sandbox in {root} is down; run invoke sandbox.up first")
+    src = real_runtimes.find_sources(sources)
+    real_runtimes.ensure_build_tools(install)
+    slurm_v = real_runtimes.slurm_version()
+    build_dir, built = real_runtimes.build(src, slurm_v)
+    nodes = [n["name"] for n in state["info"]["nodes"]]
+    with record.locked(root):
+        real_runtimes.install(build_dir, root, nodes)
+    lib, args = real_runtimes.plugstack_entry(build_dir, root)
+    if use_pyxis:
+        set_plugstack([(lib, args)], root, required=True)
+    f = real_runtimes.runtime_facts()
+    return {"build": str(build_dir), "built_now": built, "seconds": round(time.monotonic() - t0, 2),
+            "slurm": slurm_v, "enroot": f["enroot"]["version"], "pyxis": f["pyxis"]["version"],
+            "plugstack": [str(lib), *args]}
 
 
 __all__ = ["up", "down", "status", "is_up", "default_directory", "client_argv", "client_env", "run_client",

@@ -66,6 +66,11 @@ class Plan:
     munge_dir = property(lambda self: self.root / "run" / "munge")
     munge_socket = property(lambda self: self.root / "run" / "munge" / "munge.socket")
     log_dir = property(lambda self: self.root / "log")
+    # One path, a different folder on every node: the node's holder binds nodes/<name> onto node-local.
+    node_local = property(lambda self: self.root / facts()["runtimes"]["node_local"])
+
+    def node_dir(self, name: str) -> Path:
+        return self.root / facts()["runtimes"]["nodes_dir"] / name
 
     def log(self, daemon: str) -> Path:
         return self.log_dir / f"{daemon}.log"

@@ -82,6 +82,9 @@ def _prepare_files(plan: Plan) -> None:
                                 f"its socket; chmod o+x {parent} or set ${DIR_ENV} elsewhere")
     for sub in ("etc", "log", "run", "state/slurmctld", "dev", "jobs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
+    plan.node_local.mkdir(exist_ok=True)
+    for n in plan.nodes:
+        plan.node_dir(n.name).mkdir(parents=True, exist_ok=True)
     for name, text in render_configs(plan).items():
         atomic_write(root / "etc" / name, text)
     munge = munge_user()
@@ -134,11 +137,15 @@ def _start_holder(plan: Plan, state: dict, name: str) -> int:
 
     The bind mounts exist only inside the new mount namespace (propagation private), so the host never sees them.
     """
+    # A node also gets its own folder at one shared path: nodes/<name> bound onto node-local (enroot's and pyxis's
+    # per-node paths, see shipyard/sandbox/runtimes.py).
     script = ('hostname "$1" && mount --bind "$2" /etc/hosts && { [ ! -e /etc/resolv.conf ] || '
-              'mount --bind "$3" /etc/resolv.conf; } && exec sleep infinity')
+              'mount --bind "$3" /etc/resolv.conf; } && { [ -z "$4" ] || mount --bind "$4" "$5"; } && '
+              'exec sleep infinity')
+    own = [str(plan.node_dir(name)), str(plan.node_local)] if name != plan.controller.name else ["", ""]
     pid = _spawn(plan, state, f"ns:{name}",
                  ["unshare", "--net", "--uts", "--mount", "--propagation", "private", "--",
-                  "sh", "-c", script, "holder", name, str(plan.hosts), str(plan.resolv)])
+                  "sh", "-c", script, "holder", name, str(plan.hosts), str(plan.resolv), *own])
     _wait(lambda: _comm(pid) == "sleep", facts()["timeouts"]["holder_s"], state, f"ns:{name}", plan)
     return pid
 

@@ -29,6 +29,7 @@ SMOKE = {
     "launch_overhead.py": (["--rounds", "1"], "shipyard launch, host runtime", [pytest.mark.slurm, pytest.mark.slow]),
     "push_sif.py": (["--size-mib", "1", "--repeat", "1", "--out", "{tmp}"], "ratio_to_cp", [pytest.mark.docker]),
     "registry_render_check.py": (["--envs", "2", "--repeat", "1"], "check (2 envs)", []),
+    "pyxis_reuse.py": (["--size-mib", "4", "--repeat", "1"], "pyxis_reuse", [pytest.mark.slurm, pytest.mark.slow]),
     "sandbox_bench.py": (["--repeat", "1", "--steps", "2"], "demo job", [pytest.mark.slurm, pytest.mark.slow]),
     "stage_noop.py": (["--runs", "1", "--size-gib", "0.001"], "identical image staged", []),
     "start_time.py": (["--runs", "1", "--no-reference", "--json", "{tmp}/start.json"], "invoke render --all", []),

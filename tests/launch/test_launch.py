@@ -486,5 +486,54 @@ def test_plugin_path_only_when_the_image_has_it_and_host_injection_is_added(laun
                                                      "env": {"LD_LIBRARY_PATH": "/opt/amazon/efa/lib"}}}
     injected = replace(reg, clusters={**reg.clusters, "lab-efa": replace(efa, fabric_options=opts)})
     t = _two(injected, "lab-efa")
-    assert "/opt/amazon/efa:/opt/amazon/efa:ro" in t and "export LD_LIBRARY_PATH=/opt/amazon/efa/lib" in t
+    assert "/opt/amazon/efa:/opt/amazon/efa:ro" in t
+    # point 6: prepended to the image's path inside the container, never exported to replace it
+    assert "export LD_LIBRARY_PATH=/opt/amazon/efa/lib  #" not in t and "APPTAINERENV_LD" not in t
+    assert 'export LD_LIBRARY_PATH=/opt/amazon/efa/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in t
+    # neither the image (no EFA userspace) nor the binds (/opt/amazon/efa) hold the tuner plugin: not exported
+    assert "NCCL_TUNER_PLUGIN" not in t
+    opts["host_injection"]["binds"].append("/opt/amazon/ofi-nccl")
+    t = _two(replace(reg, clusters={**reg.clusters, "lab-efa": replace(efa, fabric_options=opts)}), "lab-efa")
     assert 'NCCL_TUNER_PLUGIN="/opt/amazon/ofi-nccl/lib/' in t
+
+
+def _injected_registry(launch_registry):
+    """lab-efa with an image without EFA userspace and a host injection of /opt/amazon/efa (LD_LIBRARY_PATH)."""
+    from dataclasses import replace
+
+    env = replace(launch_registry.environment(), fabrics=(), fabrics_source="explicit", efa_installer=None)
+    efa = launch_registry.clusters["lab-efa"]
+    opts = {**efa.fabric_options, "host_injection": {"binds": ["/opt/amazon/efa"],
+                                                     "env": {"LD_LIBRARY_PATH": "/opt/amazon/efa/lib"}}}
+    return replace(launch_registry, environments={**launch_registry.environments, env.name: env},
+                   clusters={**launch_registry.clusters, "lab-efa": replace(efa, fabric_options=opts)})
+
+
+@pytest.mark.parametrize("kind", ["torchrun", "nccl-test"])
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer"])
+def test_golden_host_injection_prepends_the_library_path(launch_registry, runtime, kind):
+    """Point 6: the injected LD_LIBRARY_PATH goes in front of the image's value inside the container (the runtime
+    never gets it as an override that would replace the image's), and no plugin path the container lacks."""
+    l = build_launcher(_injected_registry(launch_registry), cluster="lab-efa", runtime=runtime, nodes=2, kind=kind,
+                       **({"command": CMD} if kind == "torchrun" else {}))
+    text = launch.render(l)
+    golden(GOLDEN / "launch" / f"host-injection-{kind}-{runtime}.sbatch", text)
+    assert "NCCL_TUNER_PLUGIN" not in text and "--container-env=LD_LIBRARY_PATH" not in text
+    assert "LD_LIBRARY_PATH," not in text and "APPTAINERENV_LD_LIBRARY_PATH" not in text
+    res = shellcheck(text)
+    assert res.returncode == 0, res.stdout
+
+
+def test_pyxis_names_the_container_after_the_staged_images_hash(launch_registry):
+    """Point 7: a staged image's launcher names the container <env>-<sha256[:16]>, so chained/requeued segments on a
+    node reuse the unpacked container and a restaged image (another hash) never does; no name without a record."""
+    from dataclasses import replace
+
+    l = _build(launch_registry, cluster="lab-efa", runtime="pyxis", nodes=2)
+    assert not any(w.startswith("--container-name") for w in launch.container_argv(l))
+    staged = replace(l, image_sha256="ab" * 32, image_input_hash="cd" * 32)
+    assert f"--container-name={l.environment}-{'ab' * 8}" in launch.container_argv(staged)
+    again = replace(staged, image_sha256="ef" * 32)
+    assert f"--container-name={l.environment}-{'ef' * 8}" in launch.container_argv(again)
+    app = replace(_build(launch_registry, cluster="lab-efa", runtime="apptainer", nodes=2), image_sha256="ab" * 32)
+    assert not any("container-name" in w for w in launch.container_argv(app))

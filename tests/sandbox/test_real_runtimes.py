@@ -1,0 +1,87 @@
+"""Real pyxis 0.24.0 + enroot 4.1.2 (built from ../shared/vendor by `invoke sandbox.runtimes`) on the real 2-node
+sandbox: container steps on both nodes, each node with its own enroot/pyxis paths, the epilog leaving the nodes idle,
+pyxis's options checked inside the container, and a named container reused by a later job on the same node."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from shipyard.sandbox import runtimes
+
+pytestmark = [pytest.mark.slurm]
+
+
+def _srun(sandbox, image: Path, *args: str, env: dict | None = None):
+    argv = ["srun", "-N2", "--ntasks-per-node=1", f"--container-image={image}", *args]
+    res = sandbox.run(argv, client_timeout=120, env={**sandbox.env(), **(env or {})})
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def _wait_idle(sandbox, seconds: float = 60) -> str:
+    deadline = time.monotonic() + seconds
+    while True:
+        out = sandbox.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout
+        if all(line.endswith(" idle") for line in out.split("\n")[:-1]) or time.monotonic() > deadline:
+            return out
+        time.sleep(0.3)
+
+
+def test_two_node_step_in_the_real_container_each_node_its_own_paths(sandbox, real_pyxis, busybox_sqsh):
+    out = _srun(sandbox, busybox_sqsh, "sh", "-c", 'echo "$(hostname) $IMAGE_ONLY $(ls /bin/busybox)"')
+    assert sorted(out.split("\n")[:-1]) == [f"{n} from-image /bin/busybox" for n in sandbox.nodes]
+    # the epilog (pyxis runs enroot with no PATH) did not drain a node
+    assert _wait_idle(sandbox).split("\n")[:-1] == [f"{n} idle" for n in sandbox.nodes]
+    # enroot is where the epilog finds it, and each node kept its own runtime path
+    assert Path("/usr/bin/enroot").is_file()
+    for n in sandbox.nodes:
+        assert (runtimes.node_dir(sandbox.directory, n) / "pyxis").is_dir()
+    line = (Path(sandbox.directory) / "etc" / "plugstack.conf").read_text()
+    assert line.startswith("required ") and "runtime_path=" in line and "container_scope=global" in line
+
+
+def test_mounts_workdir_env_and_hostile_arguments_inside_the_container(sandbox, real_pyxis, busybox_sqsh,
+                                                                       tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    tmp_path.chmod(0o755)
+    (data / "in.txt").write_text("mounted\n")
+    hostile = "a b;$(touch /tmp/pwned)'\"`x`"
+    script = ('printf "%s|%s|%s|%s|%s\\n" "$(cat /mnt/in.txt)" "$(pwd)" "$FOO" "$IMAGE_ONLY" "$1"; '
+              'test ! -e /tmp/pwned')
+    out = _srun(sandbox, busybox_sqsh, f"--container-mounts={data}:/mnt:ro", "--container-workdir=/work",
+                "--container-env=FOO,IMAGE_ONLY", "--no-container-mount-home",
+                "sh", "-c", script, "sh", hostile, env={"FOO": "from-job", "IMAGE_ONLY": "overridden"})
+    assert out.split("\n")[:-1] == [f"mounted|/work|from-job|overridden|{hostile}"] * 2
+
+
+def test_a_named_container_is_reused_by_a_later_job_on_the_same_node(sandbox, real_pyxis, busybox_sqsh):
+    """container_scope=global: the second job finds what the first wrote in the container (no new unpack)."""
+    name = f"shipyard-reuse-{time.monotonic_ns()}"
+    _srun(sandbox, busybox_sqsh, f"--container-name={name}", "--container-writable", "sh", "-c",
+          "echo first > /root/marker")
+    out = _srun(sandbox, busybox_sqsh, f"--container-name={name}", "sh", "-c", 'echo "$(hostname) $(cat /root/marker)"')
+    assert sorted(out.split("\n")[:-1]) == [f"{n} first" for n in sandbox.nodes]
+    for n in sandbox.nodes:  # the unpacked container lives in that node's own data path
+        assert (runtimes.node_dir(sandbox.directory, n) / "enroot" / "data" / f"pyxis_{name}").is_dir()
+
+
+def test_injected_library_path_is_prepended_to_the_images_inside_the_real_container(sandbox, real_pyxis,
+                                                                                   busybox_sqsh):
+    """Point 6, checked in a real pyxis container whose image sets LD_LIBRARY_PATH=/opt/image/lib: the launcher's
+    in-container prefix keeps the image's path; the old way (export + --container-env) replaced it."""
+    from types import SimpleNamespace
+
+    from shipyard.launch.fabric import EnvVar
+    from shipyard.launch.launcher import _prepend_exports
+
+    script = _prepend_exports(SimpleNamespace(env=[EnvVar("LD_LIBRARY_PATH", "/opt/host/lib", prepend=True)]))
+    out = _srun(sandbox, busybox_sqsh, "sh", "-c", script + '; exec "$@"', "shipyard-env",
+                "sh", "-c", 'echo "$LD_LIBRARY_PATH"', env={"LD_LIBRARY_PATH": "/host/only"})
+    assert out.split("\n")[:-1] == ["/opt/host/lib:/opt/image/lib"] * 2
+    old = _srun(sandbox, busybox_sqsh, "--container-env=LD_LIBRARY_PATH", "sh", "-c", 'echo "$LD_LIBRARY_PATH"',
+                env={"LD_LIBRARY_PATH": "/opt/host/lib"})
+    assert old.split("\n")[:-1] == ["/opt/host/lib"] * 2  # the image's /opt/image/lib is gone: the bug point 6 fixes
