@@ -23,12 +23,13 @@ _RESERVED = frozenset("if then else elif fi case esac for select while until do 
 def shell_quote(word: object) -> str:
     """Quote one word for bash so that it reaches the program unchanged.
 
-    ``shlex.quote`` for printable text (non-ASCII letters included); bash's reserved words are quoted too. Text with control characters (a newline, a tab)
+    ``shlex.quote`` for printable text (non-ASCII letters included); bash's reserved words, and words that start with
+    ``=``, are quoted too. Text with control characters (a newline, a tab)
     gets bash's ``$'...'`` form instead: a newline inside plain single quotes would be correct in the script body but
     would end a ``#`` comment line (the regenerate header) and let the rest run as code.
     """
     word = str(word)
-    if word in _RESERVED:
+    if word in _RESERVED or word.startswith("="):  # `export A==` is valid bash, but reads as a typo for `==`
         return f"'{word}'"
     if word.isprintable():
         return shlex.quote(word)

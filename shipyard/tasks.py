@@ -15,6 +15,7 @@ with its positionals in the usage line as the README writes them (same hooks).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from invoke import Collection, Program, task
 
@@ -344,9 +345,7 @@ def sandbox_runtimes(c, sources=None, directory=None, no_install=False):
     """Build real enroot + pyxis (cached) and install them in the running sandbox; sandbox.down removes them."""
     from shipyard.commands import sandbox as sandbox_commands  # lazy: start-up of every task
 
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parent  # the shipyard checkout: ../shared/vendor is beside it
+    here = Path(__file__).resolve().parents[1]  # the shipyard checkout: ../shared/vendor is beside it
     raise SystemExit(sandbox_commands.runtimes(here, sources, directory, install=not no_install))
 
 
