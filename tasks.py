@@ -162,14 +162,17 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
         "force": "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)",
         "partition": "partition to run on (default: the cluster's interactive partition)",
+        "sbatch": "extra Slurm option KEY=VALUE for srun (repeatable; the keys --sbatch of invoke launch allows)",
     },
+    iterable=["sbatch"],
 )
 @task_guard
 def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None, force=False,
-          partition=None):
+          partition=None, sbatch=None):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
     raise SystemExit(launch_commands.shell(Context.load(), env, cluster, dry_run=dry_run, command=command, gpus=gpus,
-                                           time=time, runtime=runtime, force=force, partition=partition))
+                                           time=time, runtime=runtime, force=force, partition=partition,
+                                           sbatch=sbatch))
 
 
 @task(
@@ -225,7 +228,9 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
            cpus_per_task=None, mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None,
            mounts=None, env=None, nccl_debug=False,
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
-           force=False, submit=False, dry_run=False):
+           force=False,
+           sbatch=None, validate=False,  # issue 24
+           submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
     opts = _options(locals())
     raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv)))
@@ -235,7 +240,9 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
 @task_guard
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
               mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None, mounts=None,
-              env=None, nccl_debug=False, force=False, submit=False, dry_run=False):
+              env=None, nccl_debug=False, force=False,
+              sbatch=None, validate=False,  # issue 24
+              submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     opts = _options(locals())
     raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv),

@@ -204,6 +204,20 @@ def submit(cluster, script: str | os.PathLike, *, after: str | None = None, dire
     return res.stdout.strip().split(";")[0]
 
 
+def test_only(cluster, script: str | os.PathLike, *, directory=None) -> str:
+    """``sbatch --test-only SCRIPT``: Slurm's verdict without queueing anything (issue 24). Returns its answer (the
+    "Job N to start at TIME using ... on nodes ... in partition P" line); a rejection is one ShipyardError line with
+    Slurm's message, exit code 2 (the script, as written, would not be accepted)."""
+    res = run(cluster, ["sbatch", "--test-only", str(script)], timeout=policy()["timeouts"]["submit_s"],
+              directory=directory)
+    text = " ".join(((res.stderr or "") + "\n" + (res.stdout or "")).split())
+    if res.returncode != 0:
+        raise ShipyardError(f"sbatch --test-only {Path(script).name} on cluster {cluster_name(cluster)}: "
+                            f"{last_error(res).removeprefix('sbatch: ').strip()}")
+    found = re.search(r"Job \S+ to start at .*", text)
+    return (found.group(0) if found else text or "accepted").removeprefix("sbatch: ")
+
+
 def job_fields(cluster, jobid: str, directory=None) -> dict[str, str]:
     """``scontrol show job -o JOBID`` as a dict (empty when the controller no longer knows the job)."""
     res = run(cluster, ["scontrol", "show", "job", "-o", str(jobid)], directory=directory)

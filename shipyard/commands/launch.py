@@ -28,6 +28,9 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
     runs (default: the working directory, as torchrun would resolve the script from there)."""
     if opts.dry_run and opts.submit:
         raise ShipyardError("--dry-run and --submit exclude each other")
+    if opts.dry_run and opts.validate:
+        raise ShipyardError("--dry-run and --validate exclude each other (--validate asks Slurm about the written "
+                            "launcher)")
     env, cluster = ctx.environment(opts.environment), ctx.cluster(opts.cluster)
     forced = ctx.gate(env, cluster, what="launch", force=opts.force)
     l = launcher.build(ctx.registry, env, cluster, opts, command, workdir or Path.cwd(), forced, kind=kind)
@@ -38,6 +41,8 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
     path = launcher.write(l)
     lines = [f"wrote {os.path.relpath(path)}"]
     how = "invoke sandbox.exec -- " if slurm.is_sandbox(l.cluster) else ""
+    if opts.validate:  # issue 24: Slurm's verdict (a rejection raises: one line, exit 2); nothing is queued
+        lines.append(f"sbatch --test-only: accepted: {slurm.test_only(l.cluster, path)}")
     if opts.submit:
         ids = launcher.submit(l, path)
         lines += [f"submitted job {ids[0]}"] + [f"submitted job {j} (afterany:{p})" for p, j in zip(ids, ids[1:])]
@@ -54,13 +59,14 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
 
 def shell(ctx: Context, env: str | None = None, cluster: str | None = None, *, dry_run: bool = False,
           command: str | None = None, gpus: int | str | None = None, time: str | None = None,
-          runtime: str | None = None, force: bool = False, partition: str | None = None) -> int:
+          runtime: str | None = None, force: bool = False, partition: str | None = None,
+          sbatch: Sequence[str] | None = None) -> int:
     """`invoke shell`: print (``dry_run``) or run the srun command; returns srun's exit code. The environment on the
     cluster passes `invoke check` first (``force``: go on with a warning)."""
     environment, cl = ctx.environment(env), ctx.cluster(cluster)
     ctx.gate(environment, cl, what="shell", force=force)
     plan = shells.build(ctx.registry, environment, cl, command=command, gpus=gpus, time=time, runtime=runtime,
-                        partition=partition)
+                        partition=partition, sbatch=sbatch)
     if not dry_run:
         return shells.run(plan)
     ctx.say(shells.command_line(plan))

@@ -29,7 +29,7 @@ from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join
 from shipyard.files import atomic_write
 from shipyard import runtimes
-from shipyard.launch import options
+from shipyard.launch import options, passthrough
 from shipyard.staging import record as staged
 from shipyard.launch.fabric import (
     EnvVar,
@@ -91,6 +91,7 @@ class Launcher:
     nccl_test_binary: str
     nccl_test_mpi: str
     nccl_test_args: tuple[str, ...]
+    sbatch_extra: tuple[tuple[str, str], ...]  # --sbatch KEY=VALUE, checked (shipyard/launch/passthrough.py)
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
     image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/staging/record.py)
     image_input_hash: str | None = None
@@ -162,6 +163,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
     fields |= _site_constants(cl)
     fields |= _binding(reg, env.name, rt, fields["image"], opts.image)
+    fields["sbatch_extra"] = passthrough.parse(opts.sbatch)
     fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
     launcher = Launcher(**fields)
     given = _resolved_options(launcher, opts, user_mounts, user_env)
@@ -430,6 +432,7 @@ def render(l: Launcher) -> str:
         env_names=[v.name for v in l.env],
         log=f"{l.log_dir}/{l.name}-%j.out",
         usage_prefix=f"{l.log_dir}/{l.name}",
+        sbatch_extra=passthrough.words(l.sbatch_extra),
     )
 
 

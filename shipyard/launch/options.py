@@ -151,6 +151,14 @@ class Options:
                                                "{signal_before} with --requeue/--chain)", kinds=(TORCHRUN,), check=_POSITIVE)
     force: bool = opt(False, "write the launcher even when `invoke check` finds an ERROR for ENV on the cluster (warned, "
                              "and named in the launcher's header)")
+    # issue 24: extra #SBATCH options and validation (shipyard/launch/passthrough.py)
+    sbatch: tuple[str, ...] | None = opt(help="extra Slurm option KEY=VALUE, written as an #SBATCH line "
+                                              "(repeatable; keys: sbatch_passthrough in shipyard/data/launch.yaml, "
+                                              "e.g. mail-type=END, constraint=a100, gres=gpu:1g.10gb:1, qos=high)",
+                                         repeat=True)
+    validate: bool = opt(False, "ask Slurm whether it would accept the launcher (sbatch --test-only): its verdict and "
+                                "estimated start; queues nothing", regenerate=False)
+    # end issue 24
     submit: bool = opt(False, "submit with sbatch --parsable and print the job id(s)", regenerate=False)
     dry_run: bool = opt(False, "print the launcher instead of writing it", regenerate=False)
 
