@@ -145,6 +145,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     rt = runtimes.get(opts.runtime or cluster.runtime)
     fields = dict(kind=kind, environment=env.name, runtime=rt.name,
                   root=str(reg.root), registry=str(reg.root / reg.path.name), command=tuple(command))
+    fields["sbatch_extra"] = passthrough.parse(opts.sbatch)  # a new flag: checked first
     fields |= _partition(cluster, opts.partition)
     cl = cluster.on(fields["partition"])  # from here on: the chosen partition's GPUs, CPUs, memory and fabric
     fields |= {"cluster": cl.name, "fabric": cl.fabric}
@@ -163,7 +164,6 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
     fields |= _site_constants(cl)
     fields |= _binding(reg, env.name, rt, fields["image"], opts.image)
-    fields["sbatch_extra"] = passthrough.parse(opts.sbatch)
     fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
     launcher = Launcher(**fields)
     given = _resolved_options(launcher, opts, user_mounts, user_env)

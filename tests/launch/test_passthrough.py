@@ -67,3 +67,16 @@ def test_shell_passes_them_to_srun(launch_registry):
     assert plan.argv.index("--qos=high") < plan.argv.index("--pty" if "--pty" in plan.argv else "nvidia-smi")
     with pytest.raises(ShipyardError, match="use --partition"):
         shells.build(reg, reg.environment(None), reg.cluster("lab-ib"), sbatch=["partition=x"], user="u")
+
+
+@pytest.mark.parametrize(("flags", "stderr"), [
+    (("--sbatch", "nodes=4"), "shipyard: error: --sbatch nodes=...: shipyard sets --nodes itself; use --nodes"),
+    (("--sbatch", "mail-user=not an address"),
+     "shipyard: error: --sbatch mail-user='not an address': not a valid --mail-user value (must match "),
+])
+def test_cli_refuses_in_one_line_with_exit_2(launch_project, invoke, flags, stderr):
+    from pathlib import Path
+
+    (launch_project / "t.py").write_text("")
+    res = invoke("launch", *flags, "--validate", "--", "t.py", cwd=Path.cwd())
+    assert res.returncode == 2 and res.stderr.startswith(stderr) and res.stderr.count("\n") == 1, res.stderr
