@@ -229,7 +229,7 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
            mounts=None, env=None, nccl_debug=False,
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
            force=False,
-           sbatch=None, validate=False,  # issue 24
+           sbatch=None, validate=False, sweep=None, sweep_file=None, max_concurrent=None,  # issue 24
            submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
     opts = _options(locals())
@@ -247,6 +247,13 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
     opts = _options(locals())
     raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv),
                                             kind=launch_options.NCCL_TEST))
+
+
+@task(name="sweep-status", help={"name": "the sweep's launcher name (invoke launch --name NAME --sweep ...)"})
+@task_guard
+def sweep_status(c, name):
+    """One row per combination of a sweep: index, done or not, run directory, values (issue 24)."""
+    raise SystemExit(launch_commands.sweep_status(Context.load(), name))
 
 
 # ----------------------------------------------------------------------------------------------- sandbox, demo
@@ -487,6 +494,6 @@ def verify(c, env=None):
 
 # ----------------------------------------------------------------------------------------------- namespace
 
-ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
+ns = Collection(list_, show, check, render, test_, launch, nccl_test, sweep_status, nccl_report, usage, status, logs, shell, doctor,
                 sandbox_tasks, cluster_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules, sign,
                 verify)

@@ -191,12 +191,14 @@ def query(cluster, argv: Sequence[str], timeout: float | None = None, directory=
     return res
 
 
-def submit(cluster, script: str | os.PathLike, *, after: str | None = None, directory=None) -> str:
+def submit(cluster, script: str | os.PathLike, *, after: str | None = None, directory=None,
+           extra: Sequence[str] = ()) -> str:
     """``sbatch --parsable [--dependency=afterany:AFTER] SCRIPT``; the job id. A refusal is one line, exit code 1.
 
     *afterany*, not afterok: a chained segment that reaches its time limit ends TIMEOUT even after checkpointing.
     """
-    argv = ["sbatch", "--parsable"] + ([f"--dependency=afterany:{after}"] if after else []) + [str(script)]
+    argv = (["sbatch", "--parsable"] + ([f"--dependency=afterany:{after}"] if after else []) + list(extra)
+            + [str(script)])  # extra: a sweep's --array and offset (issue 24)
     res = run(cluster, argv, timeout=policy()["timeouts"]["submit_s"], directory=directory)
     if res.returncode != 0:
         raise ShipyardError(f"sbatch {Path(script).name} on cluster {cluster_name(cluster)}: {last_error(res)}",
@@ -216,6 +218,16 @@ def test_only(cluster, script: str | os.PathLike, *, directory=None) -> str:
                             f"{last_error(res).removeprefix('sbatch: ').strip()}")
     found = re.search(r"Job \S+ to start at .*", text)
     return (found.group(0) if found else text or "accepted").removeprefix("sbatch: ")
+
+
+def max_array_size(cluster, directory=None) -> int:
+    """The cluster's ``MaxArraySize`` from ``scontrol show config`` (array task ids must be below it)."""
+    res = query(cluster, ["scontrol", "show", "config"], directory=directory)
+    found = re.search(r"^MaxArraySize\s*=\s*(\d+)", res.stdout or "", re.M)
+    if res.returncode != 0 or not found:
+        raise ShipyardError(f"scontrol show config on cluster {cluster_name(cluster)}: no MaxArraySize "
+                            f"({last_error(res) if res.returncode else 'not in its answer'})")
+    return int(found.group(1))
 
 
 def job_fields(cluster, jobid: str, directory=None) -> dict[str, str]:

@@ -17,7 +17,8 @@ from typing import Sequence
 from shipyard import slurm
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
-from shipyard.launch import launcher, modules as module_files, shell as shells
+from shipyard.files import table
+from shipyard.launch import launcher, modules as module_files, shell as shells, sweep as sweeps
 from shipyard.launch.options import TORCHRUN, Options
 
 
@@ -40,10 +41,21 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
         return 0
     path = launcher.write(l)
     lines = [f"wrote {os.path.relpath(path)}"]
+    if l.combinations:  # issue 24: the combinations beside the launcher
+        table = sweeps.write_table(l.root, l.name, l.combinations)
+        lines.append(f"wrote {os.path.relpath(table)}: {l.combinations.count} combination(s), run directories under "
+                     f"{os.path.relpath(sweeps.runs_dir(l.root, l.name))}/")
     how = "invoke sandbox.exec -- " if slurm.is_sandbox(l.cluster) else ""
     if opts.validate:  # issue 24: Slurm's verdict (a rejection raises: one line, exit 2); nothing is queued
         lines.append(f"sbatch --test-only: accepted: {slurm.test_only(l.cluster, path)}")
-    if opts.submit:
+    if opts.submit and l.combinations:
+        mas = cluster.max_array_size or slurm.max_array_size(l.cluster)
+        ids, finished = launcher.submit_sweep(l, path, mas)
+        lines.append(f"{finished} of {l.combinations.count} done" + (f"; submitted {l.combinations.count - finished} as job "
+                     f"array(s) {', '.join(ids)}" if ids else ": nothing to submit"))
+        if ids:
+            lines.append(f"logs: {l.log_dir}/{l.name}-<array job>_<task>.out; invoke sweep-status {l.name}")
+    elif opts.submit:
         ids = launcher.submit(l, path)
         lines += [f"submitted job {ids[0]}"] + [f"submitted job {j} (afterany:{p})" for p, j in zip(ids, ids[1:])]
         lines.append(f"log: {l.log_dir}/{l.name}-{ids[0]}.out")
@@ -51,9 +63,23 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
         script = launcher.write_chain(l)
         lines.append(f"wrote {os.path.relpath(script)}: submits the {l.chain} segments, each after the previous one")
         lines.append(f"submit with: {how}bash {shlex.quote(str(script))}   (or rerun with --submit)")
+    elif l.combinations:
+        lines.append("submit with: rerun with --submit (it skips finished combinations and splits the sweep at the "
+                     "cluster's MaxArraySize)")
     else:
         lines.append(f"submit with: {how}sbatch {shlex.quote(str(path))}   (or rerun with --submit)")
     ctx.say("\n".join(lines))
+    return 0
+
+
+def sweep_status(ctx: Context, name: str) -> int:
+    """`invoke sweep-status NAME`: one row per combination of launcher NAME's sweep (index, run directory, done or
+    not, the values) and how many are done; exit 0."""
+    sw, dirs = sweeps.read_table(ctx.registry.root, name)
+    finished = sweeps.done(ctx.registry.root, name, dirs)
+    rows = [(i, "done" if f else "-", d, *vals) for i, (f, d, vals) in enumerate(zip(finished, dirs, sw.rows))]
+    ctx.say(table(("index", "state", "dir", *sw.names), rows))
+    ctx.say(f"{sum(finished)} of {sw.count} done")
     return 0
 
 
