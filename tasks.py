@@ -249,10 +249,12 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
                                             kind=launch_options.NCCL_TEST))
 
 
-@task(name="sweep-status", help={"name": "the sweep's launcher name (invoke launch --name NAME --sweep ...)"})
+@task(name="sweep-status", positional=[],
+      help={"name": "the sweep's launcher name, as given to invoke launch --name NAME --sweep ... (required)"})
 @task_guard
-def sweep_status(c, name):
+def sweep_status(c, name=None):
     """One row per combination of a sweep: index, done or not, run directory, values (issue 24)."""
+    # a flag, not a positional, until README.md shows `invoke sweep-status NAME` (tests/test_cli_help.py)
     raise SystemExit(launch_commands.sweep_status(Context.load(), name))
 
 

@@ -54,7 +54,7 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
         lines.append(f"{finished} of {l.combinations.count} done" + (f"; submitted {l.combinations.count - finished} as job "
                      f"array(s) {', '.join(ids)}" if ids else ": nothing to submit"))
         if ids:
-            lines.append(f"logs: {l.log_dir}/{l.name}-<array job>_<task>.out; invoke sweep-status {l.name}")
+            lines.append(f"logs: {l.log_dir}/{l.name}-<array job>_<task>.out; invoke sweep-status --name {l.name}")
     elif opts.submit:
         ids = launcher.submit(l, path)
         lines += [f"submitted job {ids[0]}"] + [f"submitted job {j} (afterany:{p})" for p, j in zip(ids, ids[1:])]
@@ -72,9 +72,11 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
     return 0
 
 
-def sweep_status(ctx: Context, name: str) -> int:
-    """`invoke sweep-status NAME`: one row per combination of launcher NAME's sweep (index, run directory, done or
+def sweep_status(ctx: Context, name: str | None) -> int:
+    """`invoke sweep-status --name NAME`: one row per combination of launcher NAME's sweep (index, run directory, done or
     not, the values) and how many are done; exit 0."""
+    if not name:
+        raise ShipyardError("sweep-status: give the sweep's launcher name with --name NAME (see launch/*.sweep.tsv)")
     sw, dirs = sweeps.read_table(ctx.registry.root, name)
     finished = sweeps.done(ctx.registry.root, name, dirs)
     rows = [(i, "done" if f else "-", d, *vals) for i, (f, d, vals) in enumerate(zip(finished, dirs, sw.rows))]

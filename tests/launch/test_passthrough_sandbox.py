@@ -38,3 +38,9 @@ def test_validate_on_a_partition_slurm_does_not_have_exits_2_with_its_message(sa
     assert res.stderr.count("\n") == 1 and "sbatch --test-only nosuch.sbatch on cluster sandbox: " in res.stderr
     assert re.search(r"(?i)invalid partition", res.stderr), res.stderr
     assert _queue(sandbox) == before
+
+
+def test_max_array_size_is_read_from_scontrol(sandbox, sandbox_project):
+    from shipyard import slurm
+
+    assert slurm.max_array_size("sandbox", sandbox.directory) >= 2

@@ -87,3 +87,25 @@ def test_the_scripts_own_lines_read_the_values_intact(launch_registry, tmp_path)
                              capture_output=True, check=True).stdout.decode().split("\0")[:-1]
         assert out[1:] == ["--msg", row[0], "--n", row[1]]
         assert out[0] == str(tmp_path / "runs" / l.combinations.directory_name(i))
+
+
+def test_submit_splits_at_max_array_size_and_skips_finished(launch_registry, monkeypatch, tmp_path):
+    from dataclasses import replace
+
+    from shipyard import slurm
+
+    l = build_launcher(launch_registry, cluster="lab-socket", sweep="lr=1,2 seed=0,1", max_concurrent=2,
+                       command=CMD)
+    l = replace(l, root=str(tmp_path))
+    calls = []
+    monkeypatch.setattr(slurm, "submit", lambda cluster, path, extra=(): calls.append(list(extra)) or str(len(calls)))
+    ids, finished = launch.submit_sweep(l, tmp_path / "x.sbatch", 3)
+    assert (ids, finished) == (["1", "2"], 0)
+    assert calls == [["--array=0-2%2"], ["--array=0%2", "--export=ALL,SHIPYARD_SWEEP_OFFSET=3"]]
+    for i in (0, 3):
+        d = sweeps.runs_dir(l.root, l.name) / l.combinations.directory_name(i)
+        d.mkdir(parents=True)
+        (d / sweeps.DONE).write_text("")
+    calls.clear()
+    assert launch.submit_sweep(l, tmp_path / "x.sbatch", 3) == (["1"], 2)
+    assert calls == [["--array=1-2%2"]]
