@@ -258,6 +258,19 @@ def sweep_status(c, name=None):
     raise SystemExit(launch_commands.sweep_status(Context.load(), name))
 
 
+@task(name="profile", help={"cluster": "cluster whose partitions and image the profile names (default: "
+                                         "defaults.cluster)",
+                             "env": "environment whose staged image plugin jobs run in (default: defaults.environment)",
+                             "check": "write nothing; exit 1 when the files differ from what the registry gives"})
+@task_guard
+def snakemake_profile(c, cluster=None, env=None, check=False):
+    """Write snakemake/<cluster>/: a Snakemake profile and the Slurm plugin's partition file, from the registry."""
+    raise SystemExit(launch_commands.snakemake_profile(Context.load(), cluster, env, check=check))
+
+
+snakemake_tasks = Collection("snakemake", snakemake_profile)
+
+
 # ----------------------------------------------------------------------------------------------- sandbox, demo
 # The local Slurm cluster (shipyard/sandbox/) and the README's main command (shipyard/commands/demo.py).
 
@@ -497,5 +510,5 @@ def verify(c, env=None):
 # ----------------------------------------------------------------------------------------------- namespace
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, sweep_status, nccl_report, usage, status, logs, shell, doctor,
-                sandbox_tasks, cluster_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules, sign,
+                sandbox_tasks, cluster_tasks, snakemake_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules, sign,
                 verify)

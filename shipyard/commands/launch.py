@@ -18,7 +18,7 @@ from shipyard import slurm
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.files import table
-from shipyard.launch import launcher, modules as module_files, shell as shells, sweep as sweeps
+from shipyard.launch import launcher, modules as module_files, shell as shells, snakemake, sweep as sweeps
 from shipyard.launch.options import TORCHRUN, Options
 
 
@@ -119,4 +119,22 @@ def modules(ctx: Context, env: str | None = None, cluster: str | None = None, pr
         ctx.say(f"  module use {shlex.quote(str(mods[0].parent.parent))}")
         for m in mods:
             ctx.say(f"  module load shipyard/{m.stem}")
+    return 0
+
+
+def snakemake_profile(ctx: Context, cluster: str | None = None, env: str | None = None, *, check: bool = False) -> int:
+    """`invoke snakemake.profile --cluster C [--env E] [--check]`: write the Snakemake profile and the Slurm plugin's
+    partition file for the cluster (issue 24); ``check``: exit 1 naming the stale files, write nothing."""
+    cl, environment = ctx.cluster(cluster), ctx.environment(env)
+    files = snakemake.render(ctx.registry, environment, cl)
+    if check:
+        old = snakemake.stale(files)
+        if old:
+            raise ShipyardError(f"{', '.join(os.path.relpath(p) for p in old)}: stale; regenerate with invoke "
+                                f"snakemake.profile --cluster {cl.name}", exit_code=1)
+        ctx.say(f"{len(files)} file(s) up to date")
+        return 0
+    for p in snakemake.write(files):
+        ctx.say(f"wrote {os.path.relpath(p)}")
+    ctx.say(f"use with: snakemake --profile {shlex.quote(os.path.relpath(snakemake.directory(ctx.registry.root, cl.name)))}")
     return 0
