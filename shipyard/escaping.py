@@ -218,9 +218,13 @@ def docker_env_line(value: str, expand: bool = False) -> str:
 SBATCH_WORD = re.compile(r"\A[A-Za-z0-9._:%/+=@,-]+\Z")
 
 
-def sbatch_value(value: object, what: str = "value") -> str:
-    """A value of an ``#SBATCH`` option: returned when it is one plain word; otherwise :class:`UnsafeValue`."""
+def sbatch_value(value: object, what: str = "value", also: str = "") -> str:
+    """A value of an ``#SBATCH`` option: returned when it is one plain word; otherwise :class:`UnsafeValue`.
+    ``also``: further characters of no meaning to sbatch's tokenizer that this option's syntax needs (``&|`` of
+    ``--constraint``; never whitespace, a quote or a backslash)."""
     text = str(value)
-    if not SBATCH_WORD.match(text):
-        raise UnsafeValue(f"{what} {text!r}: not usable in an #SBATCH line (letters, digits and ._:%/+=@,- only)")
+    assert not set(also) & set(" \t\"'\\#"), also
+    if not SBATCH_WORD.match(text.translate({ord(c): "_" for c in also})):
+        raise UnsafeValue(f"{what} {text!r}: not usable in an #SBATCH line (letters, digits and ._:%/+=@,-{also} "
+                          "only)")
     return text

@@ -203,17 +203,43 @@ def query(cluster, argv: Sequence[str], timeout: float | None = None, directory=
     return res
 
 
-def submit(cluster, script: str | os.PathLike, *, after: str | None = None, directory=None) -> str:
+def submit(cluster, script: str | os.PathLike, *, after: str | None = None, directory=None,
+           extra: Sequence[str] = ()) -> str:
     """``sbatch --parsable [--dependency=afterany:AFTER] SCRIPT``; the job id. A refusal is one line, exit code 1.
 
     *afterany*, not afterok: a chained segment that reaches its time limit ends TIMEOUT even after checkpointing.
     """
-    argv = ["sbatch", "--parsable"] + ([f"--dependency=afterany:{after}"] if after else []) + [str(script)]
+    argv = (["sbatch", "--parsable"] + ([f"--dependency=afterany:{after}"] if after else []) + list(extra)
+            + [str(script)])  # extra: a sweep's --array and offset (issue 24)
     res = run(cluster, argv, timeout=policy()["timeouts"]["submit_s"], directory=directory)
     if res.returncode != 0:
         raise ShipyardError(f"sbatch {Path(script).name} on cluster {cluster_name(cluster)}: {last_error(res)}",
                             exit_code=1)
     return res.stdout.strip().split(";")[0]
+
+
+def test_only(cluster, script: str | os.PathLike, *, directory=None) -> str:
+    """``sbatch --test-only SCRIPT``: Slurm's verdict without queueing anything (issue 24). Returns its answer (the
+    "Job N to start at TIME using ... on nodes ... in partition P" line); a rejection is one ShipyardError line with
+    Slurm's message, exit code 2 (the script, as written, would not be accepted)."""
+    res = run(cluster, ["sbatch", "--test-only", str(script)], timeout=policy()["timeouts"]["submit_s"],
+              directory=directory)
+    text = " ".join(((res.stderr or "") + "\n" + (res.stdout or "")).split())
+    if res.returncode != 0:
+        raise ShipyardError(f"sbatch --test-only {Path(script).name} on cluster {cluster_name(cluster)}: "
+                            f"{last_error(res).removeprefix('sbatch: ').strip()}")
+    found = re.search(r"Job \S+ to start at .*", text)
+    return (found.group(0) if found else text or "accepted").removeprefix("sbatch: ")
+
+
+def max_array_size(cluster, directory=None) -> int:
+    """The cluster's ``MaxArraySize`` from ``scontrol show config`` (array task ids must be below it)."""
+    res = query(cluster, ["scontrol", "show", "config"], directory=directory)
+    found = re.search(r"^MaxArraySize\s*=\s*(\d+)", res.stdout or "", re.M)
+    if res.returncode != 0 or not found:
+        raise ShipyardError(f"scontrol show config on cluster {cluster_name(cluster)}: no MaxArraySize "
+                            f"({last_error(res) if res.returncode else 'not in its answer'})")
+    return int(found.group(1))
 
 
 def job_fields(cluster, jobid: str, directory=None) -> dict[str, str]:

@@ -169,14 +169,17 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
         "force": "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)",
         "partition": "partition to run on (default: the cluster's interactive partition)",
+        "sbatch": "extra Slurm option KEY=VALUE for srun (repeatable; the keys --sbatch of invoke launch allows)",
     },
+    iterable=["sbatch"],
 )
 @task_guard
 def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None, force=False,
-          partition=None):
+          partition=None, sbatch=None):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
     raise SystemExit(launch_commands.shell(Context.load(), env, cluster, dry_run=dry_run, command=command, gpus=gpus,
-                                           time=time, runtime=runtime, force=force, partition=partition))
+                                           time=time, runtime=runtime, force=force, partition=partition,
+                                           sbatch=sbatch))
 
 
 @task(
@@ -232,7 +235,9 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
            cpus_per_task=None, mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None,
            mounts=None, env=None, nccl_debug=False,
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
-           force=False, submit=False, dry_run=False):
+           force=False,
+           sbatch=None, validate=False, sweep=None, sweep_file=None, max_concurrent=None,  # issue 24
+           submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
     opts = _options(locals())
     raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv)))
@@ -242,7 +247,9 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
 @task_guard
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
               mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None, mounts=None,
-              env=None, nccl_debug=False, force=False, submit=False, dry_run=False):
+              env=None, nccl_debug=False, force=False,
+              sbatch=None, validate=False,  # issue 24
+              submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     opts = _options(locals())
     raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv),
@@ -280,6 +287,27 @@ def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_p
 
 
 course_tasks = Collection("course", course_handout)
+
+
+@task(name="sweep-status", positional=["name"],
+      help={"name": "the sweep's launcher name, as given to invoke launch --name NAME --sweep ..."})
+@task_guard
+def sweep_status(c, name):
+    """One row per combination of a sweep: index, done or not, run directory, values (issue 24)."""
+    raise SystemExit(launch_commands.sweep_status(Context.load(), name))
+
+
+@task(name="profile", help={"cluster": "cluster whose partitions and image the profile names (default: "
+                                         "defaults.cluster)",
+                             "env": "environment whose staged image plugin jobs run in (default: defaults.environment)",
+                             "check": "write nothing; exit 1 when the files differ from what the registry gives"})
+@task_guard
+def snakemake_profile(c, cluster=None, env=None, check=False):
+    """Write snakemake/<cluster>/: a Snakemake profile and the Slurm plugin's partition file, from the registry."""
+    raise SystemExit(launch_commands.snakemake_profile(Context.load(), cluster, env, check=check))
+
+
+snakemake_tasks = Collection("snakemake", snakemake_profile)
 
 
 # ----------------------------------------------------------------------------------------------- sandbox, demo
@@ -575,9 +603,9 @@ def verify(c, env=None):
 
 # ----------------------------------------------------------------------------------------------- namespace
 
-ns = Collection(list_, show, check, render, test_, launch, nccl_test, nccl_report, usage, status, logs, shell, doctor,
-                sandbox_tasks, remote_tasks, cluster_tasks, compat_tasks, demo, build, push, pull, stage, lock_, modules,
-                sign, verify, course_tasks)
+ns = Collection(list_, show, check, render, test_, launch, nccl_test, sweep_status, nccl_report, usage, status, logs,
+                shell, doctor, sandbox_tasks, remote_tasks, cluster_tasks, snakemake_tasks, compat_tasks, demo, build,
+                push, pull, stage, lock_, modules, sign, verify, course_tasks)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,8 @@ from invoke import Program
 import tasks
 
 # the required positionals, given, so that what is tested is the bad registry, not invoke's own parser
-ARGS = {"logs": ["1"], "usage": ["1"], "nccl-report": ["nccl.log"], "cluster.import-pcluster": ["pcluster.yaml"]}
+ARGS = {"logs": ["1"], "usage": ["1"], "sweep-status": ["s"], "nccl-report": ["nccl.log"],
+        "cluster.import-pcluster": ["pcluster.yaml"]}
 # `invoke test` runs pytest on this checkout, the sandbox's down/status act on the machine's one sandbox, and
 # compat.refresh reads shipyard's own compat data and PyPI: they read no project registry (tested below instead)
 NO_REGISTRY = {"test", "sandbox.down", "sandbox.status", "compat.refresh"}

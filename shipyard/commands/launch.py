@@ -18,7 +18,8 @@ from shipyard import slurm
 from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
-from shipyard.launch import launcher, modules as module_files, shell as shells
+from shipyard.files import table
+from shipyard.launch import launcher, modules as module_files, shell as shells, snakemake, sweep as sweeps
 from shipyard.launch.options import TORCHRUN, Options
 from shipyard.remote import transport
 
@@ -30,6 +31,9 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
     runs (default: the working directory, as torchrun would resolve the script from there)."""
     if opts.dry_run and opts.submit:
         raise ShipyardError("--dry-run and --submit exclude each other")
+    if opts.dry_run and opts.validate:
+        raise ShipyardError("--dry-run and --validate exclude each other (--validate asks Slurm about the written "
+                            "launcher)")
     env, cluster = ctx.environment(opts.environment), ctx.cluster(opts.cluster)
     if transport.is_remote(cluster):  # rendered, checked and submitted where the stage record is (docs/remote.md)
         return remote_commands.forward(ctx, cluster)
@@ -41,8 +45,21 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
         return 0
     path = launcher.write(l)
     lines = [f"wrote {os.path.relpath(path)}"]
+    if l.combinations:  # issue 24: the combinations beside the launcher
+        table = sweeps.write_table(l.root, l.name, l.combinations)
+        lines.append(f"wrote {os.path.relpath(table)}: {l.combinations.count} combination(s), run directories under "
+                     f"{os.path.relpath(sweeps.runs_dir(l.root, l.name))}/")
     how = "invoke sandbox.exec -- " if slurm.is_sandbox(l.cluster) else ""
-    if opts.submit:
+    if opts.validate:  # issue 24: Slurm's verdict (a rejection raises: one line, exit 2); nothing is queued
+        lines.append(f"sbatch --test-only: accepted: {slurm.test_only(l.cluster, path)}")
+    if opts.submit and l.combinations:
+        mas = cluster.max_array_size or slurm.max_array_size(l.cluster)
+        ids, finished = launcher.submit_sweep(l, path, mas)
+        lines.append(f"{finished} of {l.combinations.count} done" + (f"; submitted {l.combinations.count - finished} as job "
+                     f"array(s) {', '.join(ids)}" if ids else ": nothing to submit"))
+        if ids:
+            lines.append(f"logs: {l.log_dir}/{l.name}-<array job>_<task>.out; invoke sweep-status --name {l.name}")
+    elif opts.submit:
         ids = launcher.submit(l, path)
         lines += [f"submitted job {ids[0]}"] + [f"submitted job {j} (afterany:{p})" for p, j in zip(ids, ids[1:])]
         lines.append(f"log: {l.log_dir}/{l.name}-{ids[0]}.out")
@@ -50,15 +67,32 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
         script = launcher.write_chain(l)
         lines.append(f"wrote {os.path.relpath(script)}: submits the {l.chain} segments, each after the previous one")
         lines.append(f"submit with: {how}bash {shlex.quote(str(script))}   (or rerun with --submit)")
+    elif l.combinations:
+        lines.append("submit with: rerun with --submit (it skips finished combinations and splits the sweep at the "
+                     "cluster's MaxArraySize)")
     else:
         lines.append(f"submit with: {how}sbatch {shlex.quote(str(path))}   (or rerun with --submit)")
     ctx.say("\n".join(lines))
     return 0
 
 
+def sweep_status(ctx: Context, name: str | None) -> int:
+    """`invoke sweep-status --name NAME`: one row per combination of launcher NAME's sweep (index, run directory, done or
+    not, the values) and how many are done; exit 0."""
+    if not name:
+        raise ShipyardError("sweep-status: give the sweep's launcher name with --name NAME (see launch/*.sweep.tsv)")
+    sw, dirs = sweeps.read_table(ctx.registry.root, name)
+    finished = sweeps.done(ctx.registry.root, name, dirs)
+    rows = [(i, "done" if f else "-", d, *vals) for i, (f, d, vals) in enumerate(zip(finished, dirs, sw.rows))]
+    ctx.say(table(("index", "state", "dir", *sw.names), rows))
+    ctx.say(f"{sum(finished)} of {sw.count} done")
+    return 0
+
+
 def shell(ctx: Context, env: str | None = None, cluster: str | None = None, *, dry_run: bool = False,
           command: str | None = None, gpus: int | str | None = None, time: str | None = None,
-          runtime: str | None = None, force: bool = False, partition: str | None = None) -> int:
+          runtime: str | None = None, force: bool = False, partition: str | None = None,
+          sbatch: Sequence[str] | None = None) -> int:
     """`invoke shell`: print (``dry_run``) or run the srun command; returns srun's exit code. The environment on the
     cluster passes `invoke check` first (``force``: go on with a warning)."""
     environment, cl = ctx.environment(env), ctx.cluster(cluster)
@@ -66,7 +100,7 @@ def shell(ctx: Context, env: str | None = None, cluster: str | None = None, *, d
         return remote_commands.forward(ctx, cl, tty=not dry_run and command is None)
     ctx.gate(environment, cl, what="shell", force=force)
     plan = shells.build(ctx.registry, environment, cl, command=command, gpus=gpus, time=time, runtime=runtime,
-                        partition=partition)
+                        partition=partition, sbatch=sbatch)
     if not dry_run:
         return shells.run(plan)
     ctx.say(shells.command_line(plan))
@@ -91,4 +125,22 @@ def modules(ctx: Context, env: str | None = None, cluster: str | None = None, pr
         ctx.say(f"  module use {shlex.quote(str(mods[0].parent.parent))}")
         for m in mods:
             ctx.say(f"  module load shipyard/{m.stem}")
+    return 0
+
+
+def snakemake_profile(ctx: Context, cluster: str | None = None, env: str | None = None, *, check: bool = False) -> int:
+    """`invoke snakemake.profile --cluster C [--env E] [--check]`: write the Snakemake profile and the Slurm plugin's
+    partition file for the cluster (issue 24); ``check``: exit 1 naming the stale files, write nothing."""
+    cl, environment = ctx.cluster(cluster), ctx.environment(env)
+    files = snakemake.render(ctx.registry, environment, cl)
+    if check:
+        old = snakemake.stale(files)
+        if old:
+            raise ShipyardError(f"{', '.join(os.path.relpath(p) for p in old)}: stale; regenerate with invoke "
+                                f"snakemake.profile --cluster {cl.name}", exit_code=1)
+        ctx.say(f"{len(files)} file(s) up to date")
+        return 0
+    for p in snakemake.write(files):
+        ctx.say(f"wrote {os.path.relpath(p)}")
+    ctx.say(f"use with: snakemake --profile {shlex.quote(os.path.relpath(snakemake.directory(ctx.registry.root, cl.name)))}")
     return 0

@@ -29,7 +29,7 @@ from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
 from shipyard.files import atomic_write
 from shipyard import runtimes
-from shipyard.launch import options
+from shipyard.launch import options, passthrough, sweep as sweeps
 from shipyard.staging import record as staged
 from shipyard.launch.fabric import (
     EnvVar,
@@ -92,6 +92,9 @@ class Launcher:
     nccl_test_binary: str
     nccl_test_mpi: str
     nccl_test_args: tuple[str, ...]
+    combinations: sweeps.Sweep | None  # --sweep/--sweep-file: the combinations, one array task each
+    max_concurrent: int | None  # --max-concurrent: the array's %P
+    sbatch_extra: tuple[tuple[str, str], ...]  # --sbatch KEY=VALUE, checked (shipyard/launch/passthrough.py)
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
     code_commit: str | None  # the project's commit (git, else what remote.sync shipped); None: unknown
     code_dirty: bool  # uncommitted changes to tracked files were part of it
@@ -148,6 +151,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     rt = runtimes.get(opts.runtime or cluster.runtime)
     fields = dict(kind=kind, environment=env.name, runtime=rt.name,
                   root=str(reg.root), registry=str(reg.root / reg.path.name), command=tuple(command))
+    fields["sbatch_extra"] = passthrough.parse(opts.sbatch)  # a new flag: checked first
     fields |= _partition(cluster, opts.partition)
     cl = cluster.on(fields["partition"])  # from here on: the chosen partition's GPUs, CPUs, memory and fabric
     fields |= {"cluster": cl.name, "fabric": cl.fabric}
@@ -164,6 +168,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields |= _code(Path(reg.root), fields["env"])
     fields |= _image(reg, env.name, cl, rt, opts.image)
     fields |= _checkpointing(opts.chain, opts.requeue, opts.max_restarts, opts.signal_before)
+    fields |= _sweep(kind, opts, fields["chain"])
     fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
     fields |= _site_constants(cl)
     fields |= _binding(reg, env.name, rt, fields["image"], opts.image)
@@ -399,6 +404,19 @@ def _checkpointing(chain, requeue: bool, max_restarts, signal_before) -> dict:
             "signal_before": None if signal_before is None else options.check("signal_before", signal_before)}
 
 
+def _sweep(kind: str, opts: options.Options, chain: int) -> dict:
+    """``--sweep``/``--sweep-file`` (torchrun only) and ``--max-concurrent``; a sweep is not chained (each task
+    requeues on its own with ``--requeue``, and a resubmit runs what did not finish)."""
+    sw = sweeps.from_options(opts.sweep, opts.sweep_file) if kind == options.TORCHRUN else None
+    p = opts.max_concurrent
+    if p is not None and sw is None:
+        raise ShipyardError("--max-concurrent: only with --sweep or --sweep-file")
+    if sw is not None and chain > 1:
+        raise ShipyardError("--chain with a sweep: use --requeue (each task resumes itself); a resubmit runs the "
+                            "combinations that did not finish")
+    return {"combinations": sw, "max_concurrent": None if p is None else options.check("max_concurrent", p)}
+
+
 def _monitoring(kind: str, monitor: bool, monitor_interval) -> dict:
     """``--monitor`` samples beside torchrun; nccl-test measures the fabric alone."""
     interval = monitor_interval if monitor_interval is not None else launch_data()["defaults"]["monitor_interval"]
@@ -461,8 +479,14 @@ def render(l: Launcher) -> str:
         prepends=[v for v in l.env if v.prepend],
         prepend_exports=_prepend_exports(l),
         prepend_script=_prepend_exports(l) + '; exec "$@"',
-        log=f"logs/{l.name}-%j.out" if l.handout else f"{l.log_dir}/{l.name}-%j.out",  # handout: the submit dir's
+        # handout: the submit dir's logs/; a sweep: one log per array task
+        log=(f"logs/{l.name}-%j.out" if l.handout
+             else f"{l.log_dir}/{l.name}-" + ("%A_%a.out" if l.combinations else "%j.out")),
+        sweep_table=str(sweeps.table_path(l.root, l.name)) if l.combinations else "",
+        sweep_runs=str(sweeps.runs_dir(l.root, l.name)) if l.combinations else "",
+        sweep_done=sweeps.DONE,
         usage_prefix=f"{l.log_dir}/{l.name}",
+        sbatch_extra=passthrough.words(l.sbatch_extra),
     )
 
 
@@ -493,6 +517,21 @@ def submit(l: Launcher, path: Path) -> list[str]:
     for _ in range(l.chain):
         ids.append(slurm.submit(l.cluster, path, after=ids[-1] if ids else None))
     return ids
+
+
+def submit_sweep(l: Launcher, path: Path, max_array_size: int) -> tuple[list[str], int]:
+    """Submit the combinations of ``l``'s sweep that have not finished, as arrays of task ids below
+    ``max_array_size`` (one ``sbatch`` per array); (job ids, combinations already done)."""
+    sw = l.combinations
+    finished = sweeps.done(l.root, l.name, [sw.directory_name(i) for i in range(sw.count)])
+    todo = [i for i, f in enumerate(finished) if not f]
+    ids = []
+    for offset, spec in sweeps.array_specs(todo, max_array_size):
+        extra = [f"--array={spec}" + (f"%{l.max_concurrent}" if l.max_concurrent else "")]
+        if offset:
+            extra.append(f"--export=ALL,SHIPYARD_SWEEP_OFFSET={offset}")
+        ids.append(slurm.submit(l.cluster, path, extra=extra))
+    return ids, sw.count - len(todo)
 
 
 def require_bound(l: Launcher) -> None:

@@ -151,6 +151,20 @@ class Options:
                                                "{signal_before} with --requeue/--chain)", kinds=(TORCHRUN,), check=_POSITIVE)
     force: bool = opt(False, "write the launcher even when `invoke check` finds an ERROR for ENV on the cluster (warned, "
                              "and named in the launcher's header)")
+    # issue 24: extra #SBATCH options and validation (shipyard/launch/passthrough.py)
+    sbatch: tuple[str, ...] | None = opt(help="extra Slurm option KEY=VALUE, written as an #SBATCH line "
+                                              "(repeatable; keys: sbatch_passthrough in shipyard/data/launch.yaml, "
+                                              "e.g. mail-type=END, constraint=a100, gres=gpu:1g.10gb:1, qos=high)",
+                                         repeat=True)
+    validate: bool = opt(False, "ask Slurm whether it would accept the launcher (sbatch --test-only): its verdict and "
+                                "estimated start; queues nothing", regenerate=False)
+    sweep: str | None = opt(help="a sweep as one job array: 'NAME=V1,V2 NAME2=...' (every combination; each task gets "
+                                 "--NAME VALUE after the command and its own run directory)", kinds=(TORCHRUN,))
+    sweep_file: str | None = opt(help="a sweep from a tab-separated table: a header of names, one combination per "
+                                      "row (values may hold spaces and quotes)", kinds=(TORCHRUN,))
+    max_concurrent: int | str | None = opt(help="with a sweep: at most P tasks of the array at once (--array=...%%P)",
+                                           kinds=(TORCHRUN,), check=_POSITIVE)
+    # end issue 24
     submit: bool = opt(False, "submit with sbatch --parsable and print the job id(s)", regenerate=False)
     dry_run: bool = opt(False, "print the launcher instead of writing it", regenerate=False)
 

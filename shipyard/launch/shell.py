@@ -19,6 +19,7 @@ import getpass
 import shlex
 import subprocess
 from dataclasses import dataclass
+from typing import Sequence
 
 from shipyard import slurm
 from shipyard.errors import ShipyardError
@@ -27,6 +28,7 @@ from shipyard.launch import options
 from shipyard import runtimes
 from shipyard.runtimes.mounts import job_mounts
 from shipyard.runtimes import Placement
+from shipyard.launch import passthrough
 from shipyard.registry.model import Cluster, Environment, Registry
 
 JOB_NAME = "shipyard-shell"  # `invoke status` lists jobs named shipyard-*
@@ -71,7 +73,8 @@ def _default_time(cluster: Cluster) -> str:
 
 def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | None = None,
           gpus: int | str | None = None, time: str | None = None, user: str | None = None,
-          runtime: str | None = None, partition: str | None = None) -> ShellPlan:
+          runtime: str | None = None, partition: str | None = None,
+          sbatch: Sequence[str] | None = None) -> ShellPlan:
     """Resolve flags and registry facts into the exact command for ``env`` on ``cluster`` (no side effects). The
     shell runs on ``partition`` (default: the interactive partition), and its GPUs are checked against that
     partition's."""
@@ -111,6 +114,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
         srun.append(f"--gpus-per-node={gpus}")
     if time:
         srun.append(f"--time={time}")
+    srun += passthrough.words(passthrough.parse(sbatch))  # --sbatch KEY=VALUE (issue 24): srun takes them too
     if words is None:
         srun.append("--pty")
     mounts = job_mounts(reg.root, cluster)

@@ -589,6 +589,7 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
         interactive_partition=sch.get("interactive_partition", partition),
         build_partition=sch.get("build_partition", partition),
         account=sch.get("account"),
+        max_array_size=sch.get("max_array_size"),
         time=sch.get("time"),
         build_time=sch.get("build_time"),
         build_cpus=sch.get("build_cpus"),

@@ -193,6 +193,7 @@ class Cluster:
     partition_facts: Mapping[str, Partition] = field(default_factory=dict)  # name -> resolved facts
     mem_per_node_mb: int | None = None
     exclusive: bool = False
+    max_array_size: int | None = None  # scheduler.max_array_size (None: ask scontrol show config)
 
     @property
     def host_injection(self) -> Mapping[str, object] | None:

@@ -53,7 +53,7 @@ def test_unknown_runtime_is_one_line_naming_the_flag():
 def test_options_model_drives_both_tasks(kind, task_name):
     task = getattr(load_tasks(), task_name)
     assert task.help == options.help_for(kind)
-    assert task.iterable == ["env"] and task.positional == [options.POSITIONAL]
+    assert task.iterable == ["env", "sbatch"] and task.positional == [options.POSITIONAL]
     params = [p for p in inspect.signature(task.body).parameters if p != "c"]
     assert params == list(options.names(kind))  # the task takes exactly the model's flags, in its order
     assert "pyxis | apptainer | host" in task.help["runtime"]  # the runtime help lists the discovered runtimes
@@ -61,7 +61,8 @@ def test_options_model_drives_both_tasks(kind, task_name):
 
 def test_nccl_test_has_no_torchrun_only_flags():
     assert set(options.names(options.TORCHRUN)) - set(options.names(options.NCCL_TEST)) == {
-        "cpus_per_task", "monitor", "monitor_interval", "chain", "requeue", "max_restarts", "signal_before"}
+        "cpus_per_task", "monitor", "monitor_interval", "chain", "requeue", "max_restarts", "signal_before",
+        "sweep", "sweep_file", "max_concurrent"}  # issue 24: sweeps are torchrun jobs
 
 
 def test_checks_name_the_flag():

@@ -1,0 +1,184 @@
+"""Sweeps as Slurm job arrays (issue 24): ``--sweep 'lr=1e-3,1e-4 seed=0,1,2'`` or ``--sweep-file combos.tsv``.
+
+One launcher runs every combination as one array task. The combinations are a table beside it,
+``launch/<name>.sweep.tsv`` (tab-separated: index, run directory, one column per parameter; written atomically), and
+the job reads its row by index, so the values never pass through a shell parser: each reaches the training script
+as two words ``--NAME VALUE``, exactly as typed (spaces, quotes, ``$(...)``). Each combination has a run directory
+named from its values (``launch/sweeps/<name>/lr=1e-3_seed=0``; a value with other characters than ``[A-Za-z0-9.+-]``
+adds a hash of the combination), the same on every requeue, chain segment and resubmit; a task that ends with exit 0
+leaves ``.shipyard-done`` there, and a resubmit submits only the combinations without it. The array index is the
+combination's index (``--array=1,3%P`` on the sbatch command line), so a partial resubmit keeps the mapping; beyond
+the cluster's MaxArraySize the combinations are split into several arrays, each with an offset
+(``SHIPYARD_SWEEP_OFFSET``) added to the task id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from shipyard import project
+from shipyard.errors import ShipyardError
+from shipyard.files import atomic_write
+
+_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+_SAFE = re.compile(r"[A-Za-z0-9.+-]+")
+DONE = ".shipyard-done"
+MAX_COMBINATIONS = 100_000
+
+
+@dataclass(frozen=True)
+class Sweep:
+    names: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]  # one per combination, in index order
+
+    @property
+    def count(self) -> int:
+        return len(self.rows)
+
+    def directory_name(self, i: int) -> str:
+        return run_dir_name(self.names, self.rows[i])
+
+
+def _check_value(where: str, name: str, value: str) -> str:
+    if value == "" or "\t" in value or not value.isprintable():
+        raise ShipyardError(f"{where}: value {value!r} of {name}: empty, or a tab or control character (a sweep "
+                            "value is one table cell)")
+    return value
+
+
+def _check_names(where: str, names: Sequence[str]) -> tuple[str, ...]:
+    for n in names:
+        if not _PARAM.fullmatch(n):
+            raise ShipyardError(f"{where}: parameter {n!r}: use letters, digits, '_' and '-' (it becomes --{n})")
+    if len(set(names)) != len(names):
+        raise ShipyardError(f"{where}: a parameter is named twice ({', '.join(names)})")
+    if not names:
+        raise ShipyardError(f"{where}: no parameter (e.g. --sweep 'lr=1e-3,1e-4 seed=0,1')")
+    return tuple(names)
+
+
+def parse_spec(spec: str) -> Sweep:
+    """``'lr=1e-3,1e-4 seed=0,1,2'``: every combination, the last parameter varying fastest. Values here cannot
+    hold spaces or commas; a table (``--sweep-file``) can."""
+    names, values = [], []
+    for part in spec.split():
+        name, sep, vals = part.partition("=")
+        if not sep or not vals:
+            raise ShipyardError(f"--sweep {part!r}: expected NAME=V1,V2,... (e.g. --sweep 'lr=1e-3,1e-4 seed=0,1')")
+        names.append(name)
+        values.append([_check_value("--sweep", name, v) for v in vals.split(",")])
+    names = _check_names("--sweep", names)
+    total = 1
+    for v in values:
+        total *= len(v)
+    if total > MAX_COMBINATIONS:
+        raise ShipyardError(f"--sweep: {total} combinations; at most {MAX_COMBINATIONS}")
+    return Sweep(names, tuple(tuple(c) for c in itertools.product(*values)))
+
+
+def parse_file(path: str | Path) -> Sweep:
+    """A tab-separated table: a header of parameter names, then one combination per line (no quoting: every
+    character of a cell is the value)."""
+    where = f"--sweep-file {path}"
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShipyardError(f"{where}: cannot read it ({exc})") from None
+    lines = [l for l in lines if l.strip() and not l.startswith("#")]
+    if not lines:
+        raise ShipyardError(f"{where}: empty (expected a header line of parameter names, then rows)")
+    names = _check_names(where, lines[0].split("\t"))
+    rows = []
+    for n, line in enumerate(lines[1:], 2):
+        cells = line.split("\t")
+        if len(cells) != len(names):
+            raise ShipyardError(f"{where}: row {n} has {len(cells)} cells, the header {len(names)}")
+        rows.append(tuple(_check_value(f"{where} row {n}", k, v) for k, v in zip(names, cells)))
+    if not rows or len(rows) > MAX_COMBINATIONS:
+        raise ShipyardError(f"{where}: {len(rows)} combinations (1 to {MAX_COMBINATIONS})")
+    return Sweep(names, tuple(rows))
+
+
+def from_options(spec: str | None, file: str | None) -> Sweep | None:
+    if spec and file:
+        raise ShipyardError("--sweep and --sweep-file exclude each other")
+    return parse_spec(spec) if spec else parse_file(file) if file else None
+
+
+def run_dir_name(names: Sequence[str], values: Sequence[str]) -> str:
+    """``lr=1e-3_seed=0``: the values as they are when they are plain, else made plain plus a hash of the exact
+    combination (so two combinations never share a directory); long names are cut and hashed alike."""
+    parts = [f"{k}={v}" if _SAFE.fullmatch(v) else f"{k}={re.sub(r'[^A-Za-z0-9.+-]+', '-', v).strip('-')[:24]}"
+             for k, v in zip(names, values)]
+    name = "_".join(parts)
+    plain = all(_SAFE.fullmatch(v) for v in values) and len(name) <= 120
+    if plain:
+        return name
+    digest = hashlib.sha256("\0".join(f"{k}\0{v}" for k, v in zip(names, values)).encode()).hexdigest()[:10]
+    return f"{name[:100]}_{digest}"
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def table_path(root: str | Path, name: str) -> Path:
+    return project.launchers_dir(Path(root)) / f"{name}.sweep.tsv"
+
+
+def runs_dir(root: str | Path, name: str) -> Path:
+    return project.launchers_dir(Path(root)) / "sweeps" / name
+
+
+def render_table(sw: Sweep) -> str:
+    lines = ["\t".join(("index", "dir", *sw.names))]
+    lines += ["\t".join((str(i), sw.directory_name(i), *row)) for i, row in enumerate(sw.rows)]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(root: str | Path, name: str, sw: Sweep) -> Path:
+    return atomic_write(table_path(root, name), render_table(sw))
+
+
+def read_table(root: str | Path, name: str) -> tuple[Sweep, list[str]]:
+    """The sweep written for launcher ``name`` and its run directory names."""
+    path = table_path(root, name)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        raise ShipyardError(f"{path}: no sweep named {name} here (write one with invoke launch --name {name} "
+                            "--sweep ...)") from None
+    head = lines[0].split("\t")
+    rows = [l.split("\t") for l in lines[1:]]
+    return Sweep(tuple(head[2:]), tuple(tuple(r[2:]) for r in rows)), [r[1] for r in rows]
+
+
+def done(root: str | Path, name: str, dirs: Sequence[str]) -> list[bool]:
+    base = runs_dir(root, name)
+    return [(base / d / DONE).is_file() and not (base / d / DONE).is_symlink() for d in dirs]
+
+
+def array_specs(indices: Sequence[int], max_array_size: int) -> list[tuple[int, str]]:
+    """The indices to submit as (offset, array spec) per array: task ids below ``max_array_size``."""
+    groups: dict[int, list[int]] = {}
+    for i in indices:
+        groups.setdefault(i // max_array_size * max_array_size, []).append(i)
+    return [(off, _ranges([i - off for i in ids])) for off, ids in sorted(groups.items())]
+
+
+def _ranges(ids: Sequence[int]) -> str:
+    out, start, prev = [], None, None
+    for i in sorted(ids):
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            out.append(f"{start}-{prev}" if prev > start else str(start))
+            start = prev = i
+    out.append(f"{start}-{prev}" if prev > start else str(start))
+    return ",".join(out)

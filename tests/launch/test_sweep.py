@@ -1,0 +1,111 @@
+"""Sweeps as job arrays (issue 24): parsing, the combination -> run directory mapping, the array split at
+MaxArraySize, the golden launcher (shellcheck) and the values reaching argv through the rendered script's own bash.
+The sandbox test is in test_sweep_sandbox.py."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from fixtures_launch import build_launcher
+from helpers_registry import GOLDEN, golden
+
+from shipyard.errors import ShipyardError
+from shipyard.launch import launcher as launch, sweep as sweeps
+
+CMD = ("examples/train.py", "--epochs", "3")
+
+
+def test_spec_is_every_combination_last_varying_fastest():
+    sw = sweeps.parse_spec("lr=1e-3,1e-4 seed=0,1,2")
+    assert sw.names == ("lr", "seed") and sw.count == 6
+    assert sw.rows[:4] == (("1e-3", "0"), ("1e-3", "1"), ("1e-3", "2"), ("1e-4", "0"))
+    assert [sw.directory_name(i) for i in (0, 5)] == ["lr=1e-3_seed=0", "lr=1e-4_seed=2"]
+
+
+def test_file_values_are_exact_and_hostile_ones_get_a_distinct_stable_directory(tmp_path):
+    f = tmp_path / "combos.tsv"
+    f.write_text("msg\tseed\ntwo words\t0\nit's \"quoted\"\t1\n$(touch /tmp/pwned)\t2\ntwo-words\t0\n")
+    sw = sweeps.parse_file(f)
+    assert sw.rows[0] == ("two words", "0") and sw.rows[2] == ("$(touch /tmp/pwned)", "2")
+    names = [sw.directory_name(i) for i in range(sw.count)]
+    assert len(set(names)) == 4 and names == [sweeps.parse_file(f).directory_name(i) for i in range(4)]
+    assert names[3] == "msg=two-words_seed=0" and names[0].startswith("msg=two-words_seed=0_")
+    assert all("/" not in n and " " not in n for n in names)
+
+
+@pytest.mark.parametrize(("spec", "msg"), [
+    ("lr", "expected NAME=V1,V2"),
+    ("lr=1,,2", "empty"),
+    ("1x=1", "parameter '1x'"),
+    ("lr=1 lr=2", "named twice"),
+])
+def test_bad_spec_one_line(spec, msg):
+    with pytest.raises(ShipyardError, match=msg):
+        sweeps.parse_spec(spec)
+
+
+def test_arrays_split_below_max_array_size_with_the_same_mapping():
+    assert sweeps.array_specs(range(4), 1001) == [(0, "0-3")]
+    assert sweeps.array_specs(range(4), 3) == [(0, "0-2"), (3, "0")]
+    assert sweeps.array_specs([1, 3, 4, 7], 4) == [(0, "1,3"), (4, "0,3")]
+
+
+def test_flags_that_do_not_go_with_a_sweep(launch_registry):
+    with pytest.raises(ShipyardError, match="--max-concurrent: only with --sweep"):
+        build_launcher(launch_registry, max_concurrent=2, command=CMD)
+    with pytest.raises(ShipyardError, match="--chain with a sweep"):
+        build_launcher(launch_registry, sweep="lr=1,2", chain=2, command=CMD)
+
+
+def test_golden_sweep_launcher(launch_registry):
+    l = build_launcher(launch_registry, cluster="lab-socket", nodes=2, sweep="lr=1e-3,1e-4 seed=0,1",
+                       max_concurrent=2, command=CMD)
+    text = launch.render(l)
+    golden(GOLDEN / "launch" / "sweep.sbatch", text)
+    assert "#SBATCH --array=0-3%2\n" in text and "-%A_%a.out\n" in text
+    assert "--sweep 'lr=1e-3,1e-4 seed=0,1' --max-concurrent 2" in text.splitlines()[2]
+    res = subprocess.run(["shellcheck", "-S", "warning", "-s", "bash", "-"], input=text, text=True,
+                         capture_output=True)
+    assert res.returncode == 0, res.stdout
+
+
+def test_the_scripts_own_lines_read_the_values_intact(launch_registry, tmp_path):
+    """The sweep block of the rendered launcher, run by bash against a written table: argv words exact."""
+    f = tmp_path / "combos.tsv"
+    f.write_text("msg\tn\ntwo  words\t1\nit's \"q\" `id` $(touch /tmp/pwned) $HOME *\t2\n")
+    l = build_launcher(launch_registry, cluster="lab-socket", sweep_file=str(f), command=CMD)
+    text = launch.render(l)
+    block = text[text.index("sweep_table="):text.index('echo "shipyard: sweep combination')]
+    table = tmp_path / "t.tsv"
+    table.write_text(sweeps.render_table(l.combinations))
+    block = block.replace(block.split("\n")[0], f"sweep_table={table}").replace(str(sweeps.runs_dir(l.root, l.name)),
+                                                                            str(tmp_path / "runs"))
+    script = block + 'printf "%s\\0" "$sweep_dir" "${sweep_args[@]}"'
+    for i, row in enumerate(l.combinations.rows):
+        out = subprocess.run(["bash", "-c", script], env={"SLURM_ARRAY_TASK_ID": str(i), "PATH": "/usr/bin:/bin"},
+                             capture_output=True, check=True).stdout.decode().split("\0")[:-1]
+        assert out[1:] == ["--msg", row[0], "--n", row[1]]
+        assert out[0] == str(tmp_path / "runs" / l.combinations.directory_name(i))
+
+
+def test_submit_splits_at_max_array_size_and_skips_finished(launch_registry, monkeypatch, tmp_path):
+    from dataclasses import replace
+
+    from shipyard import slurm
+
+    l = build_launcher(launch_registry, cluster="lab-socket", sweep="lr=1,2 seed=0,1", max_concurrent=2,
+                       command=CMD)
+    l = replace(l, root=str(tmp_path))
+    calls = []
+    monkeypatch.setattr(slurm, "submit", lambda cluster, path, extra=(): calls.append(list(extra)) or str(len(calls)))
+    ids, finished = launch.submit_sweep(l, tmp_path / "x.sbatch", 3)
+    assert (ids, finished) == (["1", "2"], 0)
+    assert calls == [["--array=0-2%2"], ["--array=0%2", "--export=ALL,SHIPYARD_SWEEP_OFFSET=3"]]
+    for i in (0, 3):
+        d = sweeps.runs_dir(l.root, l.name) / l.combinations.directory_name(i)
+        d.mkdir(parents=True)
+        (d / sweeps.DONE).write_text("")
+    calls.clear()
+    assert launch.submit_sweep(l, tmp_path / "x.sbatch", 3) == (["1"], 2)
+    assert calls == [["--array=1-2%2"]]
