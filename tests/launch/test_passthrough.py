@@ -64,7 +64,7 @@ def test_shell_passes_them_to_srun(launch_registry):
     plan = shells.build(reg, reg.environment(None), reg.cluster("lab-ib"), sbatch=["qos=high", "gres=gpu:1g.10gb:1"],
                         command="nvidia-smi -L", user="u")
     assert "--qos=high" in plan.argv and "--gres=gpu:1g.10gb:1" in plan.argv
-    assert plan.argv.index("--qos=high") < plan.argv.index("--pty" if "--pty" in plan.argv else "nvidia-smi")
+    assert plan.argv.index("--qos=high") < plan.argv.index("--pty" if "--pty" in plan.argv else "nvidia-smi -L")
     with pytest.raises(ShipyardError, match="use --partition"):
         shells.build(reg, reg.environment(None), reg.cluster("lab-ib"), sbatch=["partition=x"], user="u")
 
