@@ -218,8 +218,8 @@ def nccl_tests_runtime(env: Environment) -> tuple[Step, ...]:
 def nccl_tests_install(env: Environment) -> tuple[Step, ...]:
     """nccl-tests from its pinned release (sha256-checked), compiled against torch's NCCL wheel, into
     /opt/nccl-tests/bin; the compiler from where the image gets CUDA (a devel base's /usr/local/cuda, or pip's CUDA
-    compiler wheels in a throw-away directory). libcudart is linked statically; libnccl.so.2 beside the binaries is
-    a link to torch's, found through the binaries' $ORIGIN run path. A "venv" step: the docker backend runs it in the
+    compiler wheels in a throw-away directory). libcudart is linked statically; torch's libnccl.so.2 is found through
+    the binaries' run path (its absolute path in the venv). A "venv" step: the docker backend runs it in the
     download stage (it downloads) and copies /opt/nccl-tests into the image."""
     nt = env.nccl_tests
     if nt is None:
@@ -248,8 +248,10 @@ def nccl_tests_install(env: Environment) -> tuple[Step, ...]:
                  'ln -s lib "$cuda/lib64"']
     else:
         cmds.append(f"cuda={data['cuda_image_home']}")
-    make = (f'make -C src -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME={work}/nccl CUDARTLIB=cudart_static '
-            f"BUILDDIR={work}/build")
+    # LD_RUN_PATH: GNU ld's run path when the link gives none (nccl-tests' non-DSO link gives none): the binaries
+    # find torch's libnccl.so.2 by its absolute path, with no LD_LIBRARY_PATH
+    make = (f'LD_RUN_PATH={nccl}/lib make -C src -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME={work}/nccl '
+            f"CUDARTLIB=cudart_static BUILDDIR={work}/build")
     make += f' MPI=1 MPI_HOME="{mpi["home"]}"' if mpi.get("apt") else " MPI=0"
     cmds += [
         f"ln -s {nccl}/include {work}/nccl/include",
@@ -257,7 +259,6 @@ def nccl_tests_install(env: Environment) -> tuple[Step, ...]:
         make,
         f"install -d {prefix}/bin",
         f"cp {work}/build/*_perf {prefix}/bin/",
-        f"ln -s {nccl}/lib/libnccl.so.2 {prefix}/bin/libnccl.so.2",
         "cd /",
         f"rm -rf {work}",
         'if [ -n "$new" ]; then apt-get purge -y --auto-remove $new; fi',
