@@ -18,7 +18,7 @@ from shipyard import slurm
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import launcher, modules as module_files, shell as shells
-from shipyard.launch.options import TORCHRUN, Options
+from shipyard.launch.options import NCCL_TEST, TORCHRUN, Options
 
 
 def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: str | os.PathLike | None = None, *,
@@ -28,10 +28,14 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
     runs (default: the working directory, as torchrun would resolve the script from there)."""
     if opts.dry_run and opts.submit:
         raise ShipyardError("--dry-run and --submit exclude each other")
+    if opts.image_has_nccl_tests and not opts.image:
+        raise ShipyardError("--image-has-nccl-tests: only with --image (shipyard checks its own images itself)")
     env, cluster = ctx.environment(opts.environment), ctx.cluster(opts.cluster)
     forced = ctx.gate(env, cluster, what="launch", force=opts.force)
     l = launcher.build(ctx.registry, env, cluster, opts, command, workdir or Path.cwd(), forced, kind=kind)
     launcher.require_bound(l)
+    if kind == NCCL_TEST:
+        launcher.require_nccl_tests(l, env, opts.image_has_nccl_tests)
     if opts.dry_run:
         ctx.say(launcher.render(l).rstrip("\n") + ("\n" + launcher.chain_plan(l) if l.chain > 1 else ""))
         return 0

@@ -96,6 +96,7 @@ class Launcher:
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
     image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
+    image_spec_sha256: str | None = None  # the spec the bound image was built from (nccl-test checks it)
     regenerate: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -361,7 +362,7 @@ def _binding(reg: Registry, env_name: str, rt: Runtime, image: str | None, given
     if b is None or not (_HEX64.match(b.sha256) and _HEX64.match(b.input_hash)):
         return {}
     return {"image_sha256": b.sha256, "image_input_hash": b.input_hash,
-            "image_bound_from": " ".join(b.source.split())}
+            "image_bound_from": " ".join(b.source.split()), "image_spec_sha256": b.spec_sha256}
 
 
 def _checkpointing(chain, requeue: bool, max_restarts, signal_before) -> dict:
@@ -470,6 +471,29 @@ def require_bound(l: Launcher) -> None:
                         f"{runtimes.get(l.runtime).suffix} in containers/{l.environment}.json); run `invoke build "
                         f"{l.environment}` and `invoke stage {l.environment} --cluster {l.cluster}`, or give --image "
                         "PATH to run an image unchecked")
+
+
+def require_nccl_tests(l: Launcher, env: Environment, vouched: bool) -> None:
+    """`invoke nccl-test` runs nccl-tests' binaries from the image: the bound image's build must have included them
+    (``nccl_tests:`` in the environment, and the image's recorded spec is the registry's, which carries it); an
+    external ``--image`` only with ``vouched`` (--image-has-nccl-tests). The host runtime has no image: the binary
+    must be on the nodes' PATH, which nothing here can see."""
+    if not runtimes.get(l.runtime).containerised:
+        return
+    if l.image_opt_out:
+        if not vouched:
+            raise ShipyardError(f"--image {l.image}: shipyard cannot tell whether it carries nccl-tests; add "
+                                "--image-has-nccl-tests to vouch for it (NGC's PyTorch images do), or run an image "
+                                "built with nccl_tests")
+        return
+    if env.nccl_tests is None:
+        raise ShipyardError(f"environments.{env.name}.nccl_tests: not set, so its image has no {l.nccl_test_binary}; "
+                            f"set `nccl_tests: true`, then `invoke build {env.name}` and `invoke stage {env.name}`, or "
+                            "give --image IMAGE --image-has-nccl-tests")
+    if l.image_spec_sha256 != env.spec_hash:
+        got = (l.image_spec_sha256 or "not recorded")[:12]
+        raise ShipyardError(f"{l.image}: built from spec {got}, not registry.yaml's {env.spec_hash[:12]} (which has "
+                            f"nccl_tests: {env.nccl_tests.version}); rebuild and stage it: `invoke build {env.name}`")
 
 
 def chain_path(l: Launcher) -> Path:

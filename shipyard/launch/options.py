@@ -131,6 +131,9 @@ class Options:
                            check=matching(_TIME, "expected Slurm time [D-]HH[:MM[:SS]], e.g. 02:00:00"))
     image: str | None = opt(help="container image instead of <cluster.storage>/<env>.sqsh|.sif (pyxis: also "
                                  "REGISTRY#IMAGE:TAG)")
+    image_has_nccl_tests: bool = opt(False, "with --image: you vouch that the image carries nccl-tests on its PATH "
+                                            "(e.g. NGC's PyTorch images); shipyard cannot check an external image",
+                                     kinds=(NCCL_TEST,))
     mounts: str | None = opt(help="extra mounts SRC:DST[:ro],... (added to the cluster's binds and the project "
                                   "directory)")
     env: tuple[str, ...] | None = opt(help="NAME=VALUE exported to the job and overriding the image's value "
