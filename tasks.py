@@ -235,8 +235,8 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
 @task_guard
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
               mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None,
-              image_has_nccl_tests=False, mounts=None, env=None, nccl_debug=False, force=False, submit=False,
-              dry_run=False):
+              binary=None, sizes=None, iters=None, check=None, image_has_nccl_tests=False, mounts=None, env=None,
+              nccl_debug=False, force=False, submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     opts = _options(locals())
     raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv),

@@ -91,6 +91,11 @@ class Launcher:
     nccl_test_binary: str
     nccl_test_mpi: str
     nccl_test_args: tuple[str, ...]
+    nccl_test_tasks: int  # ranks per node: one per GPU, or one driving every GPU with mpi none
+    binary: str  # --binary, --sizes, --iters, --check as resolved (written into nccl-test launchers only)
+    sizes: str
+    iters: int
+    check: int
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
     image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/staging/record.py)
     image_input_hash: str | None = None
@@ -162,6 +167,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields |= _checkpointing(opts.chain, opts.requeue, opts.max_restarts, opts.signal_before)
     fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
     fields |= _site_constants(cl)
+    fields |= _nccl_test(cl, kind, opts, fields["gpus_per_node"])
     fields |= _binding(reg, env.name, rt, fields["image"], opts.image)
     fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
     launcher = Launcher(**fields)
@@ -388,8 +394,28 @@ def _site_constants(cl: Cluster) -> dict:
     """What no flag sets: shipyard/data/launch.yaml's ports and waits, and the transport the fabric should pick."""
     defaults, nt = launch_data()["defaults"], launch_data()["nccl_test"]
     return {"rdzv_port": int(defaults["rdzv_port"]), "srun_wait": int(defaults["srun_wait"]),
-            "transport": expected_transport(cl.fabric), "nccl_test_binary": nt["binary"],
-            "nccl_test_mpi": nt["mpi"], "nccl_test_args": tuple(nt["args"])}
+            "transport": expected_transport(cl.fabric)}
+
+
+def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int) -> dict:
+    """nccl-tests' binary and arguments from --binary, --sizes, --iters, --check (defaults: shipyard/data/launch.yaml),
+    and the srun MPI plugin of the cluster (clusters.NAME.mpi, else the data's default). ``mpi: none`` runs one
+    process per node driving its GPUs (-g G): nccl-tests without MPI has no multi-process mode."""
+    defaults, nt = launch_data()["defaults"], launch_data()["nccl_test"]
+
+    def get(name):
+        value = getattr(opts, name)
+        return options.check(name, value if value is not None else defaults[name])
+
+    binary, sizes, iters, check = get("binary"), get("sizes"), get("iters"), get("check")
+    mpi = cl.mpi or nt["mpi"]
+    low, high = sizes.split(":")
+    args = ["-b", low, "-e", high, *nt["args"], "-c", str(check), "-n", str(iters)]
+    if mpi == "none":
+        args[args.index("-g") + 1] = str(gpus)
+    return {"nccl_test_binary": binary, "nccl_test_mpi": mpi, "nccl_test_args": tuple(args),
+            "nccl_test_tasks": 1 if mpi == "none" else gpus, "binary": binary, "sizes": sizes, "iters": iters,
+            "check": check}
 
 
 def _resolved_options(l: Launcher, given: options.Options, user_mounts, user_env) -> options.Options:

@@ -590,6 +590,7 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
         instance_type=raw.get("instance_type"),
         login=raw.get("login"),
         host_requirements=tuple(raw.get("host_requirements", ())),
+        mpi=raw.get("mpi"),
         description=raw.get("description", ""),
         line=_line(lines, ("clusters", name)),
     )

@@ -200,6 +200,7 @@ class Cluster:
     partition_facts: Mapping[str, Partition] = field(default_factory=dict)  # name -> resolved facts
     mem_per_node_mb: int | None = None
     exclusive: bool = False
+    mpi: str | None = None  # srun --mpi plugin for nccl-test (None: shipyard/data/launch.yaml's default)
 
     @property
     def host_injection(self) -> Mapping[str, object] | None:
