@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shipyard import nccl_transport
+from shipyard import facts, nccl_transport
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, table
 from shipyard.registry.model import Cluster
@@ -339,6 +339,12 @@ def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | N
             "is the traffic each node's NICs carry per direction)")
 
 
+def no_cuda_device(report: Report) -> list[str]:
+    """The failure lines of ranks that found no usable GPU (shipyard/data/nccl.yaml ``no_cuda_device``)."""
+    known = facts.load("nccl")["no_cuda_device"]
+    return [f for f in report.failures if any(k in f for k in known)]
+
+
 def findings(report: Report, cluster: Cluster | None) -> list[str]:
     """What a user must look at: a broken launch, wrong results, failures, the transport against the fabric."""
     out = []
@@ -352,9 +358,17 @@ def findings(report: Report, cluster: Cluster | None) -> list[str]:
                        "(the #wrong column): the data path corrupts data; rerun with NCCL_DEBUG=INFO")
         if run.out_of_bounds and not run.out_of_bounds.endswith("OK"):
             out.append(f"FAIL {tag}out of bounds values: {run.out_of_bounds}")
+    no_device = no_cuda_device(report)
+    if no_device:
+        out.append(f"FAIL no CUDA device: {len(no_device)} rank(s) stopped at their first CUDA call, before NCCL "
+                   f"started ({no_device[0]}); run on nodes with GPUs and their driver (the partition's GPUs, the "
+                   "runtime's --nv / pyxis GPU support). NCCL's settings play no part: it never ran")
     for f in report.failures:
-        out.append(f"FAIL the log reports: {f}")
+        if f not in no_device:
+            out.append(f"FAIL the log reports: {f}")
     t = report.transport
+    if no_device and not t.logged:
+        return out  # no transport can be logged when NCCL never started: no debug setting would show one
     if cluster is not None:
         status, line = nccl_transport.verdict(t, cluster.fabric)
         line = line.removeprefix(nccl_transport.PREFIX).removeprefix("WARNING: ")
