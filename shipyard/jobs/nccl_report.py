@@ -388,7 +388,9 @@ def transport_lines(report: Report, cluster: Cluster | None) -> list[str]:
     t = report.transport
     out = [f"network: {', '.join(t.names) if t.logged else 'not in the log'}"
            + (f" (libfabric provider {', '.join(t.providers)})" if t.providers else "")]
-    if cluster is not None:
+    if cluster is not None and not t.logged and no_cuda_device(report):
+        out.append("transport verdict: none: NCCL never started (no CUDA device on the ranks)")
+    elif cluster is not None:
         out.append("transport verdict: " + nccl_transport.verdict(t, cluster.fabric)[1]
                    .removeprefix(nccl_transport.PREFIX))
     return out
