@@ -94,14 +94,15 @@ compat_tasks = Collection("compat", compat_refresh)
         "log": "nccl-tests output file (e.g. launch/logs/NAME-JOBID.out)",
         "out": "PNG to write (default: LOG with .png suffix)",
         "cluster": "cluster whose nominal line rate is drawn (default: defaults.cluster)",
+        "partition": "partition the job ran on: its line rate (default: the cluster's scheduler.partition)",
     },
 )
 @task_guard
-def nccl_report(c, log, out=None, cluster=None):
+def nccl_report(c, log, out=None, cluster=None, partition=None):
     """Parse nccl-tests output into a bus-bandwidth table and a PNG plot against message size."""
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    raise SystemExit(jobs_commands.nccl_report(log, out, cluster))
+    raise SystemExit(jobs_commands.nccl_report(log, out, cluster, partition=partition))
 
 
 @task(

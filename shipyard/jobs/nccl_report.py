@@ -316,6 +316,12 @@ def line_rate_gbs(cluster: Cluster | None) -> float | None:
     return cluster.line_rate_gbps / 8.0
 
 
+def _rate_key(cluster: Cluster) -> str:
+    """Where the partition's line rate was written: its own entry, else the cluster's fabric_options."""
+    key = cluster.key("line_rate_gbps")
+    return key if ".partitions." in key else f"clusters.{cluster.name}.fabric_options.line_rate_gbps"
+
+
 def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | None:
     """What the peak busbw says about the network, held against the node's line rate; never more than 100%.
 
@@ -327,7 +333,7 @@ def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | N
         return None
     peak = run.peak.busbw
     head = (f"node line rate: {cluster.line_rate_gbps:g} Gbit/s = {rate:.2f} GB/s per direction "
-            f"(clusters.{cluster.name}.fabric_options.line_rate_gbps)")
+            f"(partition {cluster.partition}: {_rate_key(cluster)})")
     hosts = {h for h, _ in report.ranks.values()}
     if len(hosts) == 1:
         return f"{head}; all ranks ran on one node ({next(iter(hosts))}): busbw measures NVLink/PCIe, not the network"

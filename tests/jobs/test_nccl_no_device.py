@@ -46,3 +46,24 @@ def test_every_rank_of_a_two_node_job_is_counted(tmp_path):
         assert "FAIL no CUDA device: 2 rank(s)" in e.text and "NCCL_DEBUG" not in e.text
     else:
         raise AssertionError("a log without rows must raise NoRows")
+
+
+def test_nccl_report_partition_must_be_the_clusters(tmp_path, monkeypatch):
+    import io
+
+    import pytest
+
+    from shipyard.commands import jobs as jobs_commands
+    from shipyard.commands.context import Context
+    from shipyard.errors import ShipyardError
+
+    (tmp_path / "registry.yaml").write_text("""
+environments:
+  e: {torch: "2.14.1", cuda: "13.0", python: "3.11", os: debian12}
+clusters:
+  c: {runtime: host, fabric: socket, gpus_per_node: 2, scheduler: {partition: p}}
+""")
+    monkeypatch.chdir(tmp_path)
+    ctx = Context.load(str(tmp_path / "registry.yaml"), out=io.StringIO())
+    with pytest.raises(ShipyardError, match=r"^--partition 'q': not a partition of cluster c \(valid: p\)$"):
+        jobs_commands.nccl_report(str(SAMPLE), str(tmp_path / "x.png"), "c", ctx, partition="q")
