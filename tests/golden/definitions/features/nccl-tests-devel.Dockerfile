@@ -29,10 +29,9 @@ RUN set -eu; \
     cuda=/usr/local/cuda; \
     ln -s /opt/venv/lib/python3.10/site-packages/nvidia/nccl/include /tmp/nccl-tests-build/nccl/include; \
     ln -s /opt/venv/lib/python3.10/site-packages/nvidia/nccl/lib/libnccl.so.2 /tmp/nccl-tests-build/nccl/lib/libnccl.so; \
-    make -C src -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME=/tmp/nccl-tests-build/nccl CUDARTLIB=cudart_static BUILDDIR=/tmp/nccl-tests-build/build MPI=0; \
+    LD_RUN_PATH=/opt/venv/lib/python3.10/site-packages/nvidia/nccl/lib make -C src -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME=/tmp/nccl-tests-build/nccl CUDARTLIB=cudart_static BUILDDIR=/tmp/nccl-tests-build/build MPI=0; \
     install -d /opt/nccl-tests/bin; \
     cp /tmp/nccl-tests-build/build/*_perf /opt/nccl-tests/bin/; \
-    ln -s /opt/venv/lib/python3.10/site-packages/nvidia/nccl/lib/libnccl.so.2 /opt/nccl-tests/bin/libnccl.so.2; \
     cd /; \
     rm -rf /tmp/nccl-tests-build; \
     if [ -n "$new" ]; then apt-get purge -y --auto-remove $new; fi

@@ -31,10 +31,9 @@ RUN set -eu; \
     ln -s lib "$cuda/lib64"; \
     ln -s /opt/venv/lib/python3.11/site-packages/nvidia/nccl/include /tmp/nccl-tests-build/nccl/include; \
     ln -s /opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2 /tmp/nccl-tests-build/nccl/lib/libnccl.so; \
-    make -C src -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME=/tmp/nccl-tests-build/nccl CUDARTLIB=cudart_static BUILDDIR=/tmp/nccl-tests-build/build MPI=1 MPI_HOME="/usr/lib/$(gcc -dumpmachine)/openmpi"; \
+    LD_RUN_PATH=/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib make -C src -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME=/tmp/nccl-tests-build/nccl CUDARTLIB=cudart_static BUILDDIR=/tmp/nccl-tests-build/build MPI=1 MPI_HOME="/usr/lib/$(gcc -dumpmachine)/openmpi"; \
     install -d /opt/nccl-tests/bin; \
     cp /tmp/nccl-tests-build/build/*_perf /opt/nccl-tests/bin/; \
-    ln -s /opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2 /opt/nccl-tests/bin/libnccl.so.2; \
     cd /; \
     rm -rf /tmp/nccl-tests-build; \
     if [ -n "$new" ]; then apt-get purge -y --auto-remove $new; fi
