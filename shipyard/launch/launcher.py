@@ -516,6 +516,10 @@ def require_nccl_tests(l: Launcher, env: Environment, vouched: bool) -> None:
         raise ShipyardError(f"environments.{env.name}.nccl_tests: not set, so its image has no {l.nccl_test_binary}; "
                             f"set `nccl_tests: true`, then `invoke build {env.name}` and `invoke stage {env.name}`, or "
                             "give --image IMAGE --image-has-nccl-tests")
+    if env.nccl_tests.mpi == "none" and l.nccl_test_mpi != "none":
+        raise ShipyardError(f"environments.{env.name}.nccl_tests.mpi: none (built without MPI), but cluster "
+                            f"{l.cluster} starts ranks with srun --mpi={l.nccl_test_mpi}: every rank would run its own "
+                            f"test; set clusters.{l.cluster}.mpi: none, or build with mpi: openmpi")
     if l.image_spec_sha256 != env.spec_hash:
         got = (l.image_spec_sha256 or "not recorded")[:12]
         raise ShipyardError(f"{l.image}: built from spec {got}, not registry.yaml's {env.spec_hash[:12]} (which has "

@@ -78,3 +78,12 @@ def test_an_external_image_needs_the_users_word(project):
     assert "--image-has-nccl-tests" in text  # the "regenerate with" line repeats it
     with pytest.raises(ShipyardError, match=r"^--image-has-nccl-tests: only with --image"):
         _run(project, image_has_nccl_tests=True)
+
+
+def test_an_image_without_mpi_on_a_cluster_that_starts_mpi_ranks_is_refused(project):
+    (project / "registry.yaml").write_text(REG.replace("nt: {extends: plain, nccl_tests: true}",
+                                                       "nt: {extends: plain, nccl_tests: {mpi: none}}"))
+    _built(project, "nt", registry.load(project / "registry.yaml").environment("nt").spec_hash)
+    with pytest.raises(ShipyardError, match=r"^environments\.nt\.nccl_tests\.mpi: none \(built without MPI\), but "
+                                            r"cluster pyx starts ranks with srun --mpi=pmix"):
+        _run(project)
