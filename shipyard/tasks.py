@@ -99,14 +99,15 @@ compat_tasks = Collection("compat", compat_refresh)
         "log": "nccl-tests output file (e.g. launch/logs/NAME-JOBID.out)",
         "out": "PNG to write (default: LOG with .png suffix)",
         "cluster": "cluster whose nominal line rate is drawn (default: defaults.cluster)",
+        "partition": "partition the job ran on: its line rate (default: the cluster's scheduler.partition)",
     },
 )
 @task_guard
-def nccl_report(c, log, out=None, cluster=None):
+def nccl_report(c, log, out=None, cluster=None, partition=None):
     """Parse nccl-tests output into a bus-bandwidth table and a PNG plot against message size."""
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    raise SystemExit(jobs_commands.nccl_report(log, out, cluster))
+    raise SystemExit(jobs_commands.nccl_report(log, out, cluster, partition=partition))
 
 
 @task(
@@ -246,8 +247,9 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
 @task(name="nccl-test", **launch_options.task_kwargs(launch_options.NCCL_TEST))
 @task_guard
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
-              mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None, mounts=None,
-              env=None, nccl_debug=False, force=False,
+              mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None,
+              binary=None, sizes=None, iters=None, check=None, image_has_nccl_tests=False, mounts=None, env=None,
+              nccl_debug=False, force=False,
               sbatch=None, validate=False,  # issue 24
               submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""

@@ -65,7 +65,8 @@ def usage(ctx: Context, jobid: str, out: str | None = None) -> int:
     return 0
 
 
-def nccl_report(log: str, out: str | None = None, cluster: str | None = None, ctx: Context | None = None) -> int:
+def nccl_report(log: str, out: str | None = None, cluster: str | None = None, ctx: Context | None = None, *,
+                partition: str | None = None) -> int:
     """`invoke nccl-report LOG`: the bus-bandwidth table and plot.
 
     A log can be read anywhere: the registry (for the cluster's line rate and the transport verdict) is loaded only
@@ -76,6 +77,14 @@ def nccl_report(log: str, out: str | None = None, cluster: str | None = None, ct
         ctx = Context.load()
     stdout = ctx.out if ctx is not None else sys.stdout
     where = ctx.cluster(cluster) if ctx is not None else None
+    if partition is not None:
+        if where is None:
+            raise ShipyardError("--partition: needs a cluster (--cluster, or a registry.yaml here)")
+        if partition not in where.partitions:
+            raise ShipyardError(f"--partition {partition!r}: not a partition of cluster {where.name} "
+                                f"(valid: {', '.join(where.partitions)})")
+    if where is not None:
+        where = where.on(partition)  # the partition's line rate (it may differ from the cluster-wide one)
     try:
         text, png = nccl.write_report(log, out, where)
     except nccl.NoRows as exc:

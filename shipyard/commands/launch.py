@@ -20,7 +20,7 @@ from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.files import table
 from shipyard.launch import launcher, modules as module_files, shell as shells, snakemake, sweep as sweeps
-from shipyard.launch.options import TORCHRUN, Options
+from shipyard.launch.options import NCCL_TEST, TORCHRUN, Options
 from shipyard.remote import transport
 
 
@@ -34,12 +34,16 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
     if opts.dry_run and opts.validate:
         raise ShipyardError("--dry-run and --validate exclude each other (--validate asks Slurm about the written "
                             "launcher)")
+    if opts.image_has_nccl_tests and not opts.image:
+        raise ShipyardError("--image-has-nccl-tests: only with --image (shipyard checks its own images itself)")
     env, cluster = ctx.environment(opts.environment), ctx.cluster(opts.cluster)
     if transport.is_remote(cluster):  # rendered, checked and submitted where the stage record is (docs/remote.md)
         return remote_commands.forward(ctx, cluster)
     forced = ctx.gate(env, cluster, what="launch", force=opts.force)
     l = launcher.build(ctx.registry, env, cluster, opts, command, workdir or Path.cwd(), forced, kind=kind)
     launcher.require_bound(l)
+    if kind == NCCL_TEST:
+        launcher.require_nccl_tests(l, env, opts.image_has_nccl_tests)
     if opts.dry_run:
         ctx.say(launcher.render(l).rstrip("\n") + ("\n" + launcher.chain_plan(l) if l.chain > 1 else ""))
         return 0

@@ -58,6 +58,8 @@ class Recipe:
     runscript: tuple[str, ...]
     help: str
     python: str  # interpreter path inside the image
+    # what the docker backend's download stage makes and the image copies from it (/opt/venv, /opt/nccl-tests)
+    copied: tuple[str, ...] = (VENV,)
 
 
 def _q(s: str) -> str:
@@ -187,6 +189,114 @@ def fabric_tests(env: Environment, python: str) -> list[str]:
     return out
 
 
+def nccl_tests_data() -> dict:
+    """shipyard/data/nccl_tests.yaml: the pinned releases, the compiler wheels, the MPI packages."""
+    return facts.load("nccl_tests")
+
+
+def _nccl_dir(env: Environment) -> str:
+    """The NCCL torch uses: the nvidia-nccl wheel in the venv (nccl-tests compiles and links against it)."""
+    return f"{VENV}/lib/python{env.python.value}/site-packages/nvidia/nccl"
+
+
+def nccl_tests_runtime(env: Environment) -> tuple[Step, ...]:
+    """In the image itself: the MPI the binaries link (when built with MPI), and no second NCCL beside torch's."""
+    nt = env.nccl_tests
+    if nt is None:
+        return ()
+    cmds = ["export DEBIAN_FRONTEND=noninteractive"]
+    mpi_apt = nccl_tests_data()["mpi"][nt.mpi].get("apt", [])
+    if mpi_apt:
+        cmds += ["apt-get update", "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in mpi_apt)]
+    # nvidia/cuda images carry the OS's libnccl2 (and libnccl-dev in devel): torch and nccl-tests use the wheel's
+    cmds.append("for p in libnccl-dev libnccl2; do if dpkg -s \"$p\" > /dev/null 2>&1; then "
+                "apt-get purge -y \"$p\"; fi; done")
+    return (Step(f"nccl-tests {nt.version} at run time: MPI ({nt.mpi}), and one NCCL in the image (torch's wheel)",
+                 tuple(cmds)),)
+
+
+def nccl_tests_install(env: Environment) -> tuple[Step, ...]:
+    """nccl-tests from its pinned release (sha256-checked), compiled against torch's NCCL wheel, into
+    /opt/nccl-tests/bin; the compiler from where the image gets CUDA (a devel base's /usr/local/cuda, or pip's CUDA
+    compiler wheels in a throw-away directory). libcudart is linked statically; torch's libnccl.so.2 is found through
+    the binaries' run path (its absolute path in the venv). A "venv" step: the docker backend runs it in the
+    download stage (it downloads) and copies /opt/nccl-tests into the image."""
+    nt = env.nccl_tests
+    if nt is None:
+        return ()
+    data = nccl_tests_data()
+    prefix, work, nccl = data["prefix"], "/tmp/nccl-tests-build", _nccl_dir(env)
+    build_apt = list(data["build_apt"])
+    mpi = data["mpi"][nt.mpi]
+    cmds = [
+        "export DEBIAN_FRONTEND=noninteractive",
+        "apt-get update",
+        "new=; for p in " + " ".join(_q(p) for p in build_apt) + "; do "
+        "dpkg -s \"$p\" > /dev/null 2>&1 || new=\"$new $p\"; done",
+        "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in build_apt + list(mpi.get("apt", []))),
+        f"mkdir -p {work}/src {work}/nccl/lib",
+        f"cd {work}",
+        f"curl --fail --silent --show-error --location --retry 3 --max-time 600 -o src.tar.gz {_q(nt.url)}",
+        f"echo {_q(nt.sha256 + '  src.tar.gz')} | sha256sum -c -",
+        "tar -xzf src.tar.gz -C src --strip-components=1",
+    ]
+    if nt.compiler == "pip":
+        pc = data["pip_compiler"][env.cuda.value]
+        cmds += [f"{VENV}/bin/python -m pip install --no-cache-dir --no-deps --target {work}/cuda "
+                 + " ".join(_q(p) for p in pc["packages"]),
+                 f"cuda={work}/cuda/{pc['home']}",
+                 'ln -s lib "$cuda/lib64"']
+    else:
+        cmds.append(f"cuda={data['cuda_image_home']}")
+    # LD_RUN_PATH: GNU ld's run path when the link gives none (nccl-tests' non-DSO link gives none): the binaries
+    # find torch's libnccl.so.2 by its absolute path, with no LD_LIBRARY_PATH
+    make = (f'LD_RUN_PATH={nccl}/lib make -C src -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME={work}/nccl '
+            f"CUDARTLIB=cudart_static BUILDDIR={work}/build")
+    make += f' MPI=1 MPI_HOME="{mpi["home"]}"' if mpi.get("apt") else " MPI=0"
+    cmds += [
+        f"ln -s {nccl}/include {work}/nccl/include",
+        f"ln -s {nccl}/lib/libnccl.so.2 {work}/nccl/lib/libnccl.so",
+        make,
+        f"install -d {prefix}/bin",
+        f"cp {work}/build/*_perf {prefix}/bin/",
+        "cd /",
+        f"rm -rf {work}",
+        'if [ -n "$new" ]; then apt-get purge -y --auto-remove $new; fi',
+    ]
+    return (Step(f"nccl-tests {nt.version} (commit {nt.commit}, sha256-checked) against torch's NCCL, MPI: {nt.mpi}, "
+                 f"compiler: {'/usr/local/cuda of the devel base' if nt.compiler == 'cuda-image' else 'pip wheels'}",
+                 tuple(cmds), "venv"),)
+
+
+def nccl_tests_tests(env: Environment, python: str) -> list[str]:
+    """%test of nccl-tests (no GPU): every binary is there and resolves its libraries; the libnccl it resolves is
+    torch's file and reports torch's NCCL version; and it is the only libnccl in the image."""
+    nt = env.nccl_tests
+    if nt is None:
+        return []
+    data = nccl_tests_data()
+    prefix = data["prefix"]
+    bins = " ".join(data["releases"][nt.version]["binaries"])
+    code = (f"import ctypes, os, re, subprocess, torch; b = '{prefix}/bin/all_reduce_perf'; "
+            "out = subprocess.run(['ldd', b], capture_output=True, text=True, check=True).stdout; "
+            r"m = re.search(r'libnccl\.so\S*\s+=>\s+(\S+)', out); assert m, 'all_reduce_perf links no libnccl'; "
+            f"want = '{_nccl_dir(env)}/lib/libnccl.so.2'; "
+            "assert os.path.realpath(m.group(1)) == os.path.realpath(want), m.group(1) + ' is not torch NCCL ' + want; "
+            "v = ctypes.c_int(); ctypes.CDLL(m.group(1)).ncclGetVersion(ctypes.byref(v)); "
+            "got = (v.value // 10000, v.value // 100 % 100, v.value % 100); "
+            "assert got == tuple(torch.cuda.nccl.version()), 'nccl-tests NCCL %s, torch NCCL %s' % (got, "
+            "torch.cuda.nccl.version())")
+    return [
+        f"for b in {bins}; do f={prefix}/bin/$b; [ -x \"$f\" ] || {{ echo \"shipyard: no $f\" >&2; exit 1; }}; "
+        f"if ldd \"$f\" | grep -q 'not found'; then ldd \"$f\" >&2; "
+        f"echo \"shipyard: $b does not resolve its libraries\" >&2; exit 1; fi; done",
+        f"{python} -c {_q(code)}",
+        "n=$(find / -xdev -type f -name 'libnccl.so*' | wc -l); [ \"$n\" = 1 ] || "
+        "{ find / -xdev -type f -name 'libnccl.so*' >&2; echo \"shipyard: $n NCCL libraries in the image, not 1\" >&2; "
+        "exit 1; }",
+    ]
+
+
 def build_network() -> Step:
     """The host's CA bundle and proxy settings, when the build was given any (never stored in the image)."""
     return Step("The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)",
@@ -224,8 +334,10 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
             "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in apt),
         )))
     post.extend(fabric_install(env))
+    post.extend(nccl_tests_runtime(env))
     if ours:
         post.extend(torch_install(env, locked))
+        post.extend(nccl_tests_install(env))
     elif locked:
         # stack: base installs only the extras, but from the lock's hashes like everything else
         post.append(Step(f"Extra pip packages from the hash-locked closure ({env.name}.lock); pip refuses any other "
@@ -256,6 +368,8 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
     if ours:
         environment.append(EnvVar("PATH", f"{VENV}/bin:$PATH", expand=True))
     environment += fabric_environment(env)
+    if env.nccl_tests:
+        environment.append(EnvVar("PATH", f"{nccl_tests_data()['prefix']}/bin:$PATH", expand=True))
     environment += [EnvVar(k, v) for k, v in env.env]
 
     return Recipe(
@@ -270,6 +384,7 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
         runscript=('exec "$@"',),
         help=help_text(env),
         python=python,
+        copied=(VENV, nccl_tests_data()["prefix"]) if env.nccl_tests else (VENV,),
     )
 
 
@@ -300,6 +415,7 @@ def test_commands(env: Environment, python: str) -> tuple[str, ...]:
         name = name.split("[")[0]
         cmds.append(check("importlib.metadata", f"importlib.metadata.version({name!r})", ver, name))
     cmds += fabric_tests(env, python)
+    cmds += nccl_tests_tests(env, python)
     cmds.append(f"echo {_q(f'shipyard: %test passed for {env.name}')}")
     return tuple(cmds)
 

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shipyard import nccl_transport
+from shipyard import facts, nccl_transport
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, table
 from shipyard.registry.model import Cluster
@@ -316,6 +316,12 @@ def line_rate_gbs(cluster: Cluster | None) -> float | None:
     return cluster.line_rate_gbps / 8.0
 
 
+def _rate_key(cluster: Cluster) -> str:
+    """Where the partition's line rate was written: its own entry, else the cluster's fabric_options."""
+    key = cluster.key("line_rate_gbps")
+    return key if ".partitions." in key else f"clusters.{cluster.name}.fabric_options.line_rate_gbps"
+
+
 def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | None:
     """What the peak busbw says about the network, held against the node's line rate; never more than 100%.
 
@@ -327,7 +333,7 @@ def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | N
         return None
     peak = run.peak.busbw
     head = (f"node line rate: {cluster.line_rate_gbps:g} Gbit/s = {rate:.2f} GB/s per direction "
-            f"(clusters.{cluster.name}.fabric_options.line_rate_gbps)")
+            f"(partition {cluster.partition}: {_rate_key(cluster)})")
     hosts = {h for h, _ in report.ranks.values()}
     if len(hosts) == 1:
         return f"{head}; all ranks ran on one node ({next(iter(hosts))}): busbw measures NVLink/PCIe, not the network"
@@ -337,6 +343,12 @@ def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | N
                 "no percentage of line rate applies")
     return (f"{head}; peak busbw is {100 * peak / rate:.0f}% of it (busbw of a ring all_reduce across nodes "
             "is the traffic each node's NICs carry per direction)")
+
+
+def no_cuda_device(report: Report) -> list[str]:
+    """The failure lines of ranks that found no usable GPU (shipyard/data/nccl.yaml ``no_cuda_device``)."""
+    known = facts.load("nccl")["no_cuda_device"]
+    return [f for f in report.failures if any(k in f for k in known)]
 
 
 def findings(report: Report, cluster: Cluster | None) -> list[str]:
@@ -352,9 +364,17 @@ def findings(report: Report, cluster: Cluster | None) -> list[str]:
                        "(the #wrong column): the data path corrupts data; rerun with NCCL_DEBUG=INFO")
         if run.out_of_bounds and not run.out_of_bounds.endswith("OK"):
             out.append(f"FAIL {tag}out of bounds values: {run.out_of_bounds}")
+    no_device = no_cuda_device(report)
+    if no_device:
+        out.append(f"FAIL no CUDA device: {len(no_device)} rank(s) stopped at their first CUDA call, before NCCL "
+                   f"started ({no_device[0]}); run on nodes with GPUs and their driver (the partition's GPUs, the "
+                   "runtime's --nv / pyxis GPU support). NCCL's settings play no part: it never ran")
     for f in report.failures:
-        out.append(f"FAIL the log reports: {f}")
+        if f not in no_device:
+            out.append(f"FAIL the log reports: {f}")
     t = report.transport
+    if no_device and not t.logged:
+        return out  # no transport can be logged when NCCL never started: no debug setting would show one
     if cluster is not None:
         status, line = nccl_transport.verdict(t, cluster.fabric)
         line = line.removeprefix(nccl_transport.PREFIX).removeprefix("WARNING: ")
@@ -374,7 +394,9 @@ def transport_lines(report: Report, cluster: Cluster | None) -> list[str]:
     t = report.transport
     out = [f"network: {', '.join(t.names) if t.logged else 'not in the log'}"
            + (f" (libfabric provider {', '.join(t.providers)})" if t.providers else "")]
-    if cluster is not None:
+    if cluster is not None and not t.logged and no_cuda_device(report):
+        out.append("transport verdict: none: NCCL never started (no CUDA device on the ranks)")
+    elif cluster is not None:
         out.append("transport verdict: " + nccl_transport.verdict(t, cluster.fabric)[1]
                    .removeprefix(nccl_transport.PREFIX))
     return out

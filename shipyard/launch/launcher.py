@@ -95,6 +95,11 @@ class Launcher:
     combinations: sweeps.Sweep | None  # --sweep/--sweep-file: the combinations, one array task each
     max_concurrent: int | None  # --max-concurrent: the array's %P
     sbatch_extra: tuple[tuple[str, str], ...]  # --sbatch KEY=VALUE, checked (shipyard/launch/passthrough.py)
+    nccl_test_tasks: int  # ranks per node: one per GPU, or one driving every GPU with mpi none
+    binary: str  # --binary, --sizes, --iters, --check as resolved (written into nccl-test launchers only)
+    sizes: str
+    iters: int
+    check: int
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
     code_commit: str | None  # the project's commit (git, else what remote.sync shipped); None: unknown
     code_dirty: bool  # uncommitted changes to tracked files were part of it
@@ -102,7 +107,8 @@ class Launcher:
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
     image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
-    handout: bool = False  # a student's launcher (shipyard/staging/handout.py): runs where it is submitted from
+    handout: bool = False  # a student's launcher (shipyard/launch/handout.py): runs where it is submitted from
+    image_spec_sha256: str | None = None  # the spec the bound image was built from (nccl-test checks it)
     regenerate: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -171,6 +177,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields |= _sweep(kind, opts, fields["chain"])
     fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
     fields |= _site_constants(cl)
+    fields |= _nccl_test(cl, kind, opts, fields["gpus_per_node"])
     fields |= _binding(reg, env.name, rt, fields["image"], opts.image)
     fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
     launcher = Launcher(**fields)
@@ -389,7 +396,7 @@ def _binding(reg: Registry, env_name: str, rt: Runtime, image: str | None, given
     if b is None or not (_HEX64.fullmatch(b.sha256) and _HEX64.fullmatch(b.input_hash)):
         return {}
     return {"image_sha256": b.sha256, "image_input_hash": b.input_hash,
-            "image_bound_from": " ".join(b.source.split())}
+            "image_bound_from": " ".join(b.source.split()), "image_spec_sha256": b.spec_sha256}
 
 
 def _checkpointing(chain, requeue: bool, max_restarts, signal_before) -> dict:
@@ -428,8 +435,28 @@ def _site_constants(cl: Cluster) -> dict:
     """What no flag sets: shipyard/data/launch.yaml's ports and waits, and the transport the fabric should pick."""
     defaults, nt = launch_data()["defaults"], launch_data()["nccl_test"]
     return {"rdzv_port": int(defaults["rdzv_port"]), "srun_wait": int(defaults["srun_wait"]),
-            "transport": expected_transport(cl.fabric), "nccl_test_binary": nt["binary"],
-            "nccl_test_mpi": nt["mpi"], "nccl_test_args": tuple(nt["args"])}
+            "transport": expected_transport(cl.fabric)}
+
+
+def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int) -> dict:
+    """nccl-tests' binary and arguments from --binary, --sizes, --iters, --check (defaults: shipyard/data/launch.yaml),
+    and the srun MPI plugin of the cluster (clusters.NAME.mpi, else the data's default). ``mpi: none`` runs one
+    process per node driving its GPUs (-g G): nccl-tests without MPI has no multi-process mode."""
+    defaults, nt = launch_data()["defaults"], launch_data()["nccl_test"]
+
+    def get(name):
+        value = getattr(opts, name)
+        return options.check(name, value if value is not None else defaults[name])
+
+    binary, sizes, iters, check = get("binary"), get("sizes"), get("iters"), get("check")
+    mpi = cl.mpi or nt["mpi"]
+    low, high = sizes.split(":")
+    args = ["-b", low, "-e", high, *nt["args"], "-c", str(check), "-n", str(iters)]
+    if mpi == "none":
+        args[args.index("-g") + 1] = str(gpus)
+    return {"nccl_test_binary": binary, "nccl_test_mpi": mpi, "nccl_test_args": tuple(args),
+            "nccl_test_tasks": 1 if mpi == "none" else gpus, "binary": binary, "sizes": sizes, "iters": iters,
+            "check": check}
 
 
 def _resolved_options(l: Launcher, given: options.Options, user_mounts, user_env) -> options.Options:
@@ -542,6 +569,33 @@ def require_bound(l: Launcher) -> None:
                         f"{runtimes.get(l.runtime).suffix} in containers/{l.environment}.json); run `invoke build "
                         f"{l.environment}` and `invoke stage {l.environment} --cluster {l.cluster}`, or give --image "
                         "PATH to run an image unchecked")
+
+
+def require_nccl_tests(l: Launcher, env: Environment, vouched: bool) -> None:
+    """`invoke nccl-test` runs nccl-tests' binaries from the image: the bound image's build must have included them
+    (``nccl_tests:`` in the environment, and the image's recorded spec is the registry's, which carries it); an
+    external ``--image`` only with ``vouched`` (--image-has-nccl-tests). The host runtime has no image: the binary
+    must be on the nodes' PATH, which nothing here can see."""
+    if not runtimes.get(l.runtime).containerised:
+        return
+    if l.image_opt_out:
+        if not vouched:
+            raise ShipyardError(f"--image {l.image}: shipyard cannot tell whether it carries nccl-tests; add "
+                                "--image-has-nccl-tests to vouch for it (NGC's PyTorch images do), or run an image "
+                                "built with nccl_tests")
+        return
+    if env.nccl_tests is None:
+        raise ShipyardError(f"environments.{env.name}.nccl_tests: not set, so its image has no {l.nccl_test_binary}; "
+                            f"set `nccl_tests: true`, then `invoke build {env.name}` and `invoke stage {env.name}`, or "
+                            "give --image IMAGE --image-has-nccl-tests")
+    if env.nccl_tests.mpi == "none" and l.nccl_test_mpi != "none":
+        raise ShipyardError(f"environments.{env.name}.nccl_tests.mpi: none (built without MPI), but cluster "
+                            f"{l.cluster} starts ranks with srun --mpi={l.nccl_test_mpi}: every rank would run its own "
+                            f"test; set clusters.{l.cluster}.mpi: none, or build with mpi: openmpi")
+    if l.image_spec_sha256 != env.spec_hash:
+        got = (l.image_spec_sha256 or "not recorded")[:12]
+        raise ShipyardError(f"{l.image}: built from spec {got}, not registry.yaml's {env.spec_hash[:12]} (which has "
+                            f"nccl_tests: {env.nccl_tests.version}); rebuild and stage it: `invoke build {env.name}`")
 
 
 def chain_path(l: Launcher) -> Path:

@@ -98,6 +98,21 @@ def opt(default: bool | None = None, help: str = "", *, kinds: tuple[str, ...] =
 
 
 _POSITIVE = at_least(1)
+_SIZES = re.compile(r"^[0-9]+[KMG]?:[0-9]+[KMG]?$")
+
+
+def _binary(flag: str, value: Any) -> str:
+    """One of the binaries nccl-tests' pinned releases build (shipyard/data/nccl_tests.yaml)."""
+    known = sorted({b for r in facts.load("nccl_tests")["releases"].values() for b in r["binaries"]})
+    if value not in known:
+        raise ShipyardError(f"{flag} {value!r}: not an nccl-tests binary (valid: {', '.join(known)})")
+    return value
+
+
+def _zero_one(flag: str, value: Any) -> int:
+    if str(value) not in ("0", "1"):
+        raise ShipyardError(f"{flag} {value!r}: expected 1 (validate the results) or 0")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -131,6 +146,18 @@ class Options:
                            check=matching(_TIME, "expected Slurm time [D-]HH[:MM[:SS]], e.g. 02:00:00"))
     image: str | None = opt(help="container image instead of <cluster.storage>/<env>.sqsh|.sif (pyxis: also "
                                  "REGISTRY#IMAGE:TAG)")
+    binary: str | None = opt(help="nccl-tests binary: all_reduce_perf, all_gather_perf, alltoall_perf, ... (default "
+                                  "{binary})", kinds=(NCCL_TEST,), check=lambda f, v: _binary(f, v))
+    sizes: str | None = opt(help="message sizes MIN:MAX, e.g. 128M:4G, doubling (nccl-tests' -b/-e/-f 2; default "
+                                 "{sizes})", kinds=(NCCL_TEST,),
+                            check=matching(_SIZES, "expected MIN:MAX sizes like 128M:4G (digits, then K, M or G)"))
+    iters: int | str | None = opt(help="iterations per size (nccl-tests' -n; default {iters})", kinds=(NCCL_TEST,),
+                                  check=_POSITIVE)
+    check: int | str | None = opt(help="validate the results: 1 or 0 (nccl-tests' -c; default {check})",
+                                  kinds=(NCCL_TEST,), check=lambda f, v: _zero_one(f, v))
+    image_has_nccl_tests: bool = opt(False, "with --image: you vouch that the image carries nccl-tests on its PATH "
+                                            "(e.g. NGC's PyTorch images); shipyard cannot check an external image",
+                                     kinds=(NCCL_TEST,))
     mounts: str | None = opt(help="extra mounts SRC:DST[:ro],... (added to the cluster's binds and the project "
                                   "directory)")
     env: tuple[str, ...] | None = opt(help="NAME=VALUE exported to the job and overriding the image's value "

@@ -33,6 +33,7 @@ from shipyard.registry.model import (
     Cluster,
     Environment,
     FileCopy,
+    NcclTests,
     Gpu,
     Partition,
     Pin,
@@ -460,7 +461,39 @@ def _resolve_environment(name: str, envs: Mapping[str, dict], lines, fname: str)
         description=raw.get("description", ""),
         extends_chain=chain[1:],
         line=eline,
+        nccl_tests=_nccl_tests(name, raw, src, at, base, flavor, cuda, ts),
     )
+
+
+def _nccl_tests(name: str, raw: Mapping, src: Mapping, at, base: Pin, flavor: str, cuda: str,
+                ts: Mapping) -> NcclTests | None:
+    """``nccl_tests:`` resolved against shipyard/data/nccl_tests.yaml: the release, its sha256, the MPI flavour and
+    where the compiler comes from; refused in one line where the image has no compiler or no NCCL to build against."""
+    val = raw.get("nccl_tests", False)
+    if val is False:
+        return None
+    data = facts.load("nccl_tests")
+    key = f"environments.{name}.nccl_tests"
+    opts = val if isinstance(val, dict) else {} if val is True else {"version": str(val)}
+    version = str(opts.get("version", data["default"]))
+    rel = data["releases"].get(version)
+    if rel is None:
+        raise ShipyardError(f"{at('nccl_tests')}: {key}: nccl-tests {version} has no pinned release in "
+                            f"shipyard/data/nccl_tests.yaml (known: {', '.join(data['releases'])})")
+    if raw.get("stack", "shipyard") != "shipyard" or ts.get("nccl_static"):
+        raise ShipyardError(f"{at('nccl_tests')}: {key}: needs the NCCL wheel shipyard installs with torch "
+                            f"(stack: shipyard, a torch with a pip NCCL); a base image brings its own nccl-tests")
+    if flavor == "devel" and base.value and _CUDA_IMAGE.match(base.value):
+        compiler = "cuda-image"
+    elif cuda in data["pip_compiler"]:
+        compiler = "pip"
+    else:
+        raise ShipyardError(f"{at('nccl_tests')}: {key}: no CUDA {cuda} compiler in this image: set "
+                            f"cuda_image: {{flavor: devel}} on an nvidia/cuda base (PyPI has a complete nvcc only "
+                            f"for CUDA {', '.join(data['pip_compiler'])})")
+    return NcclTests(version=version, url=str(opts.get("url", rel["url"])), sha256=rel["sha256"],
+                     commit=rel["commit"], mpi=str(opts.get("mpi", data["default_mpi"])), compiler=compiler,
+                     source=src.get("nccl_tests", EXPLICIT))
 
 
 # Apptainer's build-argument reference (internal/pkg/build/args/reader.go: `{{\s*(\w+)\s*}}`, Go's ASCII \s and \w)
@@ -607,6 +640,7 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
         login=raw.get("login"),
         remote=Remote(**raw["remote"]) if raw.get("remote") else None,
         host_requirements=tuple(raw.get("host_requirements", ())),
+        mpi=raw.get("mpi"),
         description=raw.get("description", ""),
         line=_line(lines, ("clusters", name)),
     )

@@ -35,6 +35,19 @@ class FileCopy:
 
 
 @dataclass(frozen=True)
+class NcclTests:
+    """nccl-tests built into the image (registry.yaml ``nccl_tests:``; facts in shipyard/data/nccl_tests.yaml)."""
+
+    version: str
+    url: str  # the pinned upstream release, or the registry's override (a mirror, a local file): same sha256
+    sha256: str
+    commit: str
+    mpi: str  # openmpi | none
+    compiler: str  # "cuda-image" (/usr/local/cuda of a devel base) | "pip" (pip's CUDA compiler wheels)
+    source: str = EXPLICIT
+
+
+@dataclass(frozen=True)
 class Environment:
     """A fully resolved environment: every pin the definition will carry, and nothing else."""
 
@@ -69,6 +82,7 @@ class Environment:
     description: str = ""
     extends_chain: tuple[str, ...] = ()
     line: int | None = None  # line in registry.yaml where the environment starts
+    nccl_tests: NcclTests | None = None  # None: the image carries no nccl-tests
 
     @property
     def nccl_override(self) -> bool:
@@ -109,7 +123,10 @@ class Environment:
             "files": [asdict(f) for f in self.files],
             "labels": [list(kv) for kv in self.labels],
             "build_args": [list(kv) for kv in self.build_args],
-        } | ({"fabrics": list(self.fabrics), "efa_installer": self.efa_installer} if self.fabrics else {})
+        } | ({"fabrics": list(self.fabrics), "efa_installer": self.efa_installer} if self.fabrics else {}) | (
+            {"nccl_tests": {"version": self.nccl_tests.version, "sha256": self.nccl_tests.sha256,
+                            "mpi": self.nccl_tests.mpi, "compiler": self.nccl_tests.compiler}}
+            if self.nccl_tests else {})
 
     @property
     def spec_hash(self) -> str:
@@ -194,6 +211,7 @@ class Cluster:
     mem_per_node_mb: int | None = None
     exclusive: bool = False
     max_array_size: int | None = None  # scheduler.max_array_size (None: ask scontrol show config)
+    mpi: str | None = None  # srun --mpi plugin for nccl-test (None: shipyard/data/launch.yaml's default)
 
     @property
     def host_injection(self) -> Mapping[str, object] | None:

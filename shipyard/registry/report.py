@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from shipyard import facts
 from shipyard.files import table
 from shipyard.registry import compat
 from shipyard.registry.model import Environment, Registry
@@ -50,8 +51,25 @@ def show(env: Environment) -> str:
            table(["pin", "value", "source"], rows)]
     if env.nccl_override:
         out.append(f"note: NCCL {env.nccl.value} overrides the {env.nccl_default} that torch pins")
+    if env.nccl_tests:
+        out.append(nccl_tests_line(env))
     out.append(f"spec sha256: {env.spec_hash}")
     return "\n".join(out)
+
+
+def nccl_tests_line(env: Environment) -> str:
+    """What `nccl_tests:` builds into the image and what it costs in image size (shipyard/data/nccl_tests.yaml)."""
+    nt = env.nccl_tests
+    data = facts.load("nccl_tests")
+    size = data["size_mb"]
+    mpi_mb = size["mpi"].get(nt.mpi, 0)
+    compiler = ("/usr/local/cuda of the devel base" if nt.compiler == "cuda-image"
+                else f"pip's CUDA {env.cuda.value} compiler wheels, used for the build only")
+    return (f"nccl-tests {nt.version} (commit {nt.commit[:12]}, sha256 {nt.sha256[:12]}) in {data['prefix']}/bin, "
+            f"against torch's NCCL {env.nccl.value or '(the wheel torch brings)'}, MPI: {nt.mpi}, compiler: {compiler}; image size: about "
+            f"+{size['binaries'] + mpi_mb} MB ({size['binaries']} MB binaries as measured for one GPU architecture, "
+            "more for the release's default list"
+            + (f"; {mpi_mb} MB {nt.mpi} packages" if mpi_mb else "") + f"; source {nt.source})")
 
 
 def select(problems, env_name: str | None, cluster_name: str | None) -> list:

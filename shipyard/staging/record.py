@@ -189,6 +189,7 @@ class Binding:
     sha256: str
     input_hash: str
     source: str  # "stage record <path>" | "build manifest <path>"
+    spec_sha256: str | None = None  # the spec the image was built from (None: not recorded)
 
 
 def binding(root: Path, env_name: str, image: str | None, fmt: str) -> Binding | None:
@@ -197,7 +198,8 @@ def binding(root: Path, env_name: str, image: str | None, fmt: str) -> Binding |
     neither is known (``image`` None: the build manifest only)."""
     rec, _ = read_record(image) if image else (None, "")
     if rec and rec.sha256 and rec.input_hash:
-        return Binding(str(rec.sha256), str(rec.input_hash), f"stage record {record_path(image)}")
+        return Binding(str(rec.sha256), str(rec.input_hash), f"stage record {record_path(image)}",
+                       str(rec.spec_sha256) if rec.spec_sha256 else None)
     mpath = project.manifest_path(root, env_name)
     try:
         m = mf.read_manifest(mpath)
@@ -205,5 +207,5 @@ def binding(root: Path, env_name: str, image: str | None, fmt: str) -> Binding |
         return None
     art = m.artifact(fmt)
     if m.built and art and art.sha256 and m.input_hash:
-        return Binding(art.sha256, m.input_hash, f"build manifest {mpath}")
+        return Binding(art.sha256, m.input_hash, f"build manifest {mpath}", m.spec_hash)
     return None

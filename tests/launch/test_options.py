@@ -82,7 +82,8 @@ def test_defaults_are_data_and_the_help_reads_them():
     assert {f.default for f in fields(Options)} <= {None, False}
     # and the launcher model has no value defaults: build sets each field (the image binding is optional)
     optional = {f.name for f in fields(launcher.Launcher) if f.default is not MISSING}
-    assert optional == {"image_sha256", "image_input_hash", "image_bound_from", "image_opt_out", "regenerate", "handout"}
+    assert optional == {"image_sha256", "image_input_hash", "image_bound_from", "image_opt_out", "image_spec_sha256",
+                        "regenerate", "handout"}
 
 
 def test_implied_values_come_from_data(launch_registry):
