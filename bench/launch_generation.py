@@ -50,9 +50,9 @@ def main() -> None:
         ("invoke launch --dry-run, 2 nodes, apptainer/ib (grete), --monitor --requeue --image",
          [*inv, "launch", "--dry-run", "--cluster", "grete", "--nodes", "2", "--monitor", "--requeue", "--image",
           "/scratch/projects/shipyard/images/pytorch-2.3.sif", "--", "examples/train.py"]),
-        ("invoke nccl-test --dry-run, 2 nodes, pyxis/efa (aws-pcluster) --image",
+        ("invoke nccl-test --dry-run, 2 nodes, pyxis/efa (aws-pcluster) --image --image-has-nccl-tests",
          [*inv, "nccl-test", "--dry-run", "--cluster", "aws-pcluster", "--nodes", "2", "--image",
-          "/fsx/shipyard/images/pytorch-2.3.sqsh"]),
+          "/fsx/shipyard/images/pytorch-2.3.sqsh", "--image-has-nccl-tests"]),
     ]
     print(f"machine: {machine()}\nmedian of {runs} runs, interpreter start included\n")
     print("| command | median s | x invoke --list |\n|---|---|---|")

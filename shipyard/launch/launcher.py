@@ -433,7 +433,7 @@ def _monitoring(kind: str, monitor: bool, monitor_interval) -> dict:
 
 def _site_constants(cl: Cluster) -> dict:
     """What no flag sets: shipyard/data/launch.yaml's ports and waits, and the transport the fabric should pick."""
-    defaults, nt = launch_data()["defaults"], launch_data()["nccl_test"]
+    defaults = launch_data()["defaults"]
     return {"rdzv_port": int(defaults["rdzv_port"]), "srun_wait": int(defaults["srun_wait"]),
             "transport": expected_transport(cl.fabric)}
 
