@@ -19,7 +19,7 @@ from shipyard import registry
 from shipyard.commands import gate
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
+from shipyard.files import atomic_write, read_capped_text
 from shipyard.registry import compat, pcluster, refresh, report
 
 
@@ -89,14 +89,14 @@ def import_pcluster(config: str, name: str | None = None, registry_path=None, *,
     out = out or sys.stdout
     cpath = Path(config)
     try:
-        ctext = cpath.read_text(encoding="utf-8")
+        ctext = read_capped_text(cpath, "pcluster_config", "a ParallelCluster config")
     except (OSError, UnicodeDecodeError) as exc:
         raise ShipyardError(f"{cpath}: cannot read the ParallelCluster config: {exc}") from None
     name = pcluster.check_name(name or cpath.stem)
     prof = pcluster.profile(ctext, str(cpath))
     rpath = registry.registry_path(registry_path)
     try:
-        before = rpath.read_text(encoding="utf-8")
+        before = read_capped_text(rpath, "registry", "a registry")
     except (OSError, UnicodeDecodeError) as exc:
         raise ShipyardError(f"{rpath}: cannot read the registry: {exc}") from None
     after = pcluster.added(before, rpath, name, prof, cpath.name)

@@ -27,7 +27,7 @@ from typing import Iterator
 
 from shipyard import identity
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write, sha256_file
+from shipyard.files import atomic_write, read_capped_text, sha256_file
 
 SCHEMA = 1
 
@@ -178,7 +178,7 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     """The manifest at ``path``; an empty one when it does not exist yet. A corrupt manifest is a one-line error."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped_text(path, "manifest", "a build manifest")
     except FileNotFoundError:
         return Manifest()
     try:
