@@ -6,6 +6,7 @@ and hashes and timestamps must be spelled the same in every manifest, record and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -50,6 +51,19 @@ def read_capped(path: str | os.PathLike, kind: str, what: str | None = None) -> 
         raise ShipyardError(f"{path}: {what or 'input'} larger than {cap} bytes; refused without reading further "
                             f"(input_bytes.{kind} in shipyard/data/limits.yaml)")
     return b"".join(chunks)
+
+
+@contextlib.contextmanager
+def output_to(flag: str, value: object):
+    """Writing where the user said (``--out``, ``--prefix``): a path that cannot be written (a directory where a file
+    goes, a parent that is a file, /proc, a full disk, no permission) is one line naming the flag, its value and the
+    file, never a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        what = exc.filename2 or exc.filename or value
+        raise ShipyardError(f"{flag} {value}: cannot write {what}: {exc.strerror or exc}; give a writable path") \
+            from None
 
 
 def read_capped_text(path: str | os.PathLike, kind: str, what: str | None = None, errors: str = "strict") -> str:

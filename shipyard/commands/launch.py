@@ -17,6 +17,7 @@ from typing import Sequence
 from shipyard import slurm
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
+from shipyard.files import output_to
 from shipyard.launch import launcher, modules as module_files, shell as shells
 from shipyard.launch.options import TORCHRUN, Options
 
@@ -78,7 +79,8 @@ def modules(ctx: Context, env: str | None = None, cluster: str | None = None, pr
     envs = [ctx.environment(env)] if env else module_files.environments_on(ctx.registry, cl)
     for e in envs:
         ctx.gate(e, cl, what=f"modules for {e.name}", force=force)
-    paths = module_files.write_modules(ctx.registry, envs, cl, prefix)
+    with output_to("--prefix", prefix or ctx.registry.root / "modules"):
+        paths = module_files.write_modules(ctx.registry, envs, cl, prefix)
     mods = sorted(p for p in paths if p.suffix == ".lua")
     ctx.say(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods)} wrapper(s)")
     if mods:

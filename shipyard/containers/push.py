@@ -518,9 +518,10 @@ def pull_image(target, env_name: str, tag: str, expect_digest: str | None, out: 
 
 
 @contextlib.contextmanager
-def one_line(target, what: str):
+def one_line(target, what: str, local_errors: bool = True):
     """Any registry, network, Docker or disk failure of ``what`` ends as one ShipyardError line (exit 2) naming the
-    registry, the image and, where there was one, the HTTP status; never a traceback."""
+    registry, the image and, where there was one, the HTTP status; never a traceback. ``local_errors=False``: a local
+    OSError (the disk) propagates as it is, for a caller that says it as its own (stage: the storage)."""
     try:
         yield
     except ShipyardError:
@@ -528,6 +529,8 @@ def one_line(target, what: str):
     except OSError as exc:
         if not getattr(exc, "request", None) and not getattr(exc, "response", None) \
                 and exc.__class__.__module__.split(".")[0] not in ("requests", "urllib3", "docker"):
+            if not local_errors:
+                raise
             raise ShipyardError(f"{what}: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")) \
                 from None
         raise ShipyardError(f"registry '{target.name}' ({target.host}): {what}: {_first_line(exc)}") from None
