@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from shipyard import facts
 from shipyard.errors import ShipyardError
 
 _CHUNK = 1 << 20
@@ -28,7 +29,6 @@ def read_capped(path: str | os.PathLike, kind: str, what: str | None = None) -> 
     and the cap, not an OOM or a hang. A FIFO or device is opened non-blocking (a FIFO without a writer reads empty);
     a larger input is a :class:`ShipyardError`. OSError (missing, a directory, no permission) is left to the caller,
     who knows what the file is for."""
-    from shipyard import facts  # late: facts is itself read through the package, never capped
 
     cap = int(facts.load("limits")["input_bytes"][kind])
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
