@@ -37,7 +37,7 @@ from typing import IO, Callable, TypeVar
 from shipyard import facts, project
 from shipyard.containers import common as b
 from shipyard.containers import manifest as mf
-from shipyard.containers.docker import client
+from shipyard.containers.docker import check_repository_name, client
 from shipyard.containers.sign import signature_problem
 from shipyard.errors import ShipyardError
 
@@ -573,6 +573,7 @@ def push(reg, env, registry_name: str | None = None, tag: str | None = None,
         with one_line(target, what), transfer_deadline(target, what):
             record = push_sif(target, env.name, sif, rec.sha256, tag, annotations, out)
     else:
+        check_repository_name(env.name)
         image = m.image
         if not image:
             raise ShipyardError(f"{mpath}: {env.name} has no docker image (it was built with --backend apptainer); "
@@ -610,6 +611,7 @@ def pull(reg, env, registry_name: str | None = None, tag: str | None = None,
     root = Path(reg.root)
     what = f"pull {reference(target, env.name, tag)}"
     if target.scheme == "docker":
+        check_repository_name(env.name)
         with one_line(target, what), transfer_deadline(target, what):
             record = pull_image(target, env.name, tag, expect, out)
     else:
