@@ -65,9 +65,15 @@ def compat_refresh(torch: str | None = None, write: bool = False, companions: bo
     new = refresh.refreshed_text(text, derived, committed)
     for note in derived.notes + refresh.variant_coverage(uv, patches):
         print(f"note: {note}", file=out)
+    if not derived.wheels:
+        raise ShipyardError(f"compat refresh: the index listed no wheel of the {len(patches)} torch release(s) asked "
+                            f"for ({uv.platform}): nothing was compared and {path.name} is unchanged; check the "
+                            "network and the index uv reads (UV_DEFAULT_INDEX, UV_INDEX_URL, UV_OFFLINE)")
+    read = f"{len(derived.wheels)} of {len(patches)} release(s) read" if len(derived.wheels) < len(patches) \
+        else f"{len(patches)} release(s) read"
     d = refresh.diff(text, new)
     if not d:
-        print(f"compat refresh: {path.name} agrees with the metadata ({uv.runs} uv runs)", file=out)
+        print(f"compat refresh: {path.name} agrees with the metadata ({read}, {uv.runs} uv runs)", file=out)
         return 0
     print(d, end="", file=out)
     if not write:
