@@ -26,8 +26,8 @@ def read_capped(path: str | os.PathLike, kind: str, what: str | None = None) -> 
     """The bytes of ``path``, reading at most the cap ``input_bytes.KIND`` of ``shipyard/data/limits.yaml`` plus one.
 
     Why a cap before reading: ``/dev/zero``, a FIFO nobody writes or a runaway log must be one line naming the file
-    and the cap, not an OOM or a hang. A FIFO or device is opened non-blocking (a FIFO without a writer reads empty);
-    a larger input is a :class:`ShipyardError`. OSError (missing, a directory, no permission) is left to the caller,
+    and the cap, not an OOM or a hang. A FIFO is opened without waiting for a writer (one without a writer reads
+    empty; a pipe from bash's ``<(...)`` is read to its end); a larger input is a :class:`ShipyardError`. OSError (missing, a directory, no permission) is left to the caller,
     who knows what the file is for."""
 
     cap = int(facts.load("limits")["input_bytes"][kind])
@@ -35,12 +35,10 @@ def read_capped(path: str | os.PathLike, kind: str, what: str | None = None) -> 
     try:
         if stat.S_ISDIR(os.fstat(fd).st_mode):
             raise IsADirectoryError(21, "Is a directory", str(path))
+        os.set_blocking(fd, True)  # opened without waiting for a writer; now read what a writer sends (bash's <(...))
         chunks, got = [], 0
         while got <= cap:
-            try:
-                chunk = os.read(fd, min(_CHUNK, cap + 1 - got))
-            except BlockingIOError:
-                break  # a FIFO with a writer that sends nothing now: what came so far is all we wait for
+            chunk = os.read(fd, min(_CHUNK, cap + 1 - got))
             if not chunk:
                 break
             chunks.append(chunk)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -98,3 +97,14 @@ def test_the_registry_loader_refuses_the_chain_too(tmp_path):
     with pytest.raises(ShipyardError) as ei:
         registry.load(p)
     one_line(ei.value, str(p), "levels")
+
+
+def test_a_pipe_with_a_writer_is_read_to_its_end(tmp_path):
+    """bash's ``<(...)``: the writer may not have written yet when shipyard opens the pipe."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(["bash", "-c", f"{sys.executable} -c 'import sys; from shipyard import files; "
+                          "print(len(files.read_capped(sys.argv[1], \"registry\")))' <(sleep 0.3; printf abc)"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "3", out.stderr
