@@ -98,7 +98,12 @@ def install_parser_hooks(names=OPTIONAL_POSITIONALS) -> None:
                 and not self.waiting_for_flag_value and context.missing_positional_args):
             flag.value = context.name
             return None
-        return handle(self, token)
+        try:
+            return handle(self, token)
+        except ValueError:  # invoke casts a flag's value to its default's type: `-n abc` for an int flag
+            name = getattr(getattr(self, "flag", None), "name", None)
+            shown = f"--{name.replace('_', '-')}" if name else "a flag"
+            raise ParseError(f"{shown} {token!r}: expected a whole number") from None
 
     def complete_optional_context(self):
         context = self.context

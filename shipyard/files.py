@@ -6,15 +6,67 @@ and hashes and timestamps must be spelled the same in every manifest, record and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
+import stat
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from shipyard import facts
+from shipyard.errors import ShipyardError
+
 _CHUNK = 1 << 20
+
+
+def read_capped(path: str | os.PathLike, kind: str, what: str | None = None) -> bytes:
+    """The bytes of ``path``, reading at most the cap ``input_bytes.KIND`` of ``shipyard/data/limits.yaml`` plus one.
+
+    Why a cap before reading: ``/dev/zero``, a FIFO nobody writes or a runaway log must be one line naming the file
+    and the cap, not an OOM or a hang. A FIFO is opened without waiting for a writer (one without a writer reads
+    empty; a pipe from bash's ``<(...)`` is read to its end); a larger input is a :class:`ShipyardError`. OSError (missing, a directory, no permission) is left to the caller,
+    who knows what the file is for."""
+
+    cap = int(facts.load("limits")["input_bytes"][kind])
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise IsADirectoryError(21, "Is a directory", str(path))
+        os.set_blocking(fd, True)  # opened without waiting for a writer; now read what a writer sends (bash's <(...))
+        chunks, got = [], 0
+        while got <= cap:
+            chunk = os.read(fd, min(_CHUNK, cap + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    finally:
+        os.close(fd)
+    if got > cap:
+        raise ShipyardError(f"{path}: {what or 'input'} larger than {cap} bytes; refused without reading further "
+                            f"(input_bytes.{kind} in shipyard/data/limits.yaml)")
+    return b"".join(chunks)
+
+
+@contextlib.contextmanager
+def output_to(flag: str, value: object):
+    """Writing where the user said (``--out``, ``--prefix``): a path that cannot be written (a directory where a file
+    goes, a parent that is a file, /proc, a full disk, no permission) is one line naming the flag, its value and the
+    file, never a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        what = exc.filename2 or exc.filename or value
+        raise ShipyardError(f"{flag} {value}: cannot write {what}: {exc.strerror or exc}; give a writable path") \
+            from None
+
+
+def read_capped_text(path: str | os.PathLike, kind: str, what: str | None = None, errors: str = "strict") -> str:
+    """:func:`read_capped` decoded as UTF-8 (``errors`` as for ``bytes.decode``)."""
+    return read_capped(path, kind, what).decode("utf-8", errors)
 
 
 def atomic_write(path: str | os.PathLike, text: str | bytes, mode: int | None = None) -> Path:

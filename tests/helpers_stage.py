@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from shipyard import registry, runtimes
 from shipyard.commands import containers as container_commands
@@ -30,3 +31,8 @@ def stage(reg, env: str | None, cluster: str | None, out=None, **flags) -> recor
     rec, why = record.read_record(image)
     assert rec, why
     return rec
+
+
+def storage(reg) -> Path:
+    """The `lab` cluster's image storage of the staging tests' project (tests/staging/conftest.py)."""
+    return Path(reg.cluster("lab").storage)

@@ -78,3 +78,44 @@ def test_success_is_0_and_a_failed_check_is_1(args, code, tmp_path):
     env = dict(os.environ, SHIPYARD_REGISTRY=str(tmp_path / "registry.yaml"))
     proc = invoke_cli(*args, cwd=tmp_path, env=env)
     assert proc.returncode == code, proc.stderr
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["logs", "1", "-n", "abc"], "--num-lines 'abc': expected a whole number"),
+    (["logs", "1", "--num-lines=1.5"], "--num-lines '1.5'"),
+    (["sign", "--keyidx", "x1"], "--keyidx 'x1': expected a whole number"),
+])
+def test_a_flag_value_of_the_wrong_type_is_exit_2_with_one_line(argv, needle, capsys):
+    """invoke casts a flag's value to its default's type; a ValueError there was a traceback (issue 19)."""
+    with pytest.raises(SystemExit) as ei:
+        Program(namespace=tasks.ns).run(["invoke", *argv])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and err.startswith("shipyard: error: ") and len(err.strip().splitlines()) == 1, err
+    assert needle in err, err
+
+
+@pytest.mark.parametrize("out", ["adir.png", "afile/x.png", "/proc/x.png"])
+def test_an_unwritable_out_is_exit_2_with_one_line(out, tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir.png").mkdir()
+    (tmp_path / "afile").write_text("")
+    log = Path(__file__).parent / "data" / "nccl" / "all_reduce_efa_2x8.log"
+    with pytest.raises(SystemExit) as ei:
+        Program(namespace=tasks.ns).run(["invoke", "nccl-report", str(log), "--out", out])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ei.value.code == 2 and err[-1].startswith(f"shipyard: error: --out {out}: cannot write"), err
+
+
+def test_an_unwritable_prefix_is_exit_2_with_one_line(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "registry.yaml").write_text((Path(__file__).parent.parent / "registry.yaml").read_text())
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SystemExit) as ei:
+        Program(namespace=tasks.ns).run(["invoke", "modules", "--cluster", "grete", "--force", "--prefix",
+                                         "afile/m"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ei.value.code == 2 and err[-1].startswith("shipyard: error: --prefix afile/m: cannot write"), err

@@ -14,6 +14,7 @@ from shipyard import project, registry, slurm
 from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
+from shipyard.files import output_to
 from shipyard.jobs import doctor as doctor_stage
 from shipyard.jobs import nccl_report as nccl
 from shipyard.jobs import status as jobs
@@ -59,7 +60,8 @@ def logs(ctx: Context, jobid: str, follow: bool = False, lines: int | str = 20, 
 
 def usage(ctx: Context, jobid: str, out: str | None = None) -> int:
     """`invoke usage JOBID`: the per-node summary of the job's --monitor CSVs, and the plot written."""
-    text, png = usage_stage.write_report(project.launch_logs_dir(ctx.registry), str(jobid), out)
+    with output_to("--out", out):
+        text, png = usage_stage.write_report(project.launch_logs_dir(ctx.registry), str(jobid), out)
     ctx.out.write(text)
     ctx.say(f"plot: {png}")
     return 0
@@ -86,7 +88,8 @@ def nccl_report(log: str, out: str | None = None, cluster: str | None = None, ct
     if where is not None:
         where = where.on(partition)  # the partition's line rate (it may differ from the cluster-wide one)
     try:
-        text, png = nccl.write_report(log, out, where)
+        with output_to("--out", out):
+            text, png = nccl.write_report(log, out, where)
     except nccl.NoRows as exc:
         stdout.write(exc.text)
         raise

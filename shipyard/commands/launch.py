@@ -18,7 +18,7 @@ from shipyard import slurm
 from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
-from shipyard.files import table
+from shipyard.files import output_to, table
 from shipyard.launch import launcher, modules as module_files, shell as shells, snakemake, sweep as sweeps
 from shipyard.launch.options import NCCL_TEST, TORCHRUN, Options
 from shipyard.remote import transport
@@ -122,7 +122,8 @@ def modules(ctx: Context, env: str | None = None, cluster: str | None = None, pr
     envs = [ctx.environment(env)] if env else module_files.environments_on(ctx.registry, cl)
     for e in envs:
         ctx.gate(e, cl, what=f"modules for {e.name}", force=force)
-    paths = module_files.write_modules(ctx.registry, envs, cl, prefix)
+    with output_to("--prefix", prefix or ctx.registry.root / "modules"):
+        paths = module_files.write_modules(ctx.registry, envs, cl, prefix)
     mods = sorted(p for p in paths if p.suffix == ".lua")
     ctx.say(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods)} wrapper(s)")
     if mods:

@@ -19,7 +19,7 @@ from shipyard import registry
 from shipyard.commands import gate
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
+from shipyard.files import atomic_write, read_capped_text
 from shipyard.registry import compat, pcluster, refresh, report
 
 
@@ -65,9 +65,15 @@ def compat_refresh(torch: str | None = None, write: bool = False, companions: bo
     new = refresh.refreshed_text(text, derived, committed)
     for note in derived.notes + refresh.variant_coverage(uv, patches):
         print(f"note: {note}", file=out)
+    if not derived.wheels:
+        raise ShipyardError(f"compat refresh: the index listed no wheel of the {len(patches)} torch release(s) asked "
+                            f"for ({uv.platform}): nothing was compared and {path.name} is unchanged; check the "
+                            "network and the index uv reads (UV_DEFAULT_INDEX, UV_INDEX_URL, UV_OFFLINE)")
+    read = f"{len(derived.wheels)} of {len(patches)} release(s) read" if len(derived.wheels) < len(patches) \
+        else f"{len(patches)} release(s) read"
     d = refresh.diff(text, new)
     if not d:
-        print(f"compat refresh: {path.name} agrees with the metadata ({uv.runs} uv runs)", file=out)
+        print(f"compat refresh: {path.name} agrees with the metadata ({read}, {uv.runs} uv runs)", file=out)
         return 0
     print(d, end="", file=out)
     if not write:
@@ -90,14 +96,14 @@ def import_pcluster(config: str, name: str | None = None, registry_path=None, *,
     out = out or sys.stdout
     cpath = Path(config)
     try:
-        ctext = cpath.read_text(encoding="utf-8")
+        ctext = read_capped_text(cpath, "pcluster_config", "a ParallelCluster config")
     except (OSError, UnicodeDecodeError) as exc:
         raise ShipyardError(f"{cpath}: cannot read the ParallelCluster config: {exc}") from None
     name = pcluster.check_name(name or cpath.stem)
     prof = pcluster.profile(ctext, str(cpath), runtime or None)
     rpath = registry.registry_path(registry_path)
     try:
-        before = rpath.read_text(encoding="utf-8")
+        before = read_capped_text(rpath, "registry", "a registry")
     except (OSError, UnicodeDecodeError) as exc:
         raise ShipyardError(f"{rpath}: cannot read the registry: {exc}") from None
     after = pcluster.added(before, rpath, name, prof, cpath.name)

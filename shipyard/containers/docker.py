@@ -13,6 +13,7 @@ set. A build that is killed or fails therefore never leaves that tag on a partia
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -33,6 +34,20 @@ from shipyard.definitions.render import TEST_PATH
 
 # Formats beyond the docker image, and the tool that makes each from it.
 FORMAT_TOOLS = {"sif": "apptainer", "sqsh": "enroot"}
+# Docker's (the distribution reference's) grammar of one repository path component: lowercase alphanumerics
+# separated by one '.', one or two '_', or any run of '-'. The registry schema's environment names are wider
+# (``a..b``, ``a_``), which only the docker backend and docker:// registries cannot name.
+_REPO_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:\.|_{1,2}|-+)[a-z0-9]+)*")
+
+
+def check_repository_name(env_name: str) -> str:
+    """``env_name`` as a docker repository component (``shipyard/ENV``, ``HOST/REPO/ENV``), or one line saying why
+    not and what would be valid."""
+    if not _REPO_COMPONENT.fullmatch(env_name):
+        raise ShipyardError(f"environments.{env_name}: docker cannot name an image after this environment (its "
+                            "names are lowercase letters and digits joined by one '.', one or two '_' or '-'s: no "
+                            "'..', no '_' or '.' at the end); rename it, or build with --backend apptainer")
+    return env_name
 _WHY = {"sif": "the apptainer runtime needs it", "sqsh": "pyxis launchers use it"}
 
 

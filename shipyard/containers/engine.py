@@ -21,6 +21,7 @@ The rules this module enforces, whatever the backend:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -46,7 +47,7 @@ from shipyard.containers.common import (
     signals_raise,
     tool_ids,
 )
-from shipyard.containers.docker import DockerBackend
+from shipyard.containers.docker import DockerBackend, check_repository_name
 from shipyard.containers.log import BuildLog
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, now_iso
@@ -74,14 +75,30 @@ def backend_for(name: str, fakeroot: bool):
 # ----------------------------------------------------------------------------------------------- the build
 
 
-def build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
-          formats: str | tuple[str, ...] | None = None, block: bool = True, out: IO[str] | None = None,
-          quiet: bool = False, forced: list[str] | None = None) -> mf.Manifest:
+def build(reg, env, **kwargs) -> mf.Manifest:
     """Build the environment ``env`` (or skip it when the cache says it is current) and return the manifest.
-    ``forced``: the `invoke check` errors that ``--force`` overrode, recorded in the manifest (``forced_checks``)."""
+    Keywords: those of :func:`_build`. A full disk or quota (the log, the manifest, a definition, the image's copy)
+    is one line naming the file, never a traceback."""
+    try:
+        return _build(reg, env, **kwargs)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = exc.filename2 or exc.filename or project.containers_dir(reg)
+        raise ShipyardError(f"{where}: {exc.strerror} while building {env.name}; free space there (old images in "
+                            "containers/, build logs) and build again") from None
+
+
+def _build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, force: bool = False,
+           formats: str | tuple[str, ...] | None = None, block: bool = True, out: IO[str] | None = None,
+           quiet: bool = False, forced: list[str] | None = None) -> mf.Manifest:
+    """:func:`build`. ``forced``: the `invoke check` errors that ``--force`` overrode, recorded in the manifest
+    (``forced_checks``)."""
     fmts = formats if isinstance(formats, tuple) else parse_formats(formats, backend)
     if fakeroot and backend != "apptainer":
         raise ShipyardError(f"--fakeroot applies to `apptainer build` only, not to --backend {backend}")
+    if backend == "docker":
+        check_repository_name(env.name)
     be = backend_for(backend, fakeroot)
     be.preflight()
     root = Path(reg.root)
@@ -95,6 +112,8 @@ def build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, force
         recover_stale(reg, env.name, out)
         m = mf.read_manifest(mpath)
         if not force and m.built and m.input_hash == key \
+                and all(a.path == str(project.artifact_path(reg, env.name, f).relative_to(root))
+                        for f, a in (m.artifacts or {}).items()) \
                 and all(intact_or_signed(reg, env.name, m, f) for f in m.artifacts or {}) \
                 and be.still_there(m):
             m = mf.read_manifest(mpath)

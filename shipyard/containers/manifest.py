@@ -21,13 +21,14 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from shipyard import identity
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write, sha256_file
+from shipyard.files import atomic_write, read_capped_text, sha256_file
 
 SCHEMA = 1
 
@@ -167,18 +168,37 @@ class Manifest:
         fields = {k: v for k, v in data.items() if k in names}
         try:
             if fields.get("artifacts") is not None:
-                fields["artifacts"] = {fmt: Artifact(**a) for fmt, a in fields["artifacts"].items()}
-        except (TypeError, AttributeError):
-            raise ShipyardError(f"{where}: corrupt build manifest (artifacts need path, sha256, size, mtime_ns); "
-                                "delete it and rebuild with `invoke build ENV --force`") from None
+                fields["artifacts"] = {fmt: _artifact(a) for fmt, a in fields["artifacts"].items()}
+        except (TypeError, AttributeError, ValueError) as exc:
+            why = f": {exc}" if isinstance(exc, ValueError) else ""
+            raise ShipyardError(f"{where}: corrupt build manifest (artifacts need path, sha256, size, mtime_ns"
+                                f"{why}); delete it and rebuild with `invoke build ENV --force`") from None
         return cls(**fields)
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _artifact(a: dict) -> Artifact:
+    """One ``artifacts`` entry, its field types checked (a string size or a list path would end in a traceback
+    far from here: in the stamp comparison or a path join)."""
+    art = Artifact(**a)
+    if not isinstance(art.path, str) or not art.path or "\0" in art.path:
+        raise ValueError(f"path {art.path!r} is not a relative path")
+    if not isinstance(art.sha256, str) or not _HEX64.fullmatch(art.sha256):
+        raise ValueError(f"sha256 {art.sha256!r} is not 64 lowercase hex digits")
+    for key in ("size", "mtime_ns", "ino", "ctime_ns"):
+        v = getattr(art, key)
+        if not (v is None and key in ("ino", "ctime_ns")) and (type(v) is not int or v < 0):
+            raise ValueError(f"{key} {v!r} is not a whole number")
+    return art
 
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
     """The manifest at ``path``; an empty one when it does not exist yet. A corrupt manifest is a one-line error."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped_text(path, "manifest", "a build manifest")
     except FileNotFoundError:
         return Manifest()
     try:

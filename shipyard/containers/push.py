@@ -24,8 +24,10 @@ import http.client
 import json
 import os
 import re
+import socket
 import ssl
 import tempfile
+import threading
 import time
 import urllib.parse
 from datetime import datetime, timezone
@@ -35,7 +37,7 @@ from typing import IO, Callable, TypeVar
 from shipyard import facts, project
 from shipyard.containers import common as b
 from shipyard.containers import manifest as mf
-from shipyard.containers.docker import client
+from shipyard.containers.docker import check_repository_name, client
 from shipyard.containers.sign import signature_problem
 from shipyard.errors import ShipyardError
 
@@ -93,13 +95,98 @@ def with_retries(what: str, fn: Callable[[], T], out: IO[str] | None, attempts: 
         try:
             return fn()
         except Exception as exc:
-            if not is_transient(exc) or n == attempts - 1:
+            if not is_transient(exc) or n == attempts - 1 or _deadline_passed():
                 raise
             wait = backoff * 2 ** n
+            if _CURRENT and wait >= _CURRENT[-1].left():
+                raise
             print(f"{what}: transient error ({_first_line(exc)}); retry {n + 1}/{attempts - 1} in {wait:.0f} s",
                   file=out, flush=True)
             time.sleep(wait)
     raise AssertionError("unreachable")
+
+
+def deadline_s(environ=None) -> float:
+    """The total deadline of one push or pull (all requests and retries): shipyard/data/limits.yaml's
+    ``network.deadline_s``, or $SHIPYARD_TRANSFER_DEADLINE (seconds)."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get("SHIPYARD_TRANSFER_DEADLINE")
+    try:
+        val = float(raw) if raw else float(_NET["deadline_s"])
+    except ValueError:
+        raise ShipyardError(f"$SHIPYARD_TRANSFER_DEADLINE={raw!r}: expected seconds, e.g. 3600") from None
+    if not val > 0:
+        raise ShipyardError(f"$SHIPYARD_TRANSFER_DEADLINE={raw!r}: expected a positive number of seconds")
+    return val
+
+
+class _Deadline:
+    """A total deadline for one transfer. Why a watchdog and not a timeout: a socket timeout bounds the silence
+    between two bytes, so a registry that sends one byte a second never trips it. At the deadline every socket the
+    transfer opened is shut down (a blocked read returns at once) and no retry starts."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def add(self, sock: socket.socket) -> socket.socket:
+        with self._lock:
+            self._sockets = [s for s in self._sockets if s.fileno() != -1] + [sock]
+            if self.expired:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        return sock
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+_CURRENT: list[_Deadline] = []  # the transfer in progress (a CLI runs one at a time)
+
+
+@contextlib.contextmanager
+def transfer_deadline(target, what: str):
+    """Run one push or pull under :func:`deadline_s`: past it, one ShipyardError line naming the registry, what was
+    transferred and the deadline, whatever the network was doing."""
+    import urllib3.util.connection as u3conn  # lazy: with requests
+
+    dl = _Deadline(deadline_s())
+    orig = u3conn.create_connection
+
+    def create_connection(*args, **kwargs):
+        return dl.add(orig(*args, **kwargs))
+
+    u3conn.create_connection = create_connection
+    _CURRENT.append(dl)
+    dl._timer.start()
+    try:
+        yield dl
+    except BaseException as exc:
+        if dl.expired or dl.left() <= 0:
+            raise ShipyardError(f"registry '{target.name}' ({target.host}): {what}: not done within the deadline of "
+                                f"{dl.seconds:g} s (network.deadline_s in shipyard/data/limits.yaml, or "
+                                "$SHIPYARD_TRANSFER_DEADLINE); the registry or the network is too slow") from None
+        raise exc
+    finally:
+        dl._timer.cancel()
+        _CURRENT.remove(dl)
+        u3conn.create_connection = orig
+
+
+def _deadline_passed() -> bool:
+    return bool(_CURRENT) and (_CURRENT[-1].expired or _CURRENT[-1].left() <= 0)
 
 
 def timeouts(environ=None) -> tuple[float, float]:
@@ -252,6 +339,8 @@ def _patch_file_range(client, url: str, fh, offset: int, n: int) -> tuple[int, s
         conn = http.client.HTTPConnection(u.hostname, u.port, timeout=connect)
     try:
         conn.connect()
+        if _CURRENT:
+            _CURRENT[-1].add(conn.sock)
         conn.sock.settimeout(read)
         conn.putrequest("PATCH", u.path + (f"?{u.query}" if u.query else ""), skip_accept_encoding=True)
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(n),
@@ -377,6 +466,8 @@ def _docker_auth() -> dict | None:
 def _stream_errors(stream, what: str) -> dict:
     aux: dict = {}
     for msg in stream:
+        if _deadline_passed():
+            raise TimeoutError(f"{what}: past the transfer deadline")
         if "error" in msg:
             raise ValueError(f"{what}: {msg['error']}")
         if isinstance(msg.get("aux"), dict):
@@ -427,9 +518,10 @@ def pull_image(target, env_name: str, tag: str, expect_digest: str | None, out: 
 
 
 @contextlib.contextmanager
-def one_line(target, what: str):
+def one_line(target, what: str, local_errors: bool = True):
     """Any registry, network, Docker or disk failure of ``what`` ends as one ShipyardError line (exit 2) naming the
-    registry, the image and, where there was one, the HTTP status; never a traceback."""
+    registry, the image and, where there was one, the HTTP status; never a traceback. ``local_errors=False``: a local
+    OSError (the disk) propagates as it is, for a caller that says it as its own (stage: the storage)."""
     try:
         yield
     except ShipyardError:
@@ -437,6 +529,8 @@ def one_line(target, what: str):
     except OSError as exc:
         if not getattr(exc, "request", None) and not getattr(exc, "response", None) \
                 and exc.__class__.__module__.split(".")[0] not in ("requests", "urllib3", "docker"):
+            if not local_errors:
+                raise
             raise ShipyardError(f"{what}: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")) \
                 from None
         raise ShipyardError(f"registry '{target.name}' ({target.host}): {what}: {_first_line(exc)}") from None
@@ -475,14 +569,17 @@ def push(reg, env, registry_name: str | None = None, tag: str | None = None,
         if not sif.resolve().is_relative_to(project.containers_dir(reg).resolve()):
             raise ShipyardError(f"{mpath}: the recorded SIF {rec.path} is not inside containers/; rebuild")
         b.check_sif(sif, "not a SIF image; rebuild it")
-        with one_line(target, f"push {reference(target, env.name, tag)}"):
+        what = f"push {reference(target, env.name, tag)}"
+        with one_line(target, what), transfer_deadline(target, what):
             record = push_sif(target, env.name, sif, rec.sha256, tag, annotations, out)
     else:
+        check_repository_name(env.name)
         image = m.image
         if not image:
             raise ShipyardError(f"{mpath}: {env.name} has no docker image (it was built with --backend apptainer); "
                                 "push its SIF to an oras:// registry instead")
-        with one_line(target, f"push {reference(target, env.name, tag)}"):
+        what = f"push {reference(target, env.name, tag)}"
+        with one_line(target, what), transfer_deadline(target, what):
             record = push_image(target, env.name, image, tag, out)
     record.update(registry=target.name, input_hash=m.input_hash)
     pushed = dict(m.pushed or {})
@@ -514,7 +611,8 @@ def pull(reg, env, registry_name: str | None = None, tag: str | None = None,
     root = Path(reg.root)
     what = f"pull {reference(target, env.name, tag)}"
     if target.scheme == "docker":
-        with one_line(target, what):
+        check_repository_name(env.name)
+        with one_line(target, what), transfer_deadline(target, what):
             record = pull_image(target, env.name, tag, expect, out)
     else:
         dest = project.artifact_path(reg, env.name, "sif")
@@ -522,7 +620,8 @@ def pull(reg, env, registry_name: str | None = None, tag: str | None = None,
             b.recover_stale(reg, env.name, out)
             tmp = project.temp_path(dest)
             try:
-                record = pull_sif(target, env.name, tag, tmp, expect, out)
+                with transfer_deadline(target, what):
+                    record = pull_sif(target, env.name, tag, tmp, expect, out)
                 b.check_sif(tmp, "the registry served no SIF image")
                 if dest.exists() and not force and b.sha256_file(dest) != record["layer_digest"].split(":", 1)[1]:
                     raise ShipyardError(f"{dest.relative_to(root)} differs from {record['reference']}; keeping the "

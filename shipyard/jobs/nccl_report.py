@@ -30,7 +30,7 @@ from pathlib import Path
 
 from shipyard import facts, nccl_transport
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write, table
+from shipyard.files import atomic_write, read_capped_text, table
 from shipyard.registry.model import Cluster
 
 _INT = re.compile(r"-?\d+$")
@@ -290,7 +290,7 @@ class NoRows(ShipyardError):
 def parse_file(path: str | Path) -> Report:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8", errors="replace")
+        text = read_capped_text(p, "nccl_log", "an nccl-tests log", errors="replace")
     except FileNotFoundError:
         raise ShipyardError(f"{p}: no such nccl-tests log (give the job's output file, e.g. launch/logs/NAME-JOBID.out)") from None
     except IsADirectoryError:

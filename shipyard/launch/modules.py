@@ -78,6 +78,11 @@ def _lmod_safe(where: str, value: str) -> str:
 
 def render_modulefile(env: Environment, cluster: Cluster, image: str, bin_dir: str) -> str:
     """The Lmod Lua modulefile for one environment on one cluster."""
+    # fabric_options.host_injection's variables, as a launcher exports them (launch/fabric.py); cluster.env after
+    # them wins, as there
+    injected = [(str(k), str(v)) for k, v in ((cluster.host_injection or {}).get("env") or {}).items()]
+    for key, value in injected:
+        _lmod_safe(f"clusters.{cluster.name}.fabric_options.host_injection.env.{key}", value)
     for key, value in cluster.env:
         _lmod_safe(f"clusters.{cluster.name}.env.{key}", value)
     _lmod_safe(f"clusters.{cluster.name}.storage", image)
@@ -92,7 +97,7 @@ def render_modulefile(env: Environment, cluster: Cluster, image: str, bin_dir: s
     )
     return templating.render("shipyard.launch", "modulefile.lua.j2",
         header=_header(env, cluster), env=env, cluster=cluster, image=image, bin_dir=bin_dir, pins=pins,
-        help_text=help_text,
+        help_text=help_text, injected=injected,
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from shipyard import facts as data
 from shipyard.registry import fabric_checks
-from shipyard.registry.model import Cluster, Environment
+from shipyard.registry.model import Cluster, Environment, vtuple
 
 ERROR = "ERROR"
 WARN = "WARN"
@@ -35,9 +35,9 @@ def facts() -> dict:
     return data.load("compat")
 
 
-def vtuple(version: str) -> tuple[int, ...]:
-    """'12.4.1' -> (12, 4, 1); non-numeric parts compare as 0 (only used on validated versions)."""
-    return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.+-]", str(version)) if p != "")
+def same_version(a: str, b: str) -> bool:
+    """'1.29' and '1.29.0' are the same version."""
+    return vtuple(a) == vtuple(b)
 
 
 def series(torch_version: str) -> str:

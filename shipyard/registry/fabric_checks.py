@@ -12,15 +12,20 @@ import re
 from typing import Callable
 
 from shipyard import facts
-from shipyard.registry.model import Cluster, Environment
+from shipyard.registry.model import Cluster, Environment, vtuple
 
 ERROR = "ERROR"
 WARN = "WARN"
 FAST = ("ib", "efa")
 
 
-def _v(version: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.+-]", str(version)) if p != "")
+_v = vtuple  # PEP 440 comparison: an installer '1.29' is not older than '1.29.0'
+
+
+def _installer(inst) -> dict | None:
+    """The compatibility data of EFA installer ``inst``, whether written '1.40' or '1.40.0'."""
+    installers = facts.load("compat")["efa"]["installers"]
+    return next((v for k, v in installers.items() if _v(k) == _v(str(inst))), None)
 
 
 def aws_ofi_nccl(cluster: Cluster) -> str | None:
@@ -29,7 +34,7 @@ def aws_ofi_nccl(cluster: Cluster) -> str | None:
     if ofi:
         return str(ofi)
     inst = cluster.fabric_options.get("efa_installer")
-    known = facts.load("compat")["efa"]["installers"].get(str(inst)) if inst else None
+    known = _installer(inst) if inst else None
     return str(known["aws_ofi_nccl"]) if known else None
 
 
@@ -80,10 +85,10 @@ def _efa(env: Environment, cluster: Cluster, add: Callable[[str, str, str], None
     nccl = env.nccl.value
     ofi = aws_ofi_nccl(cluster)
     inst = cluster.fabric_options.get("efa_installer")
-    if inst and str(inst) not in efa["installers"]:
+    if inst and _installer(inst) is None:
         add(WARN, f"{ckey}.fabric_options.efa_installer",
             f"EFA installer {inst} is not in the compatibility data: the aws-ofi-nccl it bundles is not verified")
-    if "efa" in env.fabrics and env.efa_installer and inst and str(inst) != env.efa_installer:
+    if "efa" in env.fabrics and env.efa_installer and inst and _v(str(inst)) != _v(env.efa_installer):
         add(WARN, f"{ckey}.fabric_options.efa_installer",
             f"{env.name} installs EFA installer {env.efa_installer} (the newest of its EFA clusters), not {inst}")
     if ofi and nccl:

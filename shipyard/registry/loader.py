@@ -24,7 +24,7 @@ import yaml
 
 from shipyard import facts
 from shipyard.errors import ShipyardError, did_you_mean
-from shipyard.files import copied_tree
+from shipyard.files import copied_tree, read_capped_text
 from shipyard.registry import compat
 from shipyard.registry.model import (
     COMPAT,
@@ -107,8 +107,16 @@ def _construct(node: yaml.Node, path: tuple, lines: _Lines, fname: str,
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(v, path + (i,), lines, fname, scalars) for i, v in enumerate(node.value)]
+    digits = _limits()["max_int_digits"]
+    if node.tag == "tag:yaml.org,2002:int" and len(node.value) > digits:
+        raise ShipyardError(f"{fname}:{node.start_mark.line + 1}: {_dotted(path) or '<top>'}: an integer of "
+                            f"{len(node.value)} characters; at most {digits} (shipyard/data/limits.yaml); "
+                            "quote it if it is text")
     try:
         return scalars.construct_object(node, deep=True)
+    except ValueError as exc:  # a number Python refuses to convert (e.g. digits past sys.get_int_max_str_digits)
+        raise ShipyardError(f"{fname}:{node.start_mark.line + 1}: {_dotted(path) or '<top>'}: {exc}; "
+                            "quote it if it is text") from None
     except yaml.YAMLError as exc:
         raise ShipyardError(f"{fname}:{node.start_mark.line + 1}: {_dotted(path)}: {exc}") from None
 
@@ -146,22 +154,29 @@ def _check_shape(text: str, fname: str) -> None:
         return  # malformed: compose() below reports it with its line
 
 
-def _expanded_size(node: yaml.Node, fname: str, limit: int, memo: dict) -> int:
-    """Nodes in the tree once every alias is expanded, counted per distinct node (linear time), capped at limit."""
+def _expanded_size(node: yaml.Node, fname: str, limit: int, memo: dict, depth: int = 0,
+                   max_depth: int | None = None) -> int:
+    """Nodes in the tree once every alias is expanded, counted per distinct node (linear time), capped at limit; and
+    the nesting once aliases are expanded (a chain ``&b [*a]``, ``&c [*b]``, ... nests without a bracket in the
+    text, so the event check of :func:`_check_shape` cannot see it), capped at ``max_depth``."""
+    if max_depth is None:
+        max_depth = _limits()["max_depth"]
+    if depth > max_depth:
+        raise ShipyardError(f"{fname}:{node.start_mark.line + 1}: nested more than {max_depth} levels deep once "
+                            "YAML aliases are expanded (an alias chain?) (shipyard/data/limits.yaml)")
     key = id(node)
-    if key in memo:
-        return memo[key]
-    n = 1
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            n += _expanded_size(k, fname, limit, memo) + _expanded_size(v, fname, limit, memo)
-    elif isinstance(node, yaml.SequenceNode):
-        for v in node.value:
-            n += _expanded_size(v, fname, limit, memo)
+    if key in memo and memo[key][1] + depth <= max_depth:
+        return memo[key][0]
+    n, below = 1, 0
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        kids = [x for kv in node.value for x in kv] if isinstance(node, yaml.MappingNode) else node.value
+        for v in kids:
+            n += _expanded_size(v, fname, limit, memo, depth + 1, max_depth)
+            below = max(below, 1 + memo[id(v)][1])
     if n > limit:
         raise ShipyardError(f"{fname}:{node.start_mark.line + 1}: YAML aliases expand to more than {limit} nodes "
                             "(an alias bomb?) (shipyard/data/limits.yaml)")
-    memo[key] = n
+    memo[key] = (n, below)
     return n
 
 
@@ -702,7 +717,7 @@ def load(path: str | os.PathLike | None = None) -> Registry:
     """Load the registry at ``path`` (or $SHIPYARD_REGISTRY, or ./registry.yaml)."""
     p = registry_path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_capped_text(p, "registry", "a registry")
     except FileNotFoundError:
         raise ShipyardError(f"{p}: registry not found (set ${REGISTRY_ENV} or run from the project directory)") from None
     except (OSError, UnicodeDecodeError) as exc:

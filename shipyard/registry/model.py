@@ -8,11 +8,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
+from packaging.version import InvalidVersion, Version
+
 from shipyard.errors import pick
+
+
+def vtuple(version: str) -> Version:
+    """A version to compare and sort by, with PEP 440's rules (packaging): '1.29' == '1.29.0' < '1.29.1', and
+    '2.3.0rc1' < '2.3.0'. A string packaging cannot read ('470.57.02-1ubuntu') compares by its numeric parts, the
+    others as 0 (only used on validated versions)."""
+    try:
+        return Version(str(version))
+    except InvalidVersion:
+        nums = [str(int(p)) if p.isdigit() else "0" for p in re.split(r"[.+-]", str(version)) if p != ""]
+        return Version(".".join(nums) or "0")
+
 
 # Where a resolved value came from; `invoke show` prints it next to each pin.
 EXPLICIT = "explicit"

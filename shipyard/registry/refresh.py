@@ -267,8 +267,10 @@ def entry_line(key: str, entry: dict, indent: str) -> str:
 
 
 def _sort_key(key: str):
+    """The order of compat.yaml's keys: by the numbers as written ('2.7' and its '2.7+cu118' before '2.7.0'), so a
+    refresh keeps the file's order (not a version comparison: '2.7' is a series here, not the release 2.7.0)."""
     head, _, variant = key.partition("+")
-    return compat.vtuple(head), variant
+    return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.-]", head) if p != ""), variant
 
 
 def render_sections(wheels: dict, companions: dict) -> dict[str, str]:

@@ -41,4 +41,8 @@ class Apptainer(Runtime):
                 raise ShipyardError(f"clusters.{cluster.name}.binds[{i}]: {bind!r} has pyxis mount flags; "
                                     "apptainer binds take src[:dst[:ro|rw]]")
             argv += ["--bind", bind]
+        # fabric_options.host_injection: the host's fabric userspace, read-only at the same path, as in a launcher
+        # (runtimes/mounts.py: job_mounts); a wrapper without it runs NCCL on an image that need not carry them
+        for b in (getattr(cluster, "host_injection", None) or {}).get("binds") or ():
+            argv += ["--bind", f"{b}:{b}:ro"]
         return argv + [image, tool]

@@ -25,6 +25,7 @@ class Site(Protocol):
     storage: str | None
     binds: tuple[str, ...]
     modules: tuple[str, ...]
+    # fabric_options.host_injection ({"binds": [...], "env": {...}} or None): a property of Cluster
 
 
 @dataclass(frozen=True)

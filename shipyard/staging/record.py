@@ -30,13 +30,13 @@ import stat as stat_module
 from dataclasses import dataclass
 from pathlib import Path
 
-from shipyard import identity, project
+from shipyard import facts, identity, project
 from shipyard.containers import manifest as mf
 from shipyard.errors import ShipyardError
 from shipyard.files import exclusive_write
 
 SCHEMA = 2
-MAX_BYTES = 64 << 10  # a record is about 1 KiB; anything larger is not one
+MAX_BYTES = int(facts.load("limits")["input_bytes"]["stage_record"])  # a record is about 1 KiB
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 RECORD_SUFFIX = ".json"
 # the fields the batch script reads with sed (each is a string or an integer on its own line)

@@ -85,6 +85,9 @@ def parse_mode(mode: str | None) -> int:
 def check_storage(cluster: Cluster, storage: Path) -> None:
     """One line when the storage directory is missing or not writable by this user."""
     key = f"clusters.{cluster.name}.storage"
+    if storage.exists() and not storage.is_dir():
+        raise ShipyardError(f"{storage}: the image storage of cluster {cluster.name} is not a directory ({key}); "
+                            f"move that file away or point {key} at a directory")
     if not storage.is_dir():
         raise ShipyardError(f"{storage}: the image storage of cluster {cluster.name} does not exist ({key}); create "
                             f"it on the shared filesystem (mkdir -p {storage}) or fix {key}")
@@ -205,12 +208,18 @@ def from_registry(reg: Registry, env: Environment, registry_name: str | None, ta
         if not known:
             raise ShipyardError(f"no push of {env.name} to registry '{target.name}' is recorded here; give --tag")
         tag = known.tag
+    else:
+        registry_io.check_tag(tag)
     expect = known.digest_for(tag) if known else None
     ref = "oras://" + registry_io.reference(target, env.name, tag)
     info: dict = {}
 
     def write(tmp: Path) -> dict:
-        info.update(registry_io.pull_sif(target, env.name, tag, tmp, expect, out))
+        # registry failures (a timeout, an unknown tag) are the registry's, said as such: requests' errors are
+        # OSErrors, and the stage would otherwise report them as the storage's
+        what = f"pull {ref}"
+        with registry_io.one_line(target, what, local_errors=False), registry_io.transfer_deadline(target, what):
+            info.update(registry_io.pull_sif(target, env.name, tag, tmp, expect, out))
         b.check_sif(tmp)
         return {"pulled": info.get("pulled")}
 

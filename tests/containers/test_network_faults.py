@@ -17,6 +17,7 @@ import fixtures_build as fb
 import pytest
 from test_push import make_real_sif
 
+from shipyard import facts
 from shipyard import project as paths
 from shipyard import registry
 from shipyard.containers import common
@@ -234,3 +235,76 @@ def test_cleanup_touches_only_exact_temp_names(tmp_path, monkeypatch):
         f.write_text("another environment's file")
     common.recover_stale(reg, "tiny")
     assert not mine.exists() and all(f.exists() for f in neighbour)
+
+
+class DripRegistry:
+    """Answers every request with a 200 whose body comes one byte a second: never silent for a read timeout.
+    Bounded: each answer stops after ``limit`` bytes, and the server is shut down by the test."""
+
+    def __init__(self, limit: int = 12):
+        self.stop = threading.Event()
+        me = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def handle_one(self):
+                self.send_response(200)
+                self.send_header("Content-Type", p.OCI_MANIFEST)
+                self.send_header("Content-Length", str(limit))
+                self.end_headers()
+                for _ in range(limit):
+                    if me.stop.wait(1.0):
+                        return
+                    try:
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                    except OSError:
+                        return
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = handle_one
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("op", ["pull", "push"])
+def test_a_registry_sending_one_byte_a_second_fails_within_the_deadline(op, tmp_path, monkeypatch, fast_net):
+    """The read timeout (1 s here) never trips on a 1 byte/s answer; the total deadline does: one line naming the
+    registry and the deadline, the build lock released, nothing written."""
+    monkeypatch.setenv("SHIPYARD_TRANSFER_DEADLINE", "2")
+    srv = DripRegistry()
+    try:
+        reg = project(tmp_path, monkeypatch, srv.address)
+        if op == "push":
+            built(reg)
+        t0 = time.monotonic()
+        with pytest.raises(ShipyardError) as ei:
+            getattr(p, op)(reg, reg.environment("tiny"), tag="v1")
+        took = time.monotonic() - t0
+        one_line(ei.value, srv.address, "tiny:v1", "deadline of 2 s", "SHIPYARD_TRANSFER_DEADLINE")
+        assert took < 6, took
+        with common.build_lock(paths.build_lock_path(reg.root, "tiny"), block=False):
+            pass
+        if op == "pull":
+            assert not paths.artifact_path(reg, "tiny", "sif").exists()
+    finally:
+        srv.close()
+
+
+def test_the_deadline_comes_from_data_and_can_be_changed():
+    assert p.deadline_s({}) == facts.load("limits")["network"]["deadline_s"]
+    assert p.deadline_s({"SHIPYARD_TRANSFER_DEADLINE": "7.5"}) == 7.5
+    for bad in ("soon", "0", "-1"):
+        with pytest.raises(ShipyardError, match="SHIPYARD_TRANSFER_DEADLINE"):
+            p.deadline_s({"SHIPYARD_TRANSFER_DEADLINE": bad})

@@ -249,3 +249,25 @@ def test_line_breaks_in_cluster_env_are_refused():
     cluster = Cluster(**{**base.__dict__, "env": (("NCCL_DEBUG", "INFO\nrm -rf /"),)})
     with pytest.raises(ShipyardError, match=r"clusters.grete.env.NCCL_DEBUG: .* line break"):
         modules.render_modulefile(SHIPPED.environment("pytorch-2.3"), cluster, "/i.sif", "/b")
+
+
+def test_wrappers_and_modulefile_carry_host_injection():
+    """fabric_options.host_injection: a launcher binds the host's fabric libraries and exports their variables
+    (runtimes/mounts.py, launch/fabric.py); a module's wrappers did neither, so NCCL in `module load` fell back to
+    sockets on an image that (rightly) carries no fabric userspace."""
+    env = SHIPPED.environment("pytorch-2.3")
+    base = SHIPPED.cluster("grete")
+    inj = {"binds": ["/opt/amazon/efa", "/usr/lib/x86_64-linux-gnu/libibverbs"], "env": {"FI_PROVIDER": "efa"}}
+    cluster = Cluster(**{**base.__dict__, "fabric_options": {**base.fabric_options, "host_injection": inj}})
+    image = modules.image_path(None, cluster, env)
+    text = modules.render_wrapper(env, cluster, "torchrun", image)
+    assert shellcheck(text, shell="bash").returncode == 0
+    (exec_line,) = [ln for ln in text.splitlines() if ln.startswith("exec ")]
+    words = shlex.split(exec_line)
+    assert words[4:-3] == [w for b in cluster.binds for w in ("--bind", b)] + \
+        [w for b in inj["binds"] for w in ("--bind", f"{b}:{b}:ro")]
+    lua = modules.render_modulefile(env, cluster, image, "/sw/bin")
+    assert 'setenv("FI_PROVIDER", "efa")' in lua
+    bad = Cluster(**{**base.__dict__, "fabric_options": {"host_injection": {"env": {"X": "a\nb"}}}})
+    with pytest.raises(ShipyardError, match="host_injection.env.X"):
+        modules.render_modulefile(env, bad, image, "/sw/bin")

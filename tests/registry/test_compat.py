@@ -462,3 +462,16 @@ def test_blackwell_gpus_in_the_arch_map():
     arches = compat.facts()["arches"]
     for model, arch in ec2["gpus"].items():
         assert model in arches[int(arch.removeprefix("sm_"))]["gpus"], model
+
+
+def test_efa_installer_versions_compare_as_versions():
+    """'1.29' is the same version as '1.29.0' (PEP 440, packaging), not older; '1.43' is the known '1.43.0'."""
+    short = problems(cluster=efa_cluster('efa_installer: "1.29", aws_ofi_nccl: "1.7.3"', "p5.48xlarge"))
+    assert not [p.message for p in short if "needs EFA installer" in p.message]
+    old = problems(cluster=efa_cluster('efa_installer: "1.28", aws_ofi_nccl: "1.7.3"', "p5.48xlarge"))
+    assert any("needs EFA installer >= 1.29.0; the cluster has 1.28" in p.message for p in old)
+    known = problems(cluster=efa_cluster('efa_installer: "1.43"'))
+    assert not [p.message for p in known if "not in the compatibility data" in p.message]
+    assert errors(known) == []  # its bundled aws-ofi-nccl 1.16.1 is known, as for "1.43.0"
+    assert compat.vtuple("1.29") == compat.vtuple("1.29.0") < compat.vtuple("1.29.1")
+    assert compat.vtuple("2.3.0rc1") < compat.vtuple("2.3.0") and compat.vtuple("470.57.02") > compat.vtuple("470.57")

@@ -88,3 +88,22 @@ def test_pypi_refresh_command_shows_a_diff_and_writes_only_with_write(tmp_path, 
     assert "PyTorch index" in out  # the non-default variants are named as not refreshed (unreachable here)
     assert registry_commands.compat_refresh("2.10.0", companions=False, path=path, write=True) == 0
     assert path.read_text() == refresh.COMPAT_PATH.read_text()
+
+
+def test_an_index_that_lists_nothing_is_not_agreement(tmp_path, monkeypatch, capsys):
+    """An empty index (a mirror without torch, an offline cache): nothing was compared, so the refresh must not
+    say that compat.yaml "agrees with the metadata"; one line, exit 2, the file unchanged. No network: uv reads an
+    empty local index."""
+    (tmp_path / "simple").mkdir()
+    monkeypatch.setenv("UV_DEFAULT_INDEX", (tmp_path / "simple").as_uri())
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    monkeypatch.setattr(refresh, "variant_coverage", lambda uv, patches: [])
+    monkeypatch.setitem(refresh.settings(), "pythons", ["3.11"])
+    path = tmp_path / "compat.yaml"
+    path.write_text(refresh.COMPAT_PATH.read_text())
+    with pytest.raises(ShipyardError) as ei:
+        registry_commands.compat_refresh("2.10.0", companions=False, path=path)
+    msg = str(ei.value)
+    assert "listed no wheel" in msg and "nothing was compared" in msg and "\n" not in msg, msg
+    assert "agrees" not in capsys.readouterr().out
+    assert path.read_text() == refresh.COMPAT_PATH.read_text()

@@ -59,5 +59,5 @@ def test_show_says_what_it_costs_in_image_size():
     text = report.show(_env(CU13 + "    nccl_tests: true\n"))
     size = facts.load("nccl_tests")["size_mb"]
     assert ("nccl-tests 2.19.6 (commit a0b82b2260cf, sha256 85c65a240432) in /opt/nccl-tests/bin, against torch's "
-            f"NCCL 2.30.7, MPI: openmpi") in text
+            "NCCL 2.30.7, MPI: openmpi") in text
     assert f"image size: about +{size['binaries'] + size['mpi']['openmpi']} MB" in text

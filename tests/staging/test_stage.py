@@ -17,10 +17,10 @@ from fixtures_build import PROJECT_REGISTRY
 from fixtures_launch import run_launch
 from helpers_registry import shellcheck
 import helpers_stage
+from helpers_stage import storage
 
 from shipyard import registry
 from shipyard.commands import launch as launch_commands
-from shipyard.containers import engine
 from shipyard.containers import manifest as mf
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
@@ -31,65 +31,6 @@ from shipyard.staging import record as staged
 from shipyard.staging import stage as stage_module
 
 pytestmark = pytest.mark.double
-
-# The build tests' registry plus: an apptainer cluster whose storage is a directory of the test, one whose driver is
-# too old for CUDA 12 (so environment x cluster fails `invoke check`), and an environment whose Python has no torch
-# wheel (so the environment alone fails).
-EXTRA_CLUSTERS = """\
-  lab:
-    runtime: apptainer
-    fabric: ib
-    gpus_per_node: 0
-    scheduler: {partition: gpu, build_partition: gpu}
-    storage: STORAGE
-  lab-old:
-    runtime: apptainer
-    fabric: ib
-    gpus_per_node: 4
-    gpus: [{model: A100, arch: sm_80}]
-    driver: "470.57.02"
-    scheduler: {partition: gpu}
-    storage: STORAGE
-  lab-pyxis:
-    runtime: pyxis
-    fabric: ib
-    gpus_per_node: 0
-    scheduler: {partition: gpu}
-    storage: STORAGE
-"""
-BAD_ENV = """\
-  tiny-py313:
-    extends: tiny
-    python: "3.13"
-"""
-
-
-@pytest.fixture
-def proj(tmp_path, monkeypatch):
-    root = tmp_path / "proj"
-    root.mkdir()
-    storage = tmp_path / "images"
-    storage.mkdir()
-    text = PROJECT_REGISTRY.format(registry="127.0.0.1:9")
-    text = text.replace("clusters:\n", "clusters:\n" + EXTRA_CLUSTERS.replace("STORAGE", str(storage)))
-    text = text.replace("  pytorch-2.3:\n", BAD_ENV + "  pytorch-2.3:\n")
-    (root / "registry.yaml").write_text(text)
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
-    return registry.load(root / "registry.yaml")
-
-
-@pytest.fixture
-def built(proj, apptainer_double):
-    """`tiny` built through the apptainer double (a real SIF file holding the definition)."""
-    render_cmd(Context(proj, out=io.StringIO()), "tiny")
-    engine.build(proj, proj.environment("tiny"), out=io.StringIO())
-    return proj
-
-
-def storage(reg) -> Path:
-    return Path(reg.cluster("lab").storage)
-
 
 # ------------------------------------------------------------------------------------------------ check and locks
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import helpers_stage
 from fixtures_launch import run_launch
-from test_stage import _launch, built, proj, storage  # noqa: F401 (fixtures)
+from helpers_stage import storage
+from test_stage import _launch
 
 from shipyard import project
 from shipyard.errors import ShipyardError

@@ -1,0 +1,68 @@
+"""Fixtures of the staging tests: a project with apptainer and pyxis clusters whose storage is a directory of the
+test, and `tiny` built into it through the apptainer double."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from fixtures_build import PROJECT_REGISTRY
+
+from shipyard import registry
+from shipyard.commands.context import Context
+from shipyard.commands.definitions import render as render_cmd
+from shipyard.containers import engine
+
+# The build tests' registry plus: an apptainer cluster whose storage is a directory of the test, one whose driver is
+# too old for CUDA 12 (so environment x cluster fails `invoke check`), and an environment whose Python has no torch
+# wheel (so the environment alone fails).
+EXTRA_CLUSTERS = """\
+  lab:
+    runtime: apptainer
+    fabric: ib
+    gpus_per_node: 0
+    scheduler: {partition: gpu, build_partition: gpu}
+    storage: STORAGE
+  lab-old:
+    runtime: apptainer
+    fabric: ib
+    gpus_per_node: 4
+    gpus: [{model: A100, arch: sm_80}]
+    driver: "470.57.02"
+    scheduler: {partition: gpu}
+    storage: STORAGE
+  lab-pyxis:
+    runtime: pyxis
+    fabric: ib
+    gpus_per_node: 0
+    scheduler: {partition: gpu}
+    storage: STORAGE
+"""
+BAD_ENV = """\
+  tiny-py313:
+    extends: tiny
+    python: "3.13"
+"""
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    root = tmp_path / "proj"
+    root.mkdir()
+    storage = tmp_path / "images"
+    storage.mkdir()
+    text = PROJECT_REGISTRY.format(registry="127.0.0.1:9")
+    text = text.replace("clusters:\n", "clusters:\n" + EXTRA_CLUSTERS.replace("STORAGE", str(storage)))
+    text = text.replace("  pytorch-2.3:\n", BAD_ENV + "  pytorch-2.3:\n")
+    (root / "registry.yaml").write_text(text)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    return registry.load(root / "registry.yaml")
+
+
+@pytest.fixture
+def built(proj, apptainer_double):
+    """`tiny` built through the apptainer double (a real SIF file holding the definition)."""
+    render_cmd(Context(proj, out=io.StringIO()), "tiny")
+    engine.build(proj, proj.environment("tiny"), out=io.StringIO())
+    return proj
