@@ -21,12 +21,13 @@ def test_package_list_is_data_and_checked_with_dpkg():
     assert devtools.missing_packages(["no-such-package-zzz"]) == ["no-such-package-zzz"]
 
 
-def test_services_run_in_a_process_of_their_own():
-    quick, services = devtools.phases(["-q", "-m", "not slow", "tests/launch"])
-    assert quick == ["-n", "2", "--dist", "loadfile", "-q", "-m", "(not slow) and (not (slurm or docker))",
-                     "tests/launch"]
-    assert services == ["-p", "no:xdist", "-q", "-m", "(not slow) and (slurm or docker)", "tests/launch"]
-    assert devtools.phases(["-x"])[1] == ["-p", "no:xdist", "-m", "slurm or docker", "-x"]
+def test_services_run_in_processes_of_their_own():
+    slurm, rest, docker = devtools.phases(["-q", "-m", "not slow", "tests/launch"])
+    assert slurm == ["-p", "no:xdist", "-q", "-m", "(not slow) and (slurm)", "tests/launch"]
+    assert rest == ["-n", "2", "--dist", "loadfile", "-q", "-m", "(not slow) and (not (slurm or docker))",
+                    "tests/launch"]
+    assert docker == ["-p", "no:xdist", "-q", "-m", "(not slow) and (docker and not slurm)", "tests/launch"]
+    assert devtools.phases(["-x"])[0] == ["-p", "no:xdist", "-m", "slurm", "-x"]
     assert devtools.with_marks(["-mnot pypi"], "slurm") == ["-m", "(not pypi) and (slurm)"]
     # arguments that choose the workers are run as given, once
     assert devtools.phases(["-n", "4", "-q"]) == [["-n", "4", "-q"]]
@@ -35,12 +36,13 @@ def test_services_run_in_a_process_of_their_own():
 
 def test_a_failure_in_either_run_fails_the_whole(tmp_path, capsys):
     (tmp_path / "test_x.py").write_text("import pytest\n\ndef test_ok():\n    pass\n\n"
-                                        "@pytest.mark.slurm\ndef test_bad():\n    assert False\n")
+                                        "@pytest.mark.slurm\ndef test_bad():\n    assert False\n\n"
+                                        "@pytest.mark.docker\ndef test_d():\n    pass\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: s\n    docker: d\n")
     assert devtools.run_tests(["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
                               install=False) == 1
     # one closing line with both runs' totals, the form CI reads
-    assert capsys.readouterr().out.splitlines()[-1] == "tests: 1 passed, 1 failed"
+    assert capsys.readouterr().out.splitlines()[-1] == "tests: 2 passed, 1 failed"
 
 
 def test_counts_read_pytests_closing_line():

@@ -85,16 +85,20 @@ def with_marks(pytest_args: list[str], phase: str) -> list[str]:
 
 
 def phases(pytest_args: list[str]) -> list[list[str]]:
-    """The pytest runs of `invoke test`: ``[rest, services]``, or one run when the arguments choose the workers.
+    """The pytest runs of `invoke test`: ``[slurm, rest, docker only]``, or one run when the arguments choose the
+    workers.
 
-    The tests that need no service run on two pytest-xdist workers, whole files per worker (module fixtures and
-    per-file bookkeeping hold as in a serial run). The Slurm and docker tests run in one process of their own: the
-    sandbox and dockerd are one per machine, and a session fixture would start one per worker. (xdist's ``--dist
-    loadgroup`` could put them in one run, but it cannot rename pytest 9's node ids, so it groups nothing.)"""
+    Each service is one per machine (the Slurm sandbox; a dockerd per session fixture, on its own socket and data
+    root), and a session fixture would start one per xdist worker, so the tests that use them run in processes of
+    their own: the Slurm tests (some also build with docker) in one, the docker tests without Slurm in another. The
+    tests that need no service run on two pytest-xdist workers, whole files per worker (module fixtures and per-file
+    bookkeeping hold as in a serial run). (xdist's ``--dist loadgroup`` could do this in one run, but it cannot
+    rename pytest 9's node ids, so it groups nothing.)"""
     if choose_workers(pytest_args):
         return [list(pytest_args)]
-    return [["-n", "2", "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")],
-            ["-p", "no:xdist", *with_marks(pytest_args, SERVICES)]]
+    return [["-p", "no:xdist", *with_marks(pytest_args, "slurm")],
+            ["-n", "2", "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")],
+            ["-p", "no:xdist", *with_marks(pytest_args, "docker and not slurm")]]
 
 
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
@@ -123,8 +127,8 @@ def _relay(proc: subprocess.Popen, keep: list[str]) -> int:
 def run_tests(pytest_args: list[str], install: bool = True) -> int:
     """Run the tests; pytest's exit 5 (no tests) fails only when no run had a test.
 
-    The two runs of :func:`phases` go side by side: the services run (mostly waiting on Slurm jobs and builds) is
-    shown as it goes; the other run's report follows when both are done, then one closing line with the totals."""
+    The runs of :func:`phases` go side by side: the Slurm run (the longest, mostly waiting on jobs) is shown as it
+    goes; the other runs' reports follow when all are done, then one closing line with the totals."""
     if install:
         ensure_packages()
     note = runtimes.tests_left_out_line(CHECKOUT)
@@ -135,20 +139,24 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
     if len(runs) == 1:
         codes = [subprocess.run([*pytest, *runs[0]]).returncode]
     else:
-        with tempfile.TemporaryFile() as side:
-            rest = subprocess.Popen([*pytest, *runs[0]], stdout=side, stderr=subprocess.STDOUT)
-            shown: list[str] = []
+        shown: list[str] = []
+        with tempfile.TemporaryFile() as rest_out, tempfile.TemporaryFile() as docker_out:
+            others = [subprocess.Popen([*pytest, *args], stdout=out, stderr=subprocess.STDOUT)
+                      for args, out in ((runs[1], rest_out), (runs[2], docker_out))]
             try:
-                services = subprocess.Popen([*pytest, *runs[1]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                codes = [_relay(services, shown)]
+                first = subprocess.Popen([*pytest, *runs[0]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                codes = [_relay(first, shown)]
             finally:
-                codes.insert(0, rest.wait())
-            side.seek(0)
-            report = side.read().decode(errors="replace")
-        print("\n" + "=" * 30 + " tests without services (run beside the above) " + "=" * 30)
-        sys.stdout.write(report)
+                codes += [proc.wait() for proc in others]
+            reports = []
+            for out in (rest_out, docker_out):
+                out.seek(0)
+                reports.append(out.read().decode(errors="replace"))
+        for title, report in zip(("tests without services", "docker tests without Slurm"), reports):
+            print("\n" + "=" * 30 + f" {title} (run beside the above) " + "=" * 30)
+            sys.stdout.write(report)
         totals: dict[str, int] = {}
-        for part in (report, "".join(shown)):
+        for part in ("".join(shown), *reports):
             for key, n in counts(part).items():
                 totals[key] = totals.get(key, 0) + n
         line = f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed"
