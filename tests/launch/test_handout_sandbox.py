@@ -59,7 +59,9 @@ def test_two_students_run_the_same_handout_at_once(sandbox):
     tag = uuid.uuid4().hex[:6]
     names = [f"sy-stu-a{tag}", f"sy-stu-b{tag}"]
     python = Path(sys.executable).resolve()
-    restore = _searchable_for_others([python, Path(sys.prefix), Path(shutil.which("torchrun") or sys.executable)])
+    # sys.prefix itself too (its bin/ is the argument): CI's virtual environment is a mktemp -d folder, mode 0700
+    restore = _searchable_for_others([python, Path(sys.prefix) / "bin",
+                                      Path(shutil.which("torchrun") or sys.executable)])
     course = base / "course"
     shutil.copytree(COURSE, course, ignore=shutil.ignore_patterns("launch", "containers", "train.py"))
     shutil.copy(ROOT / "examples" / "train.py", course / "train.py")
