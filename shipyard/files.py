@@ -72,25 +72,33 @@ def read_capped_text(path: str | os.PathLike, kind: str, what: str | None = None
 def atomic_write(path: str | os.PathLike, text: str | bytes, mode: int | None = None) -> Path:
     """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``.
 
-    A reader never sees a half-written file, and an interrupted write leaves the old file intact.
+    A reader never sees a half-written file, and an interrupted write leaves the old file intact. ``mode`` defaults
+    to the mode of the file replaced, else 0666 less the umask.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = text.encode() if isinstance(text, str) else text
+    if mode is None:
+        try:
+            mode = path.stat().st_mode & 0o7777  # keep the mode of the file we replace
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    return _fill_and_replace(fd, Path(tmp), text, path, mode)
+
+
+def _fill_and_replace(fd: int, tmp: Path, text: str | bytes, path: Path, mode: int | None = None) -> Path:
+    """Write ``text`` through ``fd`` (the open temp file ``tmp``), fsync, set ``mode`` (when given), rename over
+    ``path``; on any failure the temp file is removed and ``path`` is untouched."""
+    data = text.encode() if isinstance(text, str) else text
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is None:
-            try:
-                mode = path.stat().st_mode & 0o7777  # keep the mode of the file we replace
-            except FileNotFoundError:
-                umask = os.umask(0)
-                os.umask(umask)
-                mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -124,21 +132,8 @@ def exclusive_write(path: str | os.PathLike, text: str | bytes, mode: int = 0o64
     :func:`exclusive_temp` (never through a planted link, the final mode from the start), then renamed over ``path``
     (a link at ``path`` itself is replaced, not followed)."""
     path = Path(path)
-    data = text.encode() if isinstance(text, str) else text
     fd, tmp = exclusive_temp(path, mode)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
+    return _fill_and_replace(fd, tmp, text, path)
 
 
 def sha256_fd(fd: int) -> str:
