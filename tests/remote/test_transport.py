@@ -81,3 +81,25 @@ def test_forwarded_words_drop_only_invokes_own_flags_before_the_task():
 def test_remote_needs_login():
     with pytest.raises(ShipyardError, match="login"):
         registry.load_text(CLUSTER.replace("    login: far-login\n", ""), "registry.yaml")
+
+
+def test_a_forwarded_command_runs_the_shipyard_command_there_by_default(far, monkeypatch):
+    """The synced folder is a course folder as often as a checkout, and only the console command `shipyard` finds the
+    tasks in a folder without tasks.py (`invoke` there: "Can't find any collection named 'tasks'")."""
+    from types import SimpleNamespace
+
+    from shipyard.commands import remote
+
+    seen = {}
+
+    def script(cl, argv, *, cwd, raw, env):
+        seen["raw"] = raw
+        raise SystemExit(0)
+
+    monkeypatch.setattr(transport, "require_master", lambda cl: None)
+    monkeypatch.setattr(transport, "remote_script", script)
+    ctx = SimpleNamespace(root=SimpleNamespace(name="dl-course"), out=SimpleNamespace(flush=lambda: None),
+                          registry=SimpleNamespace(path=SimpleNamespace(name="registry.yaml")))
+    with pytest.raises(SystemExit):
+        remote.forward(ctx, far, ["shipyard", "logs", "12", "--cluster", "far"])
+    assert seen["raw"] == "shipyard logs 12 --cluster far"
