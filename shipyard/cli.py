@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -32,6 +33,11 @@ def task_guard(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             print("shipyard: interrupted", file=sys.stderr)
             raise SystemExit(130) from None
+        except BrokenPipeError:
+            # the reader went away (`invoke launch --dry-run | head`): stop quietly, as a shell tool does on SIGPIPE;
+            # stdout goes to /dev/null so that the interpreter's own flush at exit cannot raise again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(141) from None
 
     return wrapper
 

@@ -119,3 +119,14 @@ def test_an_unwritable_prefix_is_exit_2_with_one_line(tmp_path, monkeypatch, cap
                                          "afile/m"])
     err = capsys.readouterr().err.strip().splitlines()
     assert ei.value.code == 2 and err[-1].startswith("shipyard: error: --prefix afile/m: cannot write"), err
+
+
+def test_a_reader_that_goes_away_is_no_traceback(invoke):
+    """`invoke launch --dry-run | head -1`: the pipe closes early; the task stops quietly with 141 (SIGPIPE's code)."""
+    import subprocess
+
+    proc = subprocess.Popen(invoke.argv("launch", "--dry-run", "--cluster", "sandbox", "--", "examples/train.py"),
+                            cwd=invoke.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the launcher is written
+    err = proc.stderr.read().decode()
+    assert (proc.wait(timeout=60), err) == (141, "")
