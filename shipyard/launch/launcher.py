@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields as fields_of, replace
 from pathlib import Path
 from typing import Sequence
 
-from shipyard import __version__, identity, project, slurm, templating
+from shipyard import __version__, facts, identity, project, slurm, templating
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
 from shipyard.files import atomic_write
@@ -177,7 +177,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields |= _sweep(kind, opts, fields["chain"])
     fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
     fields |= _site_constants(cl)
-    fields |= _nccl_test(cl, kind, opts, fields["gpus_per_node"])
+    fields |= _nccl_test(cl, kind, opts, fields["gpus_per_node"], in_image=rt.containerised and not opts.image)
     fields |= _binding(reg, env.name, rt, fields["image"], opts.image)
     fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
     launcher = Launcher(**fields)
@@ -438,10 +438,15 @@ def _site_constants(cl: Cluster) -> dict:
             "transport": expected_transport(cl.fabric)}
 
 
-def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int) -> dict:
+def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int, in_image: bool) -> dict:
     """nccl-tests' binary and arguments from --binary, --sizes, --iters, --check (defaults: shipyard/data/launch.yaml),
     and the srun MPI plugin of the cluster (clusters.NAME.mpi, else the data's default). ``mpi: none`` runs one
-    process per node driving its GPUs (-g G): nccl-tests without MPI has no multi-process mode."""
+    process per node driving its GPUs (-g G): nccl-tests without MPI has no multi-process mode.
+
+    ``in_image``: the binary is in a shipyard-built image, named by its absolute path there
+    (shipyard/data/nccl_tests.yaml ``prefix``): pyxis's step resolves a bare name on the job's PATH, which is the
+    submitting host's, not the image's (seen with real pyxis 0.24.0: "execve(): all_reduce_perf: No such file or
+    directory" on every node). On the host runtime and in an external ``--image`` the name is looked up as given."""
     defaults, nt = launch_data()["defaults"], launch_data()["nccl_test"]
 
     def get(name):
@@ -454,7 +459,8 @@ def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int) -> dict
     args = ["-b", low, "-e", high, *nt["args"], "-c", str(check), "-n", str(iters)]
     if mpi == "none":
         args[args.index("-g") + 1] = str(gpus)
-    return {"nccl_test_binary": binary, "nccl_test_mpi": mpi, "nccl_test_args": tuple(args),
+    command = f"{facts.load('nccl_tests')['prefix']}/bin/{binary}" if in_image else binary
+    return {"nccl_test_binary": command, "nccl_test_mpi": mpi, "nccl_test_args": tuple(args),
             "nccl_test_tasks": 1 if mpi == "none" else gpus, "binary": binary, "sizes": sizes, "iters": iters,
             "check": check}
 
