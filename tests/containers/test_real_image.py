@@ -193,6 +193,9 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch) -> dict[str, flo
     pyx = registry.load(pyx_path)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(pyx_path))
     sqsh = root / ".sandbox" / "images" / "real.sqsh"
+    # CI's cost: an uncompressed SquashFS (mksquashfs and each node's unsquashfs skip lzo on 2 cores); enroot reads
+    # its settings from the job's environment, which sbatch passes on like DOCKER_HOST
+    monkeypatch.setenv("ENROOT_SQUASH_OPTIONS", "-noI -noD -noF -noX -no-duplicates")
     out = io.StringIO()
     t0 = time.monotonic()
     rec = helpers_stage.stage(pyx, "real", "sandbox", out=out, source="docker")
