@@ -406,6 +406,8 @@ def up_to_date(dest: Path, src: Source, mode: int) -> staged.StageRecord | None:
     rec, _ = staged.read_record(dest)
     if not rec or staged.image_changed(dest, rec):
         return None
+    if src.reference.startswith("docker://") and not src.input_hash:
+        return None  # a registry tag with no recorded push behind it: it may have moved since, so import again
     same = rec.sha256 == src.sha256 if src.sha256 else \
         rec.source_reference == src.reference and rec.input_hash == src.input_hash
     if not same or (src.input_hash and rec.input_hash != src.input_hash):
