@@ -36,6 +36,7 @@ def test_stage_from_a_plain_http_docker_registry_with_real_enroot(
     root = make_project(tmp_path / "proj", node_registry.address)
     text = (root / "registry.yaml").read_text().replace("runtime: host", "runtime: pyxis", 1)
     (root / "registry.yaml").write_text(text)
+    (root / ".sandbox" / "images").mkdir(parents=True)
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
