@@ -294,7 +294,7 @@ def render_import_job(reg: Registry, env: Environment, cluster: Cluster, source:
         version=__version__, env=env.name, cluster=cluster.name,
         job_name=d(f"stage-{env.name}", "job name"),
         partition=d(cluster.build_partition, f"clusters.{cluster.name}.scheduler.build_partition"),
-        time=d(f["import_time"], "stage import_time"),
+        time=d(cluster.build_time or f["import_time"], f"clusters.{cluster.name}.scheduler.build_time"),
         account=d(cluster.account, f"clusters.{cluster.name}.scheduler.account"),
         output=d(str(project.build_logs_dir(reg) / f"{env.name}-stage-%j.out"), "log path (project dir)"),
         modules=cluster.modules, source=source, tmp=str(tmp), allow_http=allow_http)
