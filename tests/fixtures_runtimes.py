@@ -69,3 +69,102 @@ def busybox_sqsh(tmp_path_factory) -> Path:
                    stdout=subprocess.DEVNULL)
     out.chmod(0o644)
     return out
+
+
+class NamespaceForwarder:
+    """A TCP forwarder from ``LISTEN_IP:PORT`` inside the sandbox controller's network namespace to a service on the
+    host's 127.0.0.1 (the registry the tests start there). The nodes reach the controller's address over the sandbox
+    bridge; their own 127.0.0.1 is their own. Only the listening socket is made inside that namespace (``setns`` on
+    one thread, then back); every upstream connection is made in the host's namespace. Nothing is configured in the
+    host's namespace."""
+
+    def __init__(self, net_ns: str, listen_ip: str, upstream: tuple[str, int]):
+        import ctypes
+        import os
+        import socket
+        import threading
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        target = os.open(net_ns, os.O_RDONLY)
+        made: dict = {}
+
+        def make() -> None:  # on its own thread: setns(CLONE_NEWNET) moves only the calling thread
+            try:
+                if libc.setns(target, 0x40000000) != 0:
+                    raise OSError(ctypes.get_errno(), "setns into the sandbox's network namespace")
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((listen_ip, 0))
+                s.listen(16)
+                made["sock"] = s
+            except BaseException as exc:  # noqa: BLE001 (raised on the caller's thread)
+                made["error"] = exc
+            finally:
+                libc.setns(own, 0x40000000)
+
+        t = threading.Thread(target=make)
+        t.start()
+        t.join()
+        os.close(own)
+        os.close(target)
+        if "error" in made:
+            raise made["error"]
+        self.sock = made["sock"]
+        self.address = f"{listen_ip}:{self.sock.getsockname()[1]}"
+        self.upstream = upstream
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            try:
+                up = socket.create_connection(self.upstream, timeout=10)
+                up.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, up), (up, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        import socket
+
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture(scope="session")
+def node_registry(sandbox, docker_services):
+    """The session's OCI registry as the sandbox's nodes reach it: ``CONTROLLER_IP:PORT`` (a forwarder inside the
+    controller's network namespace to the registry on the host's 127.0.0.1)."""
+    from shipyard import slurm
+    from shipyard.slurm import read_sandbox_state
+
+    _, reg = docker_services
+    pid = slurm.controller_pid(read_sandbox_state(sandbox.directory))
+    host, port = reg.address.rsplit(":", 1)
+    fwd = NamespaceForwarder(f"/proc/{pid}/ns/net", sandbox.info["controller"]["ip"], (host, int(port)))
+    yield fwd
+    fwd.close()

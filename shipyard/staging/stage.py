@@ -199,6 +199,9 @@ def from_registry(reg: Registry, env: Environment, registry_name: str | None, ta
                   out: IO[str] | None) -> Source:
     """The SIF over ORAS (tag default: the one the last push recorded), digest and blob sha256 verified."""
     target = reg.registry_target(registry_name)
+    if target.scheme == "docker":
+        raise ShipyardError(f"registries.{target.name}: {target.uri} is a docker:// registry; apptainer clusters "
+                            "stage a SIF from an oras:// registry (pyxis clusters import docker:// images)")
     if target.scheme != "oras":
         raise ShipyardError(f"registries.{target.name}: {target.uri} is a docker:// registry; apptainer clusters "
                             "stage a SIF from an oras:// registry (pyxis clusters: --from docker)")
@@ -227,6 +230,42 @@ def from_registry(reg: Registry, env: Environment, registry_name: str | None, ta
                   pushed_digest=expect, after=info)
 
 
+def enroot_uri(target, env_name: str, tag: str) -> str:
+    """enroot's form of a registry image: ``docker://REGISTRY#REPO/ENV:TAG`` (its ``#`` separates the host)."""
+    repo = f"{target.repository}/{env_name}" if target.repository else env_name
+    return f"docker://{target.host}#{repo}:{tag}"
+
+
+def from_docker_registry(reg: Registry, env: Environment, cluster: Cluster, registry_name: str | None,
+                         tag: str | None, out: IO[str] | None) -> Source:
+    """``enroot import docker://REGISTRY#ENV:TAG`` of a pushed docker image, as a batch job on the build partition
+    (pyxis clusters). A plain-HTTP registry (``insecure: true``) gets ``ENROOT_ALLOW_HTTP=yes`` in the job; the
+    registry's host must be an address the build nodes reach (their 127.0.0.1 is their own)."""
+    target = reg.registry_target(registry_name)
+    if target.scheme != "docker":
+        raise ShipyardError(f"registries.{target.name}: {target.uri} is an oras:// registry of SIF files; pyxis "
+                            "clusters import a docker image (a docker:// registry, or --from docker)")
+    m = mf.read_manifest(project.manifest_path(reg, env.name))
+    known = m.pushed_to(target.name)
+    if tag is None:
+        if not known:
+            raise ShipyardError(f"no push of {env.name} to registry '{target.name}' is recorded here; give --tag")
+        tag = known.tag
+    else:
+        registry_io.check_tag(tag)
+    registry_io.check_repository_name(env.name)
+    source = enroot_uri(target, env.name, tag)
+
+    def write(tmp: Path) -> dict:
+        job = import_job(reg, env, cluster, source, tmp, out, allow_http=target.insecure)
+        if not tmp.is_file():
+            raise ShipyardError(f"enroot import job {job} wrote no {tmp.name}; see its log in containers/logs/")
+        return {"import_job": job}
+
+    return Source("registry", source, (known.input_hash if known else None) or "", m.spec_hash, 0, write,
+                  pushed_digest=known.digest_for(tag) if known else None)
+
+
 def from_docker(reg: Registry, env: Environment, cluster: Cluster, out: IO[str] | None) -> Source:
     """``enroot import dockerd://IMAGE`` of the docker-backend build, as a batch job on the build partition."""
     _, m = _manifest(reg, env)
@@ -246,7 +285,8 @@ def from_docker(reg: Registry, env: Environment, cluster: Cluster, out: IO[str] 
                   pushed_digest=_pushed_digest(m))
 
 
-def render_import_job(reg: Registry, env: Environment, cluster: Cluster, source: str, tmp: Path) -> str:
+def render_import_job(reg: Registry, env: Environment, cluster: Cluster, source: str, tmp: Path,
+                      allow_http: bool = False) -> str:
     """The batch script that runs ``enroot import`` on the build partition (golden-tested; values quoted)."""
     f = facts()
     d = on_slurm._directive
@@ -254,16 +294,16 @@ def render_import_job(reg: Registry, env: Environment, cluster: Cluster, source:
         version=__version__, env=env.name, cluster=cluster.name,
         job_name=d(f"stage-{env.name}", "job name"),
         partition=d(cluster.build_partition, f"clusters.{cluster.name}.scheduler.build_partition"),
-        time=d(f["import_time"], "stage import_time"),
+        time=d(cluster.build_time or f["import_time"], f"clusters.{cluster.name}.scheduler.build_time"),
         account=d(cluster.account, f"clusters.{cluster.name}.scheduler.account"),
         output=d(str(project.build_logs_dir(reg) / f"{env.name}-stage-%j.out"), "log path (project dir)"),
-        modules=cluster.modules, source=source, tmp=str(tmp))
+        modules=cluster.modules, source=source, tmp=str(tmp), allow_http=allow_http)
 
 
 def import_job(reg: Registry, env: Environment, cluster: Cluster, source: str, tmp: Path,
-               out: IO[str] | None) -> str:
+               out: IO[str] | None, allow_http: bool = False) -> str:
     script = project.build_logs_dir(reg) / f"{env.name}-stage.sbatch"
-    atomic_write(script, render_import_job(reg, env, cluster, source, tmp), mode=0o755)
+    atomic_write(script, render_import_job(reg, env, cluster, source, tmp, allow_http), mode=0o755)
     job = slurm.submit(cluster, script)
     log = project.build_logs_dir(reg) / f"{env.name}-stage-{job}.out"
     print(f"enroot import of {source} runs as job {job} on partition {cluster.build_partition}; log: {log}",
@@ -366,6 +406,8 @@ def up_to_date(dest: Path, src: Source, mode: int) -> staged.StageRecord | None:
     rec, _ = staged.read_record(dest)
     if not rec or staged.image_changed(dest, rec):
         return None
+    if src.reference.startswith("docker://") and not src.input_hash:
+        return None  # a registry tag with no recorded push behind it: it may have moved since, so import again
     same = rec.sha256 == src.sha256 if src.sha256 else \
         rec.source_reference == src.reference and rec.input_hash == src.input_hash
     if not same or (src.input_hash and rec.input_hash != src.input_hash):
@@ -400,15 +442,14 @@ def stage(reg: Registry, env: Environment, cluster: Cluster, *, source: str = "a
     check_storage(cluster, storage)
     if source == "auto":
         source = "containers" if fmt == "sif" or project.artifact_path(reg, env.name, fmt).is_file() else "docker"
-    if source == "registry" and fmt != "sif":
-        raise ShipyardError(f"--from registry: cluster {cluster.name} runs pyxis (.sqsh); stage --from docker")
     if source == "docker" and fmt != "sqsh":
         raise ShipyardError(f"--from docker: cluster {cluster.name} runs apptainer (.sif); stage --from "
                             "containers or --from registry")
     if link and source != "containers":
         raise ShipyardError("--link applies to --from containers only")
     src = (from_containers(reg, env, fmt, link, perm) if source == "containers" else
-           from_registry(reg, env, registry_name, tag, out) if source == "registry" else
+           from_registry(reg, env, registry_name, tag, out) if source == "registry" and fmt == "sif" else
+           from_docker_registry(reg, env, cluster, registry_name, tag, out) if source == "registry" else
            from_docker(reg, env, cluster, out))
     with _locked(dest, perm, storage, out):
         _clean_stale(dest, out)

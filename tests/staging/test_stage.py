@@ -170,8 +170,15 @@ def test_stage_refuses_a_cluster_without_images_and_an_unbuilt_env(built):
         helpers_stage.stage(built, "tiny", "sandbox", out=io.StringIO())
     with pytest.raises(ShipyardError, match="it was never built; run `invoke build tiny-mismatch`"):
         helpers_stage.stage(built, "tiny-mismatch", "lab", out=io.StringIO())
-    with pytest.raises(ShipyardError, match="--from registry: cluster lab-pyxis runs pyxis"):
+    # pyxis clusters import a docker image: an oras:// (SIF) registry is refused, and so is a docker:// one for SIFs
+    with pytest.raises(ShipyardError, match=r"registries.local: oras://.* pyxis clusters import a docker image"):
         helpers_stage.stage(built, "tiny", "lab-pyxis", source="registry", out=io.StringIO())
+    with pytest.raises(ShipyardError, match=r"registries.local-docker: docker://.* apptainer clusters stage a SIF"):
+        helpers_stage.stage(built, "tiny", "lab", source="registry", registry="local-docker", tag="t",
+                            out=io.StringIO())
+    with pytest.raises(ShipyardError, match="no push of tiny to registry 'local-docker' is recorded here; give --tag"):
+        helpers_stage.stage(built, "tiny", "lab-pyxis", source="registry", registry="local-docker",
+                            out=io.StringIO())
 
 
 def test_import_job_script_runs_enroot_on_the_build_partition(built, tmp_path):
@@ -179,6 +186,19 @@ def test_import_job_script_runs_enroot_on_the_build_partition(built, tmp_path):
                                 tmp_path / "it's here" / "tiny.sqsh.tmp-1")
     assert "#SBATCH --partition=gpu" in text
     assert "exec enroot import -o '" in text and "dockerd://shipyard/tiny:abc" in text
+    assert "ENROOT_ALLOW_HTTP" not in text
+    res = shellcheck(text, "bash")
+    assert res.returncode == 0, res.stdout
+
+
+def test_import_job_from_a_plain_http_docker_registry_allows_http_in_the_job_only(built, tmp_path):
+    target = built.registry_target("local-docker")
+    uri = stage_module.enroot_uri(target, "tiny", "v1")
+    assert uri == "docker://127.0.0.1:9#shipyard/tiny:v1"  # enroot's '#' between the registry and the image
+    text = stage_module.render_import_job(built, built.environment("tiny"), built.cluster("lab"), uri,
+                                          tmp_path / "tiny.sqsh.tmp-1", allow_http=True)
+    assert "\nexport ENROOT_ALLOW_HTTP=yes\n" in text
+    assert "exec enroot import -o " in text and "'docker://127.0.0.1:9#shipyard/tiny:v1'" in text
     res = shellcheck(text, "bash")
     assert res.returncode == 0, res.stdout
 
