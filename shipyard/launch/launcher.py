@@ -446,7 +446,8 @@ def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int, in_imag
     ``in_image``: the binary is in a shipyard-built image, named by its absolute path there
     (shipyard/data/nccl_tests.yaml ``prefix``): pyxis's step resolves a bare name on the job's PATH, which is the
     submitting host's, not the image's (seen with real pyxis 0.24.0: "execve(): all_reduce_perf: No such file or
-    directory" on every node). On the host runtime and in an external ``--image`` the name is looked up as given."""
+    directory" on every node). In an external ``--image`` the template runs it through the container's ``/bin/sh``, so
+    the image's own PATH finds it; on the host runtime the name is looked up as given."""
     defaults, nt = launch_data()["defaults"], launch_data()["nccl_test"]
 
     def get(name):

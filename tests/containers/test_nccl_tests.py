@@ -141,10 +141,6 @@ def _enroot_import(image: str, dest: Path, work: Path) -> Path:
 
 
 @pytest.mark.slurm
-@pytest.mark.xfail(strict=True, reason="found 2026-12-01 on the sandbox: with the real pyxis, slurmstepd resolves the "
-                   "launcher's bare `all_reduce_perf` with the job's PATH, not the image's (execve(): all_reduce_perf: "
-                   "No such file or directory on both nodes); the launcher must run it through the container's shell "
-                   "or by its absolute path")
 def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
         docker_env, docker_services, debian12_base, build_context, nccl_tests_image, sandbox, real_pyxis, tmp_path,
         monkeypatch):
