@@ -314,4 +314,7 @@ def test_doctor_without_pyxis_fails_a_pyxis_cluster(sandbox, tmp_path, without_s
     found = _lines(proc.stdout)
     assert found[("FAIL", "login", "pyxis")].startswith("runtime pyxis, but srun --help does not list")
     node = [w for (s, w, c) in found if c == "srun"][0]
-    assert found[("FAIL", node, "enroot")].startswith("enroot not found"), proc.stdout
+    if shutil.which("enroot", path="/usr/bin:/bin"):  # installed by `sandbox.runtimes` for the real-pyxis tests
+        assert ("FAIL", node, "enroot") not in found, proc.stdout  # the nodes share this machine's /usr/bin
+    else:
+        assert found[("FAIL", node, "enroot")].startswith("enroot not found"), proc.stdout
