@@ -85,20 +85,18 @@ def with_marks(pytest_args: list[str], phase: str) -> list[str]:
 
 
 def phases(pytest_args: list[str]) -> list[list[str]]:
-    """The pytest runs of `invoke test`: ``[slurm, rest, docker only]``, or one run when the arguments choose the
-    workers.
+    """The pytest runs of `invoke test`: ``[services, rest]``, or one run when the arguments choose the workers.
 
-    Each service is one per machine (the Slurm sandbox; a dockerd per session fixture, on its own socket and data
-    root), and a session fixture would start one per xdist worker, so the tests that use them run in processes of
-    their own: the Slurm tests (some also build with docker) in one, the docker tests without Slurm in another. The
-    tests that need no service run on two pytest-xdist workers, whole files per worker (module fixtures and per-file
-    bookkeeping hold as in a serial run). (xdist's ``--dist loadgroup`` could do this in one run, but it cannot
-    rename pytest 9's node ids, so it groups nothing.)"""
+    The tests that use a service run in one process of their own: the Slurm sandbox is one per machine, a session
+    fixture would start one per xdist worker, and the real-runtime tests install enroot machine-wide for the session
+    (a docker test beside them would see it appear mid-build: tried, and the docker build's formats changed under
+    it). The tests that need no service run beside them on two pytest-xdist workers, whole files per worker (module
+    fixtures and per-file bookkeeping hold as in a serial run). (xdist's ``--dist loadgroup`` could do this in one
+    run, but it cannot rename pytest 9's node ids, so it groups nothing.)"""
     if choose_workers(pytest_args):
         return [list(pytest_args)]
-    return [["-p", "no:xdist", *with_marks(pytest_args, "slurm")],
-            ["-n", "2", "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")],
-            ["-p", "no:xdist", *with_marks(pytest_args, "docker and not slurm")]]
+    return [["-p", "no:xdist", *with_marks(pytest_args, SERVICES)],
+            ["-n", "2", "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")]]
 
 
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
@@ -127,8 +125,8 @@ def _relay(proc: subprocess.Popen, keep: list[str]) -> int:
 def run_tests(pytest_args: list[str], install: bool = True) -> int:
     """Run the tests; pytest's exit 5 (no tests) fails only when no run had a test.
 
-    The runs of :func:`phases` go side by side: the Slurm run (the longest, mostly waiting on jobs) is shown as it
-    goes; the other runs' reports follow when all are done, then one closing line with the totals."""
+    The runs of :func:`phases` go side by side: the services run (the longest, mostly waiting on jobs) is shown as it
+    goes; the other run's report follows when both are done, then one closing line with the totals."""
     if install:
         ensure_packages()
     note = runtimes.tests_left_out_line(CHECKOUT)
@@ -140,21 +138,17 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
         codes = [subprocess.run([*pytest, *runs[0]]).returncode]
     else:
         shown: list[str] = []
-        with tempfile.TemporaryFile() as rest_out, tempfile.TemporaryFile() as docker_out:
-            others = [subprocess.Popen([*pytest, *args], stdout=out, stderr=subprocess.STDOUT)
-                      for args, out in ((runs[1], rest_out), (runs[2], docker_out))]
+        with tempfile.TemporaryFile() as rest_out:
+            rest = subprocess.Popen([*pytest, *runs[1]], stdout=rest_out, stderr=subprocess.STDOUT)
             try:
                 first = subprocess.Popen([*pytest, *runs[0]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                 codes = [_relay(first, shown)]
             finally:
-                codes += [proc.wait() for proc in others]
-            reports = []
-            for out in (rest_out, docker_out):
-                out.seek(0)
-                reports.append(out.read().decode(errors="replace"))
-        for title, report in zip(("tests without services", "docker tests without Slurm"), reports):
-            print("\n" + "=" * 30 + f" {title} (run beside the above) " + "=" * 30)
-            sys.stdout.write(report)
+                codes.append(rest.wait())
+            rest_out.seek(0)
+            reports = [rest_out.read().decode(errors="replace")]
+        print("\n" + "=" * 30 + " tests without services (run beside the above) " + "=" * 30)
+        sys.stdout.write(reports[0])
         totals: dict[str, int] = {}
         for part in ("".join(shown), *reports):
             for key, n in counts(part).items():

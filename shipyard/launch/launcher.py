@@ -592,7 +592,7 @@ def require_nccl_tests(l: Launcher, env: Environment, vouched: bool) -> None:
                                 "built with nccl_tests")
         return
     if env.nccl_tests is None:
-        raise ShipyardError(f"environments.{env.name}.nccl_tests: not set, so its image has no {l.nccl_test_binary}; "
+        raise ShipyardError(f"environments.{env.name}.nccl_tests: not set, so its image has no {l.binary}; "
                             f"set `nccl_tests: true`, then `invoke build {env.name}` and `invoke stage {env.name}`, or "
                             "give --image IMAGE --image-has-nccl-tests")
     if env.nccl_tests.mpi == "none" and l.nccl_test_mpi != "none":

@@ -50,7 +50,7 @@ def test_course_environments_lock_inputs_and_modules():
 def _readme_commands() -> list[list[str]]:
     cmds = []
     for line in (COURSE / "README.md").read_text().splitlines():
-        m = re.match(r"^    invoke (.*)$", line)
+        m = re.match(r"^    (?:invoke|shipyard) (.*)$", line)  # the course README runs `shipyard` from its folder
         if m:
             cmds.append(shlex.split(m.group(1).split(" #")[0]))
     return cmds
