@@ -7,6 +7,7 @@ with the pinned versions; its %test equivalent (definitions/tiny.test.sh) really
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
