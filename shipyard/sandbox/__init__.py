@@ -191,7 +191,7 @@ def down(directory=None, keep: bool = False) -> str:
         if state:
             n = sum(procs.alive(p) for p in state.get("processes", []))
             record.stop(state, root)
-        installed = real_runtimes.read_record(root) is not None
+        installed = real_runtimes.installed_for(root)
         changed = real_runtimes.uninstall(root)  # what sandbox.runtimes installed (enroot under /usr, /etc)
         if not keep:
             for name in _OWNED:
@@ -281,7 +281,8 @@ def install_runtimes(sources, directory=None, install: bool = True, use_pyxis: b
     build_dir, built = real_runtimes.build(src, slurm_v)
     nodes = [n["name"] for n in state["info"]["nodes"]]
     with record.locked(root):
-        real_runtimes.install(build_dir, root, nodes)
+        real_runtimes.install(build_dir, root, nodes,
+                              running=lambda d: sandbox_running(read_sandbox_state(d)))
     lib, args = real_runtimes.plugstack_entry(build_dir, root)
     if use_pyxis:
         set_plugstack([(lib, args)], root, required=True)

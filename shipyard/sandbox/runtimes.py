@@ -6,9 +6,12 @@ finds it, load the real pyxis through the sandbox's plugstack, and undo exactly 
 * Builds are cached under ``runtimes.cache`` by the archives' sha256, the Slurm version the daemons run (pyxis must
   be compiled against it) and the build flags; a build runs in a temporary folder renamed into place when complete.
 * Install: enroot's files (``make install`` into a staging tree) are copied under /usr and /etc. A file that is
-  already there and not ours is never overwritten (refused). What was written is recorded in
-  ``<sandbox>/runtimes.json`` (path + sha256, folders created), and :func:`uninstall` removes exactly those, and a
-  file only while its content is still the one written.
+  already there and not ours is never overwritten (refused). What was written is recorded machine-wide (the files
+  are machine-wide: ``runtimes.record`` in sandbox.yaml, path + sha256, folders created, and which sandbox it serves),
+  and :func:`uninstall` removes exactly those, and a file only while its content is still the one written. The
+  record outlives a sandbox folder that was deleted or a sandbox that died, so such a leftover is taken over (or
+  removed) by the next sandbox, never mistaken for someone else's enroot; one that serves a running sandbox is
+  refused.
 * Per node: inside each node's mount namespace ``<sandbox>/node-local`` is ``<sandbox>/nodes/<node>`` (the holder
   binds it, see :mod:`shipyard.sandbox.start`), so enroot's runtime/data/cache paths and pyxis's runtime_path are one
   text but a different folder on every node.
@@ -32,7 +35,6 @@ from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
 from shipyard.sandbox.plan import facts
 
-RECORD = "runtimes.json"
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9/._+-]*$")  # enroot evaluates its config values with `eval echo`
 
 
@@ -229,15 +231,26 @@ def build(sources: Sources, slurm: str, cache=None) -> tuple[Path, bool]:
 # ------------------------------------------------------------------------------------------------ install
 
 
-def _record_path(root: Path) -> Path:
-    return Path(root) / RECORD
+def _record_path(prefix_root: Path = Path("/")) -> Path:
+    return Path(prefix_root) / runtime_facts()["record"].lstrip("/")
 
 
-def read_record(root) -> dict | None:
+def read_record(prefix_root: Path = Path("/")) -> dict | None:
+    """The machine-wide install record, or None when shipyard installed nothing (or it is unreadable)."""
+    p = _record_path(prefix_root)
+    if p.is_symlink():
+        return None
     try:
-        return json.loads(_record_path(root).read_text())
+        rec = json.loads(p.read_text())
     except (OSError, ValueError):
         return None
+    return rec if isinstance(rec, dict) else None
+
+
+def installed_for(root, prefix_root: Path = Path("/")) -> bool:
+    """Whether the machine's enroot install is the one made for the sandbox in ``root``."""
+    rec = read_record(prefix_root)
+    return bool(rec) and rec.get("sandbox") == str(Path(root))
 
 
 def node_local(root: Path) -> Path:
@@ -280,16 +293,23 @@ def _write_file(target: Path, data: bytes, mode: int) -> None:
         raise
 
 
-def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/")) -> dict:
+def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/"),
+            running=lambda directory: False) -> dict:
     """Copy the staged enroot tree under ``prefix_root`` (/), write the drop-in, create each node's folders.
 
-    Records what it wrote in ``<root>/runtimes.json`` as it goes (so a failure half-way is still undone by
-    :func:`uninstall`). Returns the record."""
+    Records what it wrote in the machine-wide record as it goes (so a failure half-way is still undone by
+    :func:`uninstall`). An install recorded for another sandbox is taken over when ``running(that folder)`` is
+    false (a sandbox that died or whose folder is gone), and refused while it runs. Returns the record."""
     root = Path(root)
     f = runtime_facts()
-    old = read_record(root) or {}
+    old = read_record(prefix_root) or {}
+    other = old.get("sandbox")
+    if other and other != str(root) and running(Path(other)):
+        raise ShipyardError(f"sandbox.runtimes: enroot is installed for the running sandbox in {other}; stop it "
+                            f"first (shipyard sandbox.down --directory {other}); nothing was changed")
     ours = {e["path"]: e["sha256"] for e in old.get("files", [])}
-    record = {"build": str(build_dir), "files": list(old.get("files", [])), "dirs": list(old.get("dirs", []))}
+    record = {"sandbox": str(root), "build": str(build_dir), "files": list(old.get("files", [])),
+              "dirs": list(old.get("dirs", []))}
     stage = build_dir / "enroot-root"
     wanted = [(p, prefix_root / p.relative_to(stage)) for p in sorted(stage.rglob("*"))]
     dropin = prefix_root / f["enroot"]["dropin"].lstrip("/")
@@ -302,17 +322,25 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
                                 "other enroot installation first (nothing was changed)")
 
     def save():
-        atomic_write(_record_path(root), json.dumps(record, indent=2) + "\n")
+        atomic_write(_record_path(prefix_root), json.dumps(record, indent=2) + "\n")
 
-    def ensure_dir(d: Path):
+    def ensure_dir(d: Path, then_save: bool = True):
         missing = []
         while not d.exists():
+            if d.is_symlink():
+                raise ShipyardError(f"sandbox.runtimes: {d} is a dangling symlink; not following it")
             missing.append(d)
             d = d.parent
         for m in reversed(missing):
             m.mkdir(mode=0o755)
             record["dirs"].append(str(m))
-        save()
+        if then_save:
+            save()
+
+    if _record_path(prefix_root).is_symlink():
+        raise ShipyardError(f"sandbox.runtimes: {_record_path(prefix_root)} is a symlink; not following it "
+                            "(nothing was changed)")
+    ensure_dir(_record_path(prefix_root).parent)
 
     def put(dst: Path, data: bytes, mode: int):
         ensure_dir(dst.parent)
@@ -340,12 +368,11 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
 
 
 def uninstall(root, prefix_root: Path = Path("/")) -> list[str]:
-    """Remove exactly what :func:`install` recorded: each file while its sha256 is still ours, then the folders it
-    created, when empty. Returns a line per thing left in place (changed since)."""
-    root = Path(root)
-    record = read_record(root)
-    if not record:
+    """Remove exactly what :func:`install` recorded for the sandbox in ``root``: each file while its sha256 is still
+    ours, then the folders it created, when empty. Returns a line per thing left in place (changed since)."""
+    if not installed_for(root, prefix_root):
         return []
+    record = read_record(prefix_root)
     kept = []
     for e in reversed(record.get("files", [])):
         p = Path(e["path"])
@@ -355,8 +382,8 @@ def uninstall(root, prefix_root: Path = Path("/")) -> list[str]:
             kept.append(f"{p} (changed since sandbox.runtimes wrote it)")
             continue
         p.unlink()
+    _record_path(prefix_root).unlink()
     for d in sorted(record.get("dirs", []), key=len, reverse=True):
         with contextlib.suppress(OSError):
             Path(d).rmdir()
-    _record_path(root).unlink()
     return kept

@@ -49,9 +49,10 @@ def test_install_then_uninstall_leaves_exactly_what_was_there(tmp_path):
     assert (root / "nodes" / "node2" / "enroot" / "cache").is_dir() and (root / "nodes" / "node1" / "pyxis").is_dir()
     # installing again (same build) is allowed: the files are ours
     runtimes.install(_fake_build(tmp_path), root, ["node1", "node2"], prefix_root=prefix)
+    assert runtimes.installed_for(root, prefix) and not runtimes.installed_for(tmp_path / "other", prefix)
     assert runtimes.uninstall(root, prefix_root=prefix) == []
     assert sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*")) == before
-    assert runtimes.read_record(root) is None
+    assert runtimes.read_record(prefix) is None
 
 
 def test_a_file_changed_after_install_is_left_and_named(tmp_path):
@@ -73,7 +74,28 @@ def test_a_foreign_enroot_is_never_overwritten(tmp_path):
     with pytest.raises(ShipyardError, match=r"usr/bin/enroot exists and was not installed by shipyard.*nothing"):
         runtimes.install(_fake_build(tmp_path), root, [], prefix_root=prefix)
     assert (prefix / "usr" / "bin" / "enroot").read_text() == "someone else's\n"
-    assert not (prefix / "etc").exists() and runtimes.read_record(root) is None
+    assert not (prefix / "etc").exists() and runtimes.read_record(prefix) is None
+
+
+def test_a_leftover_of_a_dead_sandbox_is_taken_over_and_a_running_ones_is_refused(tmp_path):
+    # The CI failure this covers: a sandbox killed with its enroot installed, its folder gone; the next sandbox
+    # refused the files as "not installed by shipyard" because the record lived in the dead sandbox's folder.
+    prefix, first, second = tmp_path / "prefix", tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    runtimes.install(_fake_build(tmp_path), first, [], prefix_root=prefix)
+    with pytest.raises(ShipyardError, match=f"installed for the running sandbox in {first}.*sandbox.down "
+                                            f"--directory {first}\\); nothing was changed"):
+        runtimes.install(_fake_build(tmp_path), second, [], prefix_root=prefix, running=lambda d: d == first)
+    assert runtimes.installed_for(first, prefix)
+    # another sandbox's down leaves it alone
+    assert runtimes.uninstall(second, prefix_root=prefix) == [] and (prefix / "usr/bin/enroot").exists()
+    runtimes.install(_fake_build(tmp_path), second, ["node1"], prefix_root=prefix, running=lambda d: False)
+    assert runtimes.installed_for(second, prefix)
+    dropin = prefix / "etc/enroot/enroot.conf.d/50-shipyard-sandbox.conf"
+    assert f"ENROOT_DATA_PATH {second}/node-local/enroot/data" in dropin.read_text()
+    assert runtimes.uninstall(second, prefix_root=prefix) == []
+    assert not (prefix / "usr").exists() and not (prefix / "etc").exists() and runtimes.read_record(prefix) is None
 
 
 def test_a_symlink_on_the_way_is_refused(tmp_path):
