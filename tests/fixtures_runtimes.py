@@ -62,8 +62,14 @@ def busybox_sqsh(tmp_path_factory) -> Path:
         (rootfs / "bin" / tool).symlink_to("busybox")
     (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
     (rootfs / "etc" / "group").write_text("root:x:0:\n")
-    # the image's own environment (enroot reads /etc/environment): a library path the image relies on
-    (rootfs / "etc" / "environment").write_text("LD_LIBRARY_PATH=/opt/image/lib\nIMAGE_ONLY=from-image\n")
+    # a command only the image's own PATH finds (as torchrun in /opt/venv/bin)
+    (rootfs / "opt" / "image" / "bin").mkdir(parents=True)
+    (rootfs / "opt" / "image" / "bin" / "image-tool").write_text("#!/bin/sh\necho image-tool ran\n")
+    (rootfs / "opt" / "image" / "bin" / "image-tool").chmod(0o755)
+    # the image's own environment (enroot reads /etc/environment, which `enroot import` writes from the image's
+    # ENV): a library path the image relies on and its PATH
+    (rootfs / "etc" / "environment").write_text("LD_LIBRARY_PATH=/opt/image/lib\nIMAGE_ONLY=from-image\n"
+                                                "PATH=/opt/image/bin:/bin\n")
     out = d / "busybox.sqsh"
     subprocess.run(["mksquashfs", str(rootfs), str(out), "-noappend", "-quiet", "-all-root"], check=True,
                    stdout=subprocess.DEVNULL)

@@ -43,6 +43,14 @@ def test_two_node_step_in_the_real_container_each_node_its_own_paths(sandbox, re
     assert line.startswith("required ") and "runtime_path=" in line and "container_scope=global" in line
 
 
+def test_the_images_path_finds_the_images_commands(sandbox, real_pyxis, busybox_sqsh):
+    """The image's PATH (its /etc/environment) is the step's PATH: a bare command the image has on its own PATH runs,
+    as the launcher's `exec torchrun` needs, with the job's PATH set to the host's."""
+    out = _srun(sandbox, busybox_sqsh, "sh", "-c", 'image-tool; echo "$PATH"', env={"PATH": "/usr/bin:/bin"})
+    assert out.split("\n")[:-1] == ["image-tool ran", "/opt/image/bin:/bin"] * 2 or \
+        sorted(out.split("\n")[:-1]) == sorted(["image-tool ran", "/opt/image/bin:/bin"] * 2)
+
+
 def test_mounts_workdir_env_and_hostile_arguments_inside_the_container(sandbox, real_pyxis, busybox_sqsh,
                                                                        tmp_path):
     data = tmp_path / "data"
