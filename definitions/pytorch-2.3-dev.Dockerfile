@@ -83,7 +83,9 @@ RUN set -eu; \
     # pip check: the installed set must be consistent
     /opt/venv/bin/python -m pip check; \
     # Clean caches so the image carries only what it runs
-    rm -rf /root/.cache/pip /var/lib/apt/lists/*
+    rm -rf /root/.cache/pip /var/lib/apt/lists/*; \
+    # Login shells (enroot starts containers through one) reset PATH from /etc/profile: put the image's own directories back in front
+    printf '%s\n' '# Written by shipyard: the PATH of this image for login shells (see its definition)' 'case ":$PATH:" in *:/opt/venv/bin:*) ;; *) PATH="/opt/venv/bin:$PATH" ;; esac' 'export PATH' > /etc/profile.d/shipyard-path.sh
 
 # The %test equivalent (definitions/pytorch-2.3-dev.test.sh, the same commands as %test), kept in the image.
 COPY definitions/pytorch-2.3-dev.test.sh /opt/shipyard/test.sh

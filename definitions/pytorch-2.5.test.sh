@@ -8,6 +8,7 @@ set -eu
 /opt/venv/bin/python -c "import torch; v = '.'.join(map(str, torch.cuda.nccl.version())); assert v == '2.21.5', 'NCCL is ' + str(v) + ', expected 2.21.5'"
 /opt/venv/bin/python -c "import torchvision; v = torchvision.__version__.split('+')[0]; assert v == '0.20.1', 'torchvision is ' + str(v) + ', expected 0.20.1'"
 /opt/venv/bin/python -c "import torchaudio; v = torchaudio.__version__.split('+')[0]; assert v == '2.5.1', 'torchaudio is ' + str(v) + ', expected 2.5.1'"
+test "$(env -i /bin/sh -lc "command -v python")" = /opt/venv/bin/python || { echo "shipyard: %test: a login shell does not find /opt/venv/bin/python first (/etc/profile.d/shipyard-path.sh)" >&2; exit 1; }
 /opt/venv/bin/python -c "import ctypes; ctypes.CDLL('libibverbs.so.1'); ctypes.CDLL('librdmacm.so.1')"
 ls /usr/lib/"$(uname -m)"-linux-gnu/libibverbs/libmlx5-rdmav*.so > /dev/null || { echo "shipyard: no mlx5 verbs provider (ibverbs-providers)" >&2; exit 1; }
 /opt/venv/bin/python -c "import ctypes; ctypes.CDLL('/opt/amazon/efa/lib/libfabric.so.1')"

@@ -47,6 +47,21 @@ def real_pyxis(sandbox):
         sb.restore_plugstack(before, sandbox.directory)
 
 
+def _copy_with_libraries(binary: Path, rootfs: Path) -> None:
+    """``binary`` and every shared library ``ldd`` says it loads (and the loader), at the same paths under rootfs."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+    paths = [binary, *(Path(w) for w in out.split() if w.startswith("/"))]
+    for src in paths:
+        dst = rootfs / src.resolve().relative_to("/")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src.resolve(), dst)
+        if src.resolve() != src:  # e.g. /lib64/ld-linux-x86-64.so.2 -> /lib/x86_64-linux-gnu/...
+            link = rootfs / src.relative_to("/")
+            if not link.exists():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(src.resolve())
+
+
 @pytest.fixture(scope="session")
 def busybox_sqsh(tmp_path_factory) -> Path:
     """A real SquashFS image: Debian's static busybox as /bin/*, made with mksquashfs (a few hundred ms)."""
@@ -60,6 +75,8 @@ def busybox_sqsh(tmp_path_factory) -> Path:
     shutil.copy2(busybox, rootfs / "bin" / "busybox")
     for tool in ("sh", "hostname", "cat", "env", "ls", "pwd", "test", "echo", "printf"):
         (rootfs / "bin" / tool).symlink_to("busybox")
+    # the host's bash with the libraries it loads: `invoke shell` runs `bash -c` in the container
+    _copy_with_libraries(Path("/bin/bash"), rootfs)
     (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
     (rootfs / "etc" / "group").write_text("root:x:0:\n")
     # a command only the image's own PATH finds (as torchrun in /opt/venv/bin)

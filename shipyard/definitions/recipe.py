@@ -371,6 +371,9 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
     if env.nccl_tests:
         environment.append(EnvVar("PATH", f"{nccl_tests_data()['prefix']}/bin:$PATH", expand=True))
     environment += [EnvVar(k, v) for k, v in env.env]
+    login = login_path(environment)
+    if login:
+        post.append(login)
 
     return Recipe(
         name=env.name,
@@ -386,6 +389,30 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
         python=python,
         copied=(VENV, nccl_tests_data()["prefix"]) if env.nccl_tests else (VENV,),
     )
+
+
+LOGIN_PATH_FILE = "/etc/profile.d/shipyard-path.sh"
+
+
+def _path_dirs(environment: list[EnvVar]) -> list[str]:
+    """The directories our own ``PATH=DIR:$PATH`` entries put in front, in the order they apply."""
+    return [e.value[: -len(":$PATH")] for e in environment if e.name == "PATH" and e.value.endswith(":$PATH")]
+
+
+def login_path(environment: list[EnvVar]) -> Step | None:
+    """The image's own PATH for login shells, which read /etc/profile: Debian's resets PATH to the OS default.
+
+    Found with the real enroot (ENROOT_LOGIN_SHELL defaults to yes: the container's init runs as a login shell) and
+    pyxis, which gives every task the container init's environment: a Debian image's ``ENV PATH=/opt/venv/bin:...``
+    was gone and ``torchrun`` was not found. /etc/profile sources /etc/profile.d/*.sh after it sets PATH."""
+    dirs = _path_dirs(environment)
+    if not dirs:
+        return None
+    lines = ["# Written by shipyard: the PATH of this image for login shells (see its definition)",
+             *(f'case ":$PATH:" in *:{d}:*) ;; *) PATH="{d}:$PATH" ;; esac' for d in dirs), "export PATH"]
+    return Step("Login shells (enroot starts containers through one) reset PATH from /etc/profile: put the image's "
+                "own directories back in front",
+                (f"printf '%s\\n' {' '.join(_q(line) for line in lines)} > {LOGIN_PATH_FILE}",))
 
 
 def test_commands(env: Environment, python: str) -> tuple[str, ...]:
@@ -414,6 +441,9 @@ def test_commands(env: Environment, python: str) -> tuple[str, ...]:
         name, ver = req.split("==", 1)
         name = name.split("[")[0]
         cmds.append(check("importlib.metadata", f"importlib.metadata.version({name!r})", ver, name))
+    if env.stack == "shipyard":  # a login shell (enroot's) finds the image's python first, as torchrun needs
+        cmds.append(f'test "$(env -i /bin/sh -lc "command -v python")" = {python} || {{ echo "shipyard: %test: a '
+                    f'login shell does not find {python} first ({LOGIN_PATH_FILE})" >&2; exit 1; }}')
     cmds += fabric_tests(env, python)
     cmds += nccl_tests_tests(env, python)
     cmds.append(f"echo {_q(f'shipyard: %test passed for {env.name}')}")

@@ -42,6 +42,7 @@ from fixtures_build import no_build_network
 from fixtures_launch import PROBE, run_launch, wait_job
 
 from shipyard import registry
+from shipyard.files import sha256_file
 import helpers_stage
 from shipyard.containers import manifest as mf
 from shipyard.commands import registry as registry_commands
@@ -73,7 +74,7 @@ def _pip_download_seconds(lock: Path, dest: Path, ca: Path) -> float:
 
 
 def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
-        sandbox, docker_env, debian12_base, connect_proxy, tmp_path, monkeypatch, apptainer_double):
+        sandbox, docker_env, debian12_base, connect_proxy, tmp_path, monkeypatch, apptainer_double, real_pyxis):
     root = tmp_path / "proj"
     (root / "definitions").mkdir(parents=True)
     shutil.copy(DATA / "registry.yaml", root / "registry.yaml")
@@ -162,6 +163,8 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     assert "changed after it was staged" in text and "job step exit code" not in text
     assert len([c for c in map(json.loads, calls.read_text().splitlines()) if c.get("command") == "exec"]) == 2
 
+    pyxis_s = _real_enroot_and_pyxis(sandbox, root, m, monkeypatch)
+
     baseline_s = _pip_download_seconds(root / "definitions" / "real.lock", tmp_path / "wheels", site_ca)
     # pytest keeps the last runs' temp dirs: leave no multi-GB image or wheels behind
     shutil.rmtree(tmp_path / "wheels")
@@ -172,5 +175,80 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
             pass
     api.prune_images(filters={"dangling": True})
     (root / "containers" / "real.sif").unlink()
+    (root / ".sandbox" / "images" / "real.sqsh").unlink()
     print(f"\nreal image: docker build (download stage, install, %test, SIF) {build_s:.0f} s; pip download of the "
-          f"same lock {baseline_s:.0f} s; ratio {build_s / baseline_s:.1f}")
+          f"same lock {baseline_s:.0f} s; ratio {build_s / baseline_s:.1f}; real enroot/pyxis: "
+          + ", ".join(f"{k} {v:.0f} s" for k, v in pyxis_s.items()))
+
+
+def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch) -> dict[str, float]:
+    """The same docker image through the real runtimes (issue 18): `invoke stage --from docker` runs
+    ``enroot import dockerd://TAG`` as a Slurm job on the build partition (real enroot, the job reaches the private
+    dockerd through DOCKER_HOST, which sbatch passes on), then a 2-node `invoke launch --runtime pyxis` job trains
+    examples/train.py to the end inside that image with the real pyxis, and a tampered .sqsh is stopped before srun.
+    The cluster is the same sandbox with ``runtime: pyxis`` (a second registry file in the same project)."""
+    times: dict[str, float] = {}
+    pyx_path = root / "registry-pyxis.yaml"
+    pyx_path.write_text((root / "registry.yaml").read_text().replace("runtime: apptainer", "runtime: pyxis"))
+    pyx = registry.load(pyx_path)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(pyx_path))
+    sqsh = root / ".sandbox" / "images" / "real.sqsh"
+    # CI's cost: an uncompressed SquashFS (mksquashfs and each node's unsquashfs skip lzo on 2 cores); enroot reads
+    # its settings from the job's environment, which sbatch passes on like DOCKER_HOST
+    monkeypatch.setenv("ENROOT_SQUASH_OPTIONS", "-noI -noD -noF -noX -no-duplicates")
+    out = io.StringIO()
+    t0 = time.monotonic()
+    rec = helpers_stage.stage(pyx, "real", "sandbox", out=out, source="docker")
+    times["enroot import dockerd:// (a Slurm job)"] = time.monotonic() - t0
+    assert "enroot import of dockerd://" in out.getvalue(), out.getvalue()
+    assert rec.source_reference == f"dockerd://{m.docker_tag}" and rec.input_hash == m.input_hash
+    assert sqsh.is_file() and rec.sha256 == sha256_file(sqsh)
+    with open(sqsh, "rb") as fh:
+        assert fh.read(4) == b"hsqs", "enroot import wrote no SquashFS"
+
+    (root / "examples").mkdir(exist_ok=True)
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "train.py", root / "examples" / "train.py")
+
+    def submit(name):
+        text = run_launch(["examples/train.py", "--steps", "20"], submit=True, registry_path=pyx_path,
+                          environment="real", cluster="sandbox", runtime="pyxis", nodes=2, name=name)
+        job = re.search(r"submitted job (\d+)", text).group(1)
+        return job, wait_job(sandbox, job, timeout=600), (root / "launch" / "logs" / f"{name}-{job}.out").read_text()
+
+    t0 = time.monotonic()
+    job, info, text = submit("real-pyxis")
+    times["2-node pyxis training job"] = time.monotonic() - t0
+    if info["ExitCode"] != "0:0":
+        envf = subprocess.run(["unsquashfs", "-cat", str(sqsh), "etc/environment"], capture_output=True, text=True)
+        probe = sandbox.run(["srun", "-N1", f"--container-image={sqsh}", "--no-container-mount-home", "sh", "-c",
+                             "echo PATH=$PATH; cat /etc/environment; ls /opt/venv/bin | head"], client_timeout=300)
+        script = (root / "launch" / "real-pyxis.sbatch").read_text()
+        raise AssertionError(f"{text[-3000:]}\n--- image /etc/environment:\n{envf.stdout}{envf.stderr}\n--- probe:\n"
+                             f"{probe.stdout}{probe.stderr}\n--- script:\n{script[:6000]}")
+    assert f"image {sqsh} matches its stage record (sha256 {rec.sha256[:12]}" in text
+    result = [line for line in text.splitlines() if line.startswith("result:")]
+    assert len(result) == 1 and "end_step=20" in result[0], text[-4000:]
+    assert int(re.search(r"world_size=(\d+)", result[0]).group(1)) >= 2, result
+    assert all(f"shipyard: node {i} (node{i + 1}) of 2 starting torchrun" in text for i in range(2)), text[-4000:]
+    # torch in that job came from the image: the same named container (pyxis --container-name, reused per node)
+    # answers with the image's torch 1.13.1 under /opt/venv, which the host does not have (its venv has another)
+    script = (root / "launch" / "real-pyxis.sbatch").read_text()
+    name = re.search(r"--container-name=(\S+)", script)
+    assert name and name.group(1) == f"real-{rec.sha256[:16]}", script[:3000]
+    assert not Path("/opt/venv").exists()
+    res = sandbox.run(["srun", "-N2", "--ntasks-per-node=1", f"--container-image={sqsh}",
+                       f"--container-name={name.group(1)}", "--no-container-mount-home", "sh", "-c",
+                       "command -v torchrun; python -c 'import sys, torch; print(sys.executable, torch.__version__, "
+                       "torch.__file__)'"], client_timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.split()
+    assert lines.count("/opt/venv/bin/torchrun") == 2 and lines.count("1.13.1+cu117") == 2, res.stdout
+    assert len([w for w in lines if w.startswith("/opt/venv/") and w.endswith("/torch/__init__.py")]) == 2, res.stdout
+    assert len([w for w in lines if w.startswith("/opt/venv/bin/python")]) == 2, res.stdout
+
+    with open(sqsh, "ab") as fh:
+        fh.write(b"tampered")
+    job, info, text = submit("real-pyxis-tampered")
+    assert info["ExitCode"] == "3:0", text[-3000:]
+    assert "changed after it was staged" in text and "job step exit code" not in text
+    return times

@@ -93,3 +93,28 @@ def test_injected_library_path_is_prepended_to_the_images_inside_the_real_contai
     old = _srun(sandbox, busybox_sqsh, "--container-env=LD_LIBRARY_PATH", "sh", "-c", 'echo "$LD_LIBRARY_PATH"',
                 env={"LD_LIBRARY_PATH": "/opt/host/lib"})
     assert old.split("\n")[:-1] == ["/opt/host/lib"] * 2  # the image's /opt/image/lib is gone: the bug point 6 fixes
+
+
+def test_invoke_shell_command_runs_in_the_real_container(sandbox, real_pyxis, busybox_sqsh, tmp_path, invoke):
+    """`invoke shell --runtime pyxis --command` on the sandbox with the real pyxis: the command runs in the image on
+    a node (the image's own environment and PATH, the submit directory mounted as the workdir)."""
+    import os
+    import shutil
+
+    from fixtures_tools import write_tools_registry
+
+    from shipyard import sandbox as sb
+
+    image = tmp_path / ".sandbox" / "images" / "pytorch-2.3.sqsh"
+    image.parent.mkdir(parents=True)
+    shutil.copy(busybox_sqsh, image)
+    env = {**os.environ, "SHIPYARD_REGISTRY": str(write_tools_registry(tmp_path)),
+           sb.DIR_ENV: str(sandbox.directory)}
+    proc = invoke("shell", "--cluster", "sandbox", "--runtime", "pyxis", "--command",
+                  'echo "$IMAGE_ONLY $(hostname) $PWD"; image-tool; ls /bin/busybox', cwd=tmp_path, env=env,
+                  timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first, second, third = proc.stdout.splitlines()[-3:]
+    only, host, pwd = first.split()
+    assert only == "from-image" and host in sandbox.nodes and pwd == str(tmp_path)
+    assert second == "image-tool ran" and third == "/bin/busybox"

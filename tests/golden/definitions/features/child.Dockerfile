@@ -60,7 +60,9 @@ RUN set -eu; \
     if ! /opt/venv/bin/python -m pip check > /tmp/pip-check.txt; then if grep -v nvidia-nccl-cu12 /tmp/pip-check.txt | grep -q .; then cat /tmp/pip-check.txt; exit 1; fi; echo 'shipyard: pip check reports only the requested NCCL override'; fi; \
     rm -f /tmp/pip-check.txt; \
     # Clean caches so the image carries only what it runs
-    rm -rf /root/.cache/pip /var/lib/apt/lists/*
+    rm -rf /root/.cache/pip /var/lib/apt/lists/*; \
+    # Login shells (enroot starts containers through one) reset PATH from /etc/profile: put the image's own directories back in front
+    printf '%s\n' '# Written by shipyard: the PATH of this image for login shells (see its definition)' 'case ":$PATH:" in *:/opt/venv/bin:*) ;; *) PATH="/opt/venv/bin:$PATH" ;; esac' 'export PATH' > /etc/profile.d/shipyard-path.sh
 
 # The %test equivalent (definitions/child.test.sh, the same commands as %test), kept in the image.
 COPY definitions/child.test.sh /opt/shipyard/test.sh

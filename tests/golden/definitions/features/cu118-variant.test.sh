@@ -7,4 +7,5 @@ set -eu
 /opt/venv/bin/python -c "import torch; v = torch.version.cuda; assert v == '11.8', 'torch.version.cuda is ' + str(v) + ', expected 11.8'"
 /opt/venv/bin/python -c "import torchvision; v = torchvision.__version__.split('+')[0]; assert v == '0.18.1', 'torchvision is ' + str(v) + ', expected 0.18.1'"
 /opt/venv/bin/python -c "import torchaudio; v = torchaudio.__version__.split('+')[0]; assert v == '2.3.1', 'torchaudio is ' + str(v) + ', expected 2.3.1'"
+test "$(env -i /bin/sh -lc "command -v python")" = /opt/venv/bin/python || { echo "shipyard: %test: a login shell does not find /opt/venv/bin/python first (/etc/profile.d/shipyard-path.sh)" >&2; exit 1; }
 echo 'shipyard: %test passed for cu118-variant'

@@ -8,4 +8,5 @@ set -eu
 /opt/venv/bin/python -c "import torch; v = '.'.join(map(str, torch.cuda.nccl.version())); assert v == '2.20.5', 'NCCL is ' + str(v) + ', expected 2.20.5'"
 /opt/venv/bin/python -c "import torchvision; v = torchvision.__version__.split('+')[0]; assert v == '0.18.1', 'torchvision is ' + str(v) + ', expected 0.18.1'"
 /opt/venv/bin/python -c "import torchaudio; v = torchaudio.__version__.split('+')[0]; assert v == '2.3.1', 'torchaudio is ' + str(v) + ', expected 2.3.1'"
+test "$(env -i /bin/sh -lc "command -v python")" = /opt/venv/bin/python || { echo "shipyard: %test: a login shell does not find /opt/venv/bin/python first (/etc/profile.d/shipyard-path.sh)" >&2; exit 1; }
 echo 'shipyard: %test passed for debian12'

@@ -10,6 +10,7 @@ set -eu
 /opt/venv/bin/python -c "import torchaudio; v = torchaudio.__version__.split('+')[0]; assert v == '2.3.1', 'torchaudio is ' + str(v) + ', expected 2.3.1'"
 /opt/venv/bin/python -c "import importlib.metadata; v = importlib.metadata.version('numpy'); assert v == '1.26.4', 'numpy is ' + str(v) + ', expected 1.26.4'"
 /opt/venv/bin/python -c "import importlib.metadata; v = importlib.metadata.version('ninja'); assert v == '1.11.1.1', 'ninja is ' + str(v) + ', expected 1.11.1.1'"
+test "$(env -i /bin/sh -lc "command -v python")" = /opt/venv/bin/python || { echo "shipyard: %test: a login shell does not find /opt/venv/bin/python first (/etc/profile.d/shipyard-path.sh)" >&2; exit 1; }
 /opt/venv/bin/python -c "import ctypes; ctypes.CDLL('libibverbs.so.1'); ctypes.CDLL('librdmacm.so.1')"
 ls /usr/lib/"$(uname -m)"-linux-gnu/libibverbs/libmlx5-rdmav*.so > /dev/null || { echo "shipyard: no mlx5 verbs provider (ibverbs-providers)" >&2; exit 1; }
 /opt/venv/bin/python -c "import ctypes; ctypes.CDLL('/opt/amazon/efa/lib/libfabric.so.1')"
