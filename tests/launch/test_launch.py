@@ -21,7 +21,7 @@ from shipyard.cli import argv_after_dashdash
 from shipyard.errors import ShipyardError
 from shipyard.launch import launcher as launch
 
-RUNTIMES = ("host", "pyxis", "apptainer")
+RUNTIMES = ("host", "pyxis", "apptainer", "charliecloud")
 FABRIC_CLUSTER = {"efa": "lab-efa", "ib": "lab-ib", "socket": "lab-socket"}
 CMD = ("examples/train.py", "--epochs", "3", "--checkpoint", "ckpt/model.pt")
 
@@ -510,7 +510,7 @@ def _injected_registry(launch_registry):
 
 
 @pytest.mark.parametrize("kind", ["torchrun", "nccl-test"])
-@pytest.mark.parametrize("runtime", ["pyxis", "apptainer"])
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "charliecloud"])
 def test_golden_host_injection_prepends_the_library_path(launch_registry, runtime, kind):
     """Point 6: the injected LD_LIBRARY_PATH goes in front of the image's value inside the container (the runtime
     never gets it as an override that would replace the image's), and no plugin path the container lacks."""

@@ -51,6 +51,12 @@ else
     say enroot missing
 fi
 
+if command -v ch-run >/dev/null 2>&1; then
+    say ch-run "$(ch-run --version 2>&1 | first_line)"
+else
+    say ch-run missing
+fi
+
 if command -v fakeroot >/dev/null 2>&1; then say fakeroot "$(command -v fakeroot)"; else say fakeroot missing; fi
 if grep -q "^$(id -un):" /etc/subuid 2>/dev/null; then say subuid yes; else say subuid no; fi
 
