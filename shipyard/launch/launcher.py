@@ -508,6 +508,7 @@ def render(l: Launcher) -> str:
         version=__version__,
         regenerate=shell_join(l.regenerate),
         container=container_argv(l),
+        runtime_lines=runtimes.get(l.runtime).batch_lines(),
         env_prefix=runtimes.get(l.runtime).env_prefix,
         env_names=[v.name for v in l.env if not v.prepend],
         prepends=[v for v in l.env if v.prepend],

@@ -59,6 +59,11 @@ class Charliecloud(Runtime):
             argv.append("--home")
         return [*argv, p.image, "--", "/bin/sh", "-c", env_prelude(p.env_names), "shipyard-ch-env"]
 
+    def batch_lines(self) -> list[str]:
+        """ch-run stops at once without ``$USER`` ("$USER not set", ch-run.c), which a batch job submitted from a
+        service or a stripped environment lacks (found by the sandbox launcher test): the job's user then."""
+        return ['export USER="${USER:-$(id -un)}"  # ch-run refuses to start without $USER']
+
     def exec_words(self, p: Placement) -> list[str]:
         return self._words(p)
 

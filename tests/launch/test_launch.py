@@ -323,7 +323,7 @@ def test_monitor_writes_the_contract_csv_layout(launch_registry):
     "kw,msg",
     [
         (dict(cluster="nope"), "unknown cluster 'nope'"),
-        (dict(runtime="docker"), "--runtime 'docker': unknown runtime \\(valid: pyxis, apptainer, host\\)"),
+        (dict(runtime="docker"), "--runtime 'docker': unknown runtime \\(valid: pyxis, apptainer, charliecloud, host\\)"),
         (dict(partition="gpu"), "--partition 'gpu': not a partition of cluster lab-socket \\(valid: debug\\)"),
         (dict(gpus_per_node=3), "--gpus-per-node 3: partition debug of cluster lab-socket has 2 GPUs per node"),
         (dict(nodes=0), "--nodes 0: must be at least 1"),

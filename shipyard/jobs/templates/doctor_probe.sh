@@ -52,7 +52,8 @@ else
 fi
 
 if command -v ch-run >/dev/null 2>&1; then
-    say ch-run "$(ch-run --version 2>&1 | first_line)"
+    # ch-run checks $USER before anything else, --version included ("$USER not set")
+    say ch-run "$(USER=${USER:-$(id -un)} ch-run --version 2>&1 | first_line)"
 else
     say ch-run missing
 fi
