@@ -12,9 +12,9 @@ Split in three so each part can be tested on its own:
   ``--cluster sandbox``) and leaves a marker file in the storage directory so the node can say whether it sees
   the same storage (shared) or only a directory of the same name.
 
-Thresholds (minimum Slurm, free space) are data: ``shipyard/data/doctor.yaml``. What the cluster's runtime needs
-(pyxis and enroot, apptainer and fakeroot, or Charliecloud's ch-run), where its images live and which modules it loads are asked of the
-runtime object (:mod:`shipyard.runtimes`), the one the launchers use.
+Thresholds (minimum Slurm and ch-run, free space) are data: ``shipyard/data/doctor.yaml``. What the cluster's runtime
+needs (pyxis and enroot, apptainer and fakeroot, or Charliecloud's ch-run), where its images live and which modules it
+loads are asked of the runtime object (:mod:`shipyard.runtimes`), the one the launchers use.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class Launcher:
     kind: str  # "torchrun" | "nccl-test"
     environment: str
     cluster: str
-    runtime: str  # a name in runtimes.NAMES: pyxis | apptainer | host
+    runtime: str  # a name in runtimes.NAMES: pyxis | apptainer | charliecloud | host
     fabric: str  # efa | ib | socket
     nodes: int
     gpus_per_node: int
