@@ -12,9 +12,9 @@ Split in three so each part can be tested on its own:
   ``--cluster sandbox``) and leaves a marker file in the storage directory so the node can say whether it sees
   the same storage (shared) or only a directory of the same name.
 
-Thresholds (minimum Slurm, free space) are data: ``shipyard/data/doctor.yaml``. What the cluster's runtime needs
-(pyxis and enroot, or apptainer and fakeroot), where its images live and which modules it loads are asked of the
-runtime object (:mod:`shipyard.runtimes`), the one the launchers use.
+Thresholds (minimum Slurm and ch-run, free space) are data: ``shipyard/data/doctor.yaml``. What the cluster's runtime
+needs (pyxis and enroot, apptainer and fakeroot, or Charliecloud's ch-run), where its images live and which modules it
+loads are asked of the runtime object (:mod:`shipyard.runtimes`), the one the launchers use.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def storage_dir(reg: Registry, cluster: Cluster) -> str:
 
 
 def _needs(cluster: Cluster, tool: str) -> bool:
-    """Whether the cluster's runtime needs ``tool`` (pyxis, enroot, apptainer, fakeroot) on the cluster."""
+    """Whether the cluster's runtime needs ``tool`` (pyxis, enroot, apptainer, fakeroot, ch-run) on the cluster."""
     return tool in runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime").needs
 
 
@@ -151,6 +151,26 @@ def _enroot(cluster: Cluster, where: str, p: Probe) -> Finding:
                        "ask the admins to install enroot" if where != LOGIN else
                        f"import images on a node of partition {cluster.build_partition} instead")
     return Finding(PASS, where, "enroot", f"version {v}")
+
+
+def _ch_run(cluster: Cluster, where: str, p: Probe) -> Finding:
+    """Charliecloud's ch-run runs the job on every compute node; on the login node it only matters for tries."""
+    v = _one(p, "ch-run") or "missing"
+    if not _needs(cluster, "ch-run"):
+        return Finding(PASS, where, "ch-run", f"not needed (runtime {cluster.runtime}); "
+                       f"{'not installed' if v == 'missing' else 'version ' + v}")
+    if v == "missing":
+        status = FAIL if where != LOGIN else WARN
+        why = "runtime charliecloud runs every job step through ch-run" if where != LOGIN else \
+            "not on the login node (only the compute nodes need it)"
+        return Finding(status, where, "ch-run", f"ch-run not found: {why}",
+                       f"load the site's Charliecloud module (clusters.{cluster.name}.modules) or ask the admins to "
+                       f"install Charliecloud >= {facts()['ch_run_min']}")
+    need = facts()["ch_run_min"]
+    if _version(v) and tuple(map(int, _version(v).split("."))) < tuple(map(int, need.split("."))):
+        return Finding(WARN, where, "ch-run", f"version {v}: older than {need} (SquashFS images need ch-run's "
+                       "internal squashfuse mount)", f"ask the admins for Charliecloud >= {need}")
+    return Finding(PASS, where, "ch-run", f"version {v}")
 
 
 def _fakeroot(cluster: Cluster, where: str, p: Probe) -> Finding:
@@ -275,7 +295,8 @@ def evaluate(cluster: Cluster, env: Environment, storage: str, login: Probe, nod
     """Findings from the probes. ``node`` is None when the srun step failed (``node_error`` says why)."""
     out = [_slurm(cluster, login), _pyxis(cluster, login)]
     out += _modules(cluster, LOGIN, login)
-    out += [_apptainer(cluster, env, LOGIN, login), _enroot(cluster, LOGIN, login), _fakeroot(cluster, LOGIN, login)]
+    out += [_apptainer(cluster, env, LOGIN, login), _enroot(cluster, LOGIN, login), _ch_run(cluster, LOGIN, login),
+            _fakeroot(cluster, LOGIN, login)]
     out += _storage(cluster, LOGIN, login, storage)
     if node is None:
         out.append(Finding(FAIL, "compute", "srun", f"no step ran on partition {cluster.partition}: {node_error}",
@@ -285,7 +306,7 @@ def evaluate(cluster: Cluster, env: Environment, storage: str, login: Probe, nod
     where = _one(node, "hostname") or "compute"
     out.append(Finding(PASS, where, "srun", f"a one-task step ran on {where} (partition {cluster.partition})"))
     out += _modules(cluster, where, node)
-    out += [_apptainer(cluster, env, where, node), _enroot(cluster, where, node)]
+    out += [_apptainer(cluster, env, where, node), _enroot(cluster, where, node), _ch_run(cluster, where, node)]
     out += _gpus(cluster, env, where, node)
     out += _storage(cluster, where, node, storage)
     return out

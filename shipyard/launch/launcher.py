@@ -59,7 +59,7 @@ class Launcher:
     kind: str  # "torchrun" | "nccl-test"
     environment: str
     cluster: str
-    runtime: str  # a name in runtimes.NAMES: pyxis | apptainer | host
+    runtime: str  # a name in runtimes.NAMES: pyxis | apptainer | charliecloud | host
     fabric: str  # efa | ib | socket
     nodes: int
     gpus_per_node: int
@@ -508,6 +508,7 @@ def render(l: Launcher) -> str:
         version=__version__,
         regenerate=shell_join(l.regenerate),
         container=container_argv(l),
+        runtime_lines=runtimes.get(l.runtime).batch_lines(),
         env_prefix=runtimes.get(l.runtime).env_prefix,
         env_names=[v.name for v in l.env if not v.prepend],
         prepends=[v for v in l.env if v.prepend],

@@ -195,7 +195,7 @@ class Cluster:
     """A cluster profile: scheduler defaults, hardware, fabric, container runtime and site specifics."""
 
     name: str
-    runtime: str  # apptainer | pyxis | host
+    runtime: str  # apptainer | pyxis | charliecloud | host
     fabric: str  # ib | efa | socket
     gpus_per_node: int
     partition: str

@@ -99,6 +99,10 @@ class Runtime:
         """The words that run a command inside the container on the node, before the command."""
         return []
 
+    def batch_lines(self) -> list[str]:
+        """Shell lines the batch script runs before srun, for what the runtime needs in the job's environment."""
+        return []
+
     def shell_words(self, p: Placement) -> list[str]:
         """What an interactive shell on the node runs."""
         return [*self.exec_words(p), "bash"]

@@ -164,7 +164,7 @@ def test_probe_without_tools(tmp_path):
     res = subprocess.run(argv, env={"PATH": str(bindir)}, capture_output=True, text=True)
     p = doctor.parse_probe(res.stdout)
     assert p["slurm"] == ["missing"] and p["apptainer"] == ["missing"] and p["enroot"] == ["missing"]
-    assert p["gpu"] == ["missing"] and p["fakeroot"] == ["missing"]
+    assert p["gpu"] == ["missing"] and p["fakeroot"] == ["missing"] and p["ch-run"] == ["missing"]
     assert doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/x", p, None, "e")[0].status == "FAIL"
 
 
@@ -318,3 +318,39 @@ def test_doctor_without_pyxis_fails_a_pyxis_cluster(sandbox, tmp_path, without_s
         assert ("FAIL", node, "enroot") not in found, proc.stdout  # the nodes share this machine's /usr/bin
     else:
         assert found[("FAIL", node, "enroot")].startswith("enroot not found"), proc.stdout
+
+
+def test_charliecloud_cluster_needs_ch_run_on_the_compute_node():
+    """runtime: charliecloud: ch-run missing on the node FAILs (every step runs through it), on the login node only
+    WARNs; too old for SquashFS images WARNs; present PASSes; pyxis and enroot are then not needed."""
+    from dataclasses import replace
+
+    c, e = replace(REG.cluster("sandbox"), runtime="charliecloud"), REG.environment("pytorch-2.3")
+    login, node = probe("sandbox_login.txt"), probe("grete_node_h100.txt")
+    node.pop("ch-run", None)
+    findings = doctor.evaluate(c, e, "/st", login, node)
+    (n,) = by_check(findings, "ggpu142", "ch-run")
+    assert n.status == "FAIL" and n.detail.startswith("ch-run not found") and "Charliecloud >= 0.26" in n.fix
+    (lg,) = by_check(findings, "login", "ch-run")
+    assert lg.status == "WARN"
+    assert all(f.status == "PASS" and "not needed" in f.detail for f in by_check(findings, "ggpu142", "enroot"))
+    for version, status in (("0.25", "WARN"), ("0.31", "PASS")):
+        node["ch-run"] = [version]
+        (n,) = by_check(doctor.evaluate(c, e, "/st", login, node), "ggpu142", "ch-run")
+        assert n.status == status and version in n.detail
+
+
+def test_probe_reads_the_real_ch_run_version(tmp_path):
+    """Debian's charliecloud-runtime (shipyard/data/test-packages.txt): the probe reports what `ch-run --version`
+    says, and a charliecloud cluster passes with it."""
+    ch_run = shutil.which("ch-run")
+    assert ch_run, "charliecloud-runtime is in shipyard/data/test-packages.txt"
+    argv = ["bash", "-c", doctor.probe_script(), "shipyard-doctor", str(tmp_path), "-"]
+    p = doctor.parse_probe(subprocess.run(argv, capture_output=True, text=True).stdout)
+    want = subprocess.run([ch_run, "--version"], capture_output=True, text=True, env={**os.environ, "USER": "root"})
+    assert p["ch-run"] == [(want.stdout + want.stderr).strip().splitlines()[0]]
+    from dataclasses import replace
+
+    c = replace(REG.cluster("sandbox"), runtime="charliecloud")
+    (f,) = by_check(doctor.evaluate(c, REG.environment("pytorch-2.3"), "/x", p, None, "e"), "login", "ch-run")
+    assert f.status == "PASS" and f.detail == f"version {p['ch-run'][0]}"

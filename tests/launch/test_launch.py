@@ -21,7 +21,7 @@ from shipyard.cli import argv_after_dashdash
 from shipyard.errors import ShipyardError
 from shipyard.launch import launcher as launch
 
-RUNTIMES = ("host", "pyxis", "apptainer")
+RUNTIMES = ("host", "pyxis", "apptainer", "charliecloud")
 FABRIC_CLUSTER = {"efa": "lab-efa", "ib": "lab-ib", "socket": "lab-socket"}
 CMD = ("examples/train.py", "--epochs", "3", "--checkpoint", "ckpt/model.pt")
 
@@ -323,7 +323,7 @@ def test_monitor_writes_the_contract_csv_layout(launch_registry):
     "kw,msg",
     [
         (dict(cluster="nope"), "unknown cluster 'nope'"),
-        (dict(runtime="docker"), "--runtime 'docker': unknown runtime \\(valid: pyxis, apptainer, host\\)"),
+        (dict(runtime="docker"), "--runtime 'docker': unknown runtime \\(valid: pyxis, apptainer, charliecloud, host\\)"),
         (dict(partition="gpu"), "--partition 'gpu': not a partition of cluster lab-socket \\(valid: debug\\)"),
         (dict(gpus_per_node=3), "--gpus-per-node 3: partition debug of cluster lab-socket has 2 GPUs per node"),
         (dict(nodes=0), "--nodes 0: must be at least 1"),
@@ -510,7 +510,7 @@ def _injected_registry(launch_registry):
 
 
 @pytest.mark.parametrize("kind", ["torchrun", "nccl-test"])
-@pytest.mark.parametrize("runtime", ["pyxis", "apptainer"])
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "charliecloud"])
 def test_golden_host_injection_prepends_the_library_path(launch_registry, runtime, kind):
     """Point 6: the injected LD_LIBRARY_PATH goes in front of the image's value inside the container (the runtime
     never gets it as an override that would replace the image's), and no plugin path the container lacks."""

@@ -51,6 +51,13 @@ else
     say enroot missing
 fi
 
+if command -v ch-run >/dev/null 2>&1; then
+    # ch-run checks $USER before anything else, --version included ("$USER not set")
+    say ch-run "$(USER=${USER:-$(id -un)} ch-run --version 2>&1 | first_line)"
+else
+    say ch-run missing
+fi
+
 if command -v fakeroot >/dev/null 2>&1; then say fakeroot "$(command -v fakeroot)"; else say fakeroot missing; fi
 if grep -q "^$(id -un):" /etc/subuid 2>/dev/null; then say subuid yes; else say subuid no; fi
 
