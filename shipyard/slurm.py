@@ -276,6 +276,15 @@ class Job:
                     directory=self.directory)
         return (res.stdout.split() or [None])[0] if res.returncode == 0 else None
 
+    def stuck(self) -> str | None:
+        """Why this PENDING job cannot start (``never_start_reasons`` of shipyard/data/slurm.yaml), from the last
+        :meth:`state` answer: "PartitionTimeLimit: the job's time limit exceeds the partition's"; None otherwise."""
+        if self.fields.get("JobState") != "PENDING":
+            return None
+        reason = self.fields.get("Reason", "")
+        meaning = policy().get("never_start_reasons", {}).get(reason)
+        return f"{reason}: {meaning}" if meaning else None
+
     @staticmethod
     def ended(state: str | None) -> bool:
         """A final state, or a job the scheduler no longer knows (None)."""
@@ -284,13 +293,13 @@ class Job:
     def wait(self, timeout: float | None = None, poll: float | None = None,
              until: Callable[[], bool] | None = None) -> str | None:
         """Ask for the state every ``poll`` seconds (default ``poll.wait_s``) until the job ended, ``until()`` holds,
-        or ``timeout`` seconds passed (None: no limit); the last state seen. The caller tells a timeout by a state
-        that has not :meth:`ended`."""
+        it cannot start (:meth:`stuck`), or ``timeout`` seconds passed (None: no limit); the last state seen. The
+        caller tells a timeout by a state that has not :meth:`ended`, and a job that cannot start by :meth:`stuck`."""
         poll = policy()["poll"]["wait_s"] if poll is None else poll
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             state = self.state()
-            if self.ended(state) or (until is not None and until()):
+            if self.ended(state) or self.stuck() or (until is not None and until()):
                 return state
             if deadline is not None and time.monotonic() >= deadline:
                 return state
@@ -303,7 +312,8 @@ class Job:
     def follow(self, log: str | os.PathLike, out: IO[str], offset: int = 0, poll: float | None = None,
                check_every: float | None = None) -> str | None:
         """Print what is appended to ``log`` from byte ``offset`` on, whole lines at a time, until the job ended and
-        nothing more arrives; the job's last state (None: the scheduler no longer knows it).
+        nothing more arrives, or it is PENDING for a reason it cannot start with (:meth:`stuck`, the caller decides);
+        the job's last state (None: the scheduler no longer knows it).
 
         The file is read every ``poll`` seconds (default ``poll.log_s``), the scheduler asked every ``check_every``
         (default ``poll.state_s``); a log that does not exist yet (a pending job) is waited for."""
@@ -328,6 +338,8 @@ class Job:
             if last_check is None or now - last_check >= check_every:
                 last_check = now
                 state = self.state()
+                if self.stuck():
+                    return state
                 if self.ended(state):
                     pending += _read_from(path, offset)  # whatever arrived between the last read and the ask
                     if pending:

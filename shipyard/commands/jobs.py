@@ -52,7 +52,11 @@ def logs(ctx: Context, jobid: str, follow: bool = False, lines: int | str = 20, 
     ctx.out.write("".join(last))
     ctx.out.flush()
     if follow:
-        state = slurm.Job(where, str(jobid)).follow(path, ctx.out, offset=size)
+        job = slurm.Job(where, str(jobid))
+        state = job.follow(path, ctx.out, offset=size)
+        if job.stuck():  # requeued, and now it cannot start again
+            raise ShipyardError(f"job {jobid} cannot start ({job.stuck()}): it stays PENDING until that changes",
+                                exit_code=1)
         if state is not None and not slurm.succeeded(state):
             raise ShipyardError(f"job {jobid} ended {state}", exit_code=1)
     return 0

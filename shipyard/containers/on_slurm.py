@@ -107,6 +107,11 @@ def submit(reg, env_name: str, *, cluster_name: str | None = None, partition: st
 def ended(job: slurm.Job, log: Path, out: IO[str] | None, *, what: str, poll: float | None = None) -> str:
     """Follow ``job``'s log to its end (:meth:`shipyard.slurm.Job.follow`); exit 1 unless it succeeded."""
     state = job.follow(log, out or sys.stdout, check_every=poll)
+    stuck = job.stuck()
+    if stuck:
+        job.cancel()
+        raise ShipyardError(f"{what} {job.id} cannot start on cluster {slurm.cluster_name(job.cluster)} "
+                            f"({stuck}); cancelled it. Nothing was written.", exit_code=2)
     if state is None:
         raise ShipyardError(f"{what} {job.id}: the scheduler no longer knows it; see {log}")
     if not slurm.succeeded(state):

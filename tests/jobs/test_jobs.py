@@ -289,3 +289,39 @@ def test_a_log_belongs_to_the_cluster_its_launcher_was_written_for(make_project)
     (logs / "orphan-77.out").unlink()
     (logs / "train-sandbox-77.out").unlink()
     assert jobs.logs_for(reg, "sandbox", "77") == ([], [(logs / "train-grete-77.out", "grete")])
+
+
+def test_a_job_that_cannot_start_is_stuck_by_the_data_files_reasons():
+    """PENDING with a reason of ``never_start_reasons`` (slurm.yaml) is stuck; waiting for Resources is not."""
+    class Job(slurm.Job):  # the scheduler's answer, without a scheduler
+        def __init__(self, reason):
+            super().__init__("nowhere", "7")
+            self.reason = reason
+
+        def state(self):
+            self.fields = {"JobState": "PENDING", "Reason": self.reason}
+            return "PENDING"
+
+    stuck = Job("PartitionTimeLimit")
+    assert stuck.wait(timeout=5, poll=0.01) == "PENDING"
+    assert stuck.stuck() == "PartitionTimeLimit: the job's time limit exceeds the partition's"
+    waiting = Job("Resources")
+    assert waiting.wait(timeout=0.05, poll=0.01) == "PENDING" and waiting.stuck() is None
+
+
+@pytest.mark.slurm
+def test_a_job_over_the_partitions_time_limit_stops_the_wait_in_one_line(sandbox, project):
+    """Found on the sandbox: an enroot import job asking for an hour on a 10-minute partition stayed PENDING
+    (PartitionTimeLimit) and `stage` waited for it. The wait stops, the job is cancelled, one line says why."""
+    import io
+
+    from shipyard.containers import on_slurm
+    from shipyard.errors import ShipyardError
+
+    jobid = _sbatch(sandbox, "--time=10:00:00", "--wrap=true", f"--output={project}/stuck-%j.out")
+    job = slurm.Job(slurm.SANDBOX, jobid, sandbox.directory)
+    with pytest.raises(ShipyardError, match=rf"import job {jobid} cannot start on cluster sandbox \(PartitionTimeLimit"
+                                            r": the job's time limit exceeds the partition's\); cancelled it") as e:
+        on_slurm.ended(job, project / f"stuck-{jobid}.out", io.StringIO(), what="import job", poll=0.2)
+    assert e.value.exit_code == 2 and "\n" not in str(e.value)
+    assert job.ended(job.wait(30, poll=0.2)), "the stuck job was not cancelled"
