@@ -20,7 +20,7 @@ from pathlib import Path
 from invoke import Collection, Program, task
 
 from shipyard import __version__
-from shipyard.cli import argv_after_dashdash, install_parser_hooks, task_guard
+from shipyard.cli import argv_after_dashdash, install_parser_hooks, set_program, task_guard
 from shipyard.commands import launch as launch_commands
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
@@ -612,5 +612,9 @@ ns = Collection(list_, show, check, render, test_, launch, nccl_test, sweep_stat
 
 def main(argv: list[str] | None = None) -> None:
     """The `shipyard` command (console entry point, and `python -m shipyard`): these tasks from any folder, with the
-    folder's registry.yaml, without a tasks.py there."""
-    Program(namespace=ns, name="shipyard", binary="shipyard", version=__version__).run(argv)
+    folder's registry.yaml, without a tasks.py there. Messages then name `shipyard TASK` (cli.as_run)."""
+    set_program("shipyard", ns.task_names)
+    try:
+        Program(namespace=ns, name="shipyard", binary="shipyard", version=__version__).run(argv)
+    finally:  # in-process callers (tests) go back to the checkout's name
+        set_program("invoke", ())

@@ -28,7 +28,7 @@ def status(ctx: Context, cluster: str | None = None, since: str = "now-2days", u
     if transport.is_remote(where):  # the launchers that name shipyard's jobs are there (docs/remote.md)
         return remote_commands.forward(ctx, where)
     found, note = jobs.shipyard_jobs(ctx.registry, where, user or getpass.getuser(), since)
-    ctx.out.write(jobs.render_status(where.name, found, ctx.root, note))
+    ctx.write(jobs.render_status(where.name, found, ctx.root, note))
     return 0
 
 
@@ -49,7 +49,7 @@ def logs(ctx: Context, jobid: str, follow: bool = False, lines: int | str = 20, 
         return remote_commands.forward(ctx, where)
     path = jobs.find_log(ctx.registry, where, str(jobid), wait=follow)
     last, size = jobs.tail(path, n)
-    ctx.out.write("".join(last))
+    ctx.write("".join(last))
     ctx.out.flush()
     if follow:
         state = slurm.Job(where, str(jobid)).follow(path, ctx.out, offset=size)
@@ -62,7 +62,7 @@ def usage(ctx: Context, jobid: str, out: str | None = None) -> int:
     """`invoke usage JOBID`: the per-node summary of the job's --monitor CSVs, and the plot written."""
     with output_to("--out", out):
         text, png = usage_stage.write_report(project.launch_logs_dir(ctx.registry), str(jobid), out)
-    ctx.out.write(text)
+    ctx.write(text)
     ctx.say(f"plot: {png}")
     return 0
 
@@ -110,5 +110,5 @@ def doctor(ctx: Context, cluster: str | None = None, env: str | None = None, par
     where = where.on(partition)
     environment = ctx.environment(env)
     findings = doctor_stage.diagnose(ctx.registry, where, environment)
-    ctx.out.write(doctor_stage.render(where, environment, findings))
+    ctx.write(doctor_stage.render(where, environment, findings))
     return 1 if any(f.status == doctor_stage.FAIL for f in findings) else 0
