@@ -115,14 +115,15 @@ def nccl_report(c, log, out=None, cluster=None, partition=None):
     help={
         "jobid": "Slurm job id whose --monitor samples to summarise",
         "out": "PNG to write (default: launch/logs/NAME-JOBID.usage.png)",
+        "cluster": "cluster the job ran on (default: defaults.cluster); only its launchers' samples are read",
     },
 )
 @task_guard
-def usage(c, jobid, out=None):
+def usage(c, jobid, out=None, cluster=None):
     """Summarise a job's --monitor CSVs per node (CPU, RAM, GPU) and plot them over time."""
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    raise SystemExit(jobs_commands.usage(Context.load(), jobid, out))
+    raise SystemExit(jobs_commands.usage(Context.load(), jobid, out, cluster=cluster))
 
 
 @task(

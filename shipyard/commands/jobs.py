@@ -58,10 +58,16 @@ def logs(ctx: Context, jobid: str, follow: bool = False, lines: int | str = 20, 
     return 0
 
 
-def usage(ctx: Context, jobid: str, out: str | None = None) -> int:
-    """`invoke usage JOBID`: the per-node summary of the job's --monitor CSVs, and the plot written."""
+def usage(ctx: Context, jobid: str, out: str | None = None, cluster: str | None = None) -> int:
+    """`invoke usage JOBID [--cluster C]`: the per-node summary of the job's --monitor CSVs (those of the cluster's
+    launchers: job ids repeat across clusters), and the plot written."""
+    where = ctx.cluster(cluster)
+    if transport.is_remote(where):  # the samples are on the cluster's storage, beside the job log
+        return remote_commands.forward(ctx, where)
     with output_to("--out", out):
-        text, png = usage_stage.write_report(project.launch_logs_dir(ctx.registry), str(jobid), out)
+        text, png = usage_stage.write_report(
+            project.launch_logs_dir(ctx.registry), str(jobid), out, where.name,
+            lambda name: project.launcher_cluster(project.launcher_path(ctx.registry, name)))
     ctx.write(text)
     ctx.say(f"plot: {png}")
     return 0
