@@ -226,4 +226,4 @@ def test_sbatch_test_only_accepts_the_nccl_test_launcher_of_each_runtime(sandbox
                      image_has_nccl_tests=image is not None)
     assert "sbatch --test-only: accepted: " in out, out
     text = (sandbox_project / "launch" / "nccl-test-sandbox.sbatch").read_text()
-    assert "srun --mpi=pmi2 " in text and f"runtime {runtime}," in text
+    assert "srun --mpi=none " in text and f"runtime {runtime}," in text
