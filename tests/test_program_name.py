@@ -5,6 +5,7 @@ the task guard's error line and the commands' say()), not in each message."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from invoke import Program
@@ -13,6 +14,8 @@ import tasks
 from shipyard import cli
 from shipyard.commands.context import Context
 from shipyard.tasks import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(argv, capsys, *, installed):
@@ -62,3 +65,14 @@ def test_only_a_known_task_after_invoke_is_renamed(as_shipyard, text):
 def test_without_the_shipyard_command_nothing_changes():
     assert cli.program() == "invoke"
     assert cli.as_run("run `invoke lock ENV` first") == "run `invoke lock ENV` first"
+
+
+@pytest.mark.parametrize("installed,name", [(True, "shipyard"), (False, "invoke")])
+def test_the_check_table_names_the_program(installed, name, tmp_path, monkeypatch, capsys):
+    """`check` in a folder without locks: the table's advice to lock names the command the user runs."""
+    (tmp_path / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
+    code, got = _run(["shipyard", "check", "pytorch-2.3"], capsys, installed=installed)
+    assert code == 1 and f"run `{name} lock pytorch-2.3`" in got.out, got.out
+    other = {"shipyard": "invoke", "invoke": "shipyard"}[name]
+    assert f"`{other} lock" not in got.out
