@@ -38,7 +38,7 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="f5444c7fb0812024358b3fad88c50d2f08f3557ac92784b2e39136319a15fc64"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="6ce5e055cf9b19a343261b2eed3150159f3a079c8d7f9d2c15c04e3a9f7382e1"
+LABEL org.shipyard.spec-sha256="ac3f1971649d707f614adf179a9339c7ff457464cebdbc39b5ed127a21ab9ced"
 
 ENV SHIPYARD_ENV="pytorch-2.5"
 ENV PATH="/opt/venv/bin:$PATH"
@@ -59,17 +59,17 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
-    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.5.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    # EFA userspace: EFA installer 1.51.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.5.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates curl; \
     cd /tmp; \
-    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
-    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.51.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.51.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.51.0.tar.gz; \
     cd aws-efa-installer; \
     ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
     cd /; \
-    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.51.0.tar.gz; \
     # apt lists out of this layer (the final clean-up runs in a later layer)
     rm -rf /var/lib/apt/lists/*
 COPY --from=shipyard-download /opt/venv /opt/venv

@@ -10,14 +10,43 @@ import contextlib
 import functools
 import io
 import os
+import re
 import sys
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from invoke.exceptions import Exit, ParseError
 from invoke.parser.parser import ParseMachine
 from invoke.program import Program
 
 from shipyard.errors import ShipyardError
+
+
+# The command the user runs shipyard's tasks with: "invoke" in the checkout (tasks.py), "shipyard" for the installed
+# command and `python -m shipyard` (set by shipyard.tasks.main). Messages are written once, with `invoke TASK`;
+# as_run() names the program actually running where they are printed, so that a user of the `shipyard` command is
+# never told to type a command that does not exist outside the checkout.
+_PROGRAM = {"name": "invoke", "pattern": None}
+
+
+def set_program(name: str, tasks: Iterable[str]) -> None:
+    """Name ``name`` instead of ``invoke`` in front of each of ``tasks`` (full dotted names) in printed messages."""
+    names = sorted(set(tasks), key=len, reverse=True)  # longest first: `sandbox.up` before a `sandbox` collection
+    alternatives = "|".join(re.escape(t) for t in names)
+    _PROGRAM["name"] = name
+    _PROGRAM["pattern"] = (re.compile(rf"(?<![\w./-])invoke(?= (?:{alternatives})(?![\w.-]))") if name != "invoke"
+                           and names else None)
+
+
+def program() -> str:
+    """The command the user runs the tasks with (``invoke`` or ``shipyard``)."""
+    return _PROGRAM["name"]
+
+
+def as_run(text: str) -> str:
+    """``text`` with every `invoke TASK` naming the program the user runs (`shipyard TASK` under the `shipyard`
+    command); only a known task's name counts, so prose and other commands stay as written."""
+    pattern = _PROGRAM["pattern"]
+    return pattern.sub(_PROGRAM["name"], text) if pattern is not None else text
 
 
 def task_guard(fn: Callable) -> Callable:
@@ -28,7 +57,7 @@ def task_guard(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except ShipyardError as exc:
-            print(f"shipyard: error: {exc}", file=sys.stderr)
+            print(as_run(f"shipyard: error: {exc}"), file=sys.stderr)
             raise SystemExit(exc.exit_code) from None
         except KeyboardInterrupt:
             print("shipyard: interrupted", file=sys.stderr)

@@ -20,7 +20,7 @@ from pathlib import Path
 from invoke import Collection, Program, task
 
 from shipyard import __version__
-from shipyard.cli import argv_after_dashdash, install_parser_hooks, task_guard
+from shipyard.cli import argv_after_dashdash, install_parser_hooks, set_program, task_guard
 from shipyard.commands import launch as launch_commands
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
@@ -115,14 +115,15 @@ def nccl_report(c, log, out=None, cluster=None, partition=None):
     help={
         "jobid": "Slurm job id whose --monitor samples to summarise",
         "out": "PNG to write (default: launch/logs/NAME-JOBID.usage.png)",
+        "cluster": "cluster the job ran on (default: defaults.cluster); only its launchers' samples are read",
     },
 )
 @task_guard
-def usage(c, jobid, out=None):
+def usage(c, jobid, out=None, cluster=None):
     """Summarise a job's --monitor CSVs per node (CPU, RAM, GPU) and plot them over time."""
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    raise SystemExit(jobs_commands.usage(Context.load(), jobid, out))
+    raise SystemExit(jobs_commands.usage(Context.load(), jobid, out, cluster=cluster))
 
 
 @task(
@@ -612,5 +613,9 @@ ns = Collection(list_, show, check, render, test_, launch, nccl_test, sweep_stat
 
 def main(argv: list[str] | None = None) -> None:
     """The `shipyard` command (console entry point, and `python -m shipyard`): these tasks from any folder, with the
-    folder's registry.yaml, without a tasks.py there."""
-    Program(namespace=ns, name="shipyard", binary="shipyard", version=__version__).run(argv)
+    folder's registry.yaml, without a tasks.py there. Messages then name `shipyard TASK` (cli.as_run)."""
+    set_program("shipyard", ns.task_names)
+    try:
+        Program(namespace=ns, name="shipyard", binary="shipyard", version=__version__).run(argv)
+    finally:  # in-process callers (tests) go back to the checkout's name
+        set_program("invoke", ())

@@ -122,25 +122,32 @@ print(f"probe rank {rec['rank']} done", flush=True)
 
 
 @pytest.fixture(scope="session")
-def pyxis_double(sandbox, tmp_path_factory):
+def pyxis_double(sandbox):
     """The pyxis SPANK test double (tests/doubles/pyxis-spank), compiled and listed in the sandbox's plugstack.conf
     for this session; removed again at the end so other areas' jobs never see it."""
     import shutil
     import subprocess
+    import tempfile
 
     from shipyard import sandbox as sb
 
     if shutil.which("gcc") is None or not Path("/usr/include/slurm/spank.h").exists():
         pytest.skip("gcc and libslurm-dev (slurm/spank.h) are needed to build the pyxis test double")
-    out = tmp_path_factory.mktemp("pyxis-double") / "pyxis_double.so"
+    # Not under pytest's basetemp (pytest-of-root is 0700): every user's srun loads the plugin, and a student's job
+    # (the two-student handout test) would log "Permission denied" for it; set_plugstack refuses such a path.
+    d = Path(tempfile.mkdtemp(prefix="shipyard-pyxis-double-"))
+    d.chmod(0o755)
+    out = d / "pyxis_double.so"
     src = DOUBLES / "pyxis-spank" / "pyxis_double.c"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(out), str(src)], check=True)
-    out.parent.chmod(0o755)
-    sb.set_plugstack([out], sandbox.directory)
     try:
-        yield out
+        subprocess.run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(out), str(src)], check=True)
+        sb.set_plugstack([out], sandbox.directory)
+        try:
+            yield out
+        finally:
+            sb.set_plugstack([], sandbox.directory)
     finally:
-        sb.set_plugstack([], sandbox.directory)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def wait_job(sandbox, job_id: str, timeout: float = 240) -> dict:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from shipyard import registry
+from shipyard.cli import as_run
 from shipyard.commands import gate
 from shipyard.registry.model import Cluster, Environment, Registry
 
@@ -50,5 +51,10 @@ class Context:
         return gate.require(self.registry, env, cluster, what=what, force=force, locks=locks, out=self.err)
 
     def say(self, text: str = "") -> None:
-        """One line (or block) of the command's result on ``out``."""
-        print(text, file=self.out)
+        """One line (or block) of the command's result on ``out``, naming the program the user runs (`shipyard
+        TASK` under the installed command, `invoke TASK` in the checkout: shipyard.cli.as_run)."""
+        print(as_run(text), file=self.out)
+
+    def write(self, text: str) -> None:
+        """``text`` as it is (a report that ends its own lines) on ``out``, with :meth:`say`'s program name rule."""
+        self.out.write(as_run(text))

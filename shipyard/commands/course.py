@@ -36,7 +36,8 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
     shell_part = cluster.interactive_partition or l.partition
     interactive = handout.shell_line(student, shell_part, l.time, l.modules)
     dest = Path(out).absolute()
-    md = handout.students_md(student, env.name, shlex.join(command), interactive, str(dest))
+    md = handout.students_md(student, env.name, shlex.join(command), interactive, str(dest),
+                             cluster.host_requirements)
     script = handout.copy_source(Path(ctx.registry.root), here, command)
     written = handout.write(dest, l.name, text, md, script, force=force)
     ctx.say(f"wrote the handout for {env.name} on {cluster.name} into {dest}:")

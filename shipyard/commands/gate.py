@@ -21,6 +21,7 @@ import sys
 from typing import IO
 
 from shipyard import project
+from shipyard.cli import as_run
 from shipyard.definitions import pylock
 from shipyard.errors import ShipyardError
 from shipyard.registry import compat, report
@@ -79,7 +80,7 @@ def require(reg: Registry, env: Environment, cluster: Cluster | None = None, *, 
     errors = [p for p in found if p.severity == compat.ERROR]
     if not errors:
         return []
-    report.print_table(reg, found, 1, 1 if cluster_name else 0, out=out)
+    out.write(as_run(report.table_text(reg, found, 1, 1 if cluster_name else 0)[0]))
     where = f"environment {env.name}" + (f" on cluster {cluster_name}" if cluster_name else "")
     again = f"invoke check {env.name}" + (f" --cluster {cluster_name}" if cluster_name else "")
     if not force:

@@ -28,7 +28,7 @@ def status(ctx: Context, cluster: str | None = None, since: str = "now-2days", u
     if transport.is_remote(where):  # the launchers that name shipyard's jobs are there (docs/remote.md)
         return remote_commands.forward(ctx, where)
     found, note = jobs.shipyard_jobs(ctx.registry, where, user or getpass.getuser(), since)
-    ctx.out.write(jobs.render_status(where.name, found, ctx.root, note))
+    ctx.write(jobs.render_status(where.name, found, ctx.root, note))
     return 0
 
 
@@ -49,7 +49,7 @@ def logs(ctx: Context, jobid: str, follow: bool = False, lines: int | str = 20, 
         return remote_commands.forward(ctx, where)
     path = jobs.find_log(ctx.registry, where, str(jobid), wait=follow)
     last, size = jobs.tail(path, n)
-    ctx.out.write("".join(last))
+    ctx.write("".join(last))
     ctx.out.flush()
     if follow:
         job = slurm.Job(where, str(jobid))
@@ -62,11 +62,17 @@ def logs(ctx: Context, jobid: str, follow: bool = False, lines: int | str = 20, 
     return 0
 
 
-def usage(ctx: Context, jobid: str, out: str | None = None) -> int:
-    """`invoke usage JOBID`: the per-node summary of the job's --monitor CSVs, and the plot written."""
+def usage(ctx: Context, jobid: str, out: str | None = None, cluster: str | None = None) -> int:
+    """`invoke usage JOBID [--cluster C]`: the per-node summary of the job's --monitor CSVs (those of the cluster's
+    launchers: job ids repeat across clusters), and the plot written."""
+    where = ctx.cluster(cluster)
+    if transport.is_remote(where):  # the samples are on the cluster's storage, beside the job log
+        return remote_commands.forward(ctx, where)
     with output_to("--out", out):
-        text, png = usage_stage.write_report(project.launch_logs_dir(ctx.registry), str(jobid), out)
-    ctx.out.write(text)
+        text, png = usage_stage.write_report(
+            project.launch_logs_dir(ctx.registry), str(jobid), out, where.name,
+            lambda name: project.launcher_cluster(project.launcher_path(ctx.registry, name)))
+    ctx.write(text)
     ctx.say(f"plot: {png}")
     return 0
 
@@ -114,5 +120,5 @@ def doctor(ctx: Context, cluster: str | None = None, env: str | None = None, par
     where = where.on(partition)
     environment = ctx.environment(env)
     findings = doctor_stage.diagnose(ctx.registry, where, environment)
-    ctx.out.write(doctor_stage.render(where, environment, findings))
+    ctx.write(doctor_stage.render(where, environment, findings))
     return 1 if any(f.status == doctor_stage.FAIL for f in findings) else 0

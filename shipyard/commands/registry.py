@@ -43,7 +43,9 @@ def check(ctx: Context, env: str | None = None, cluster: str | None = None) -> i
     problems = report.select(compat.check_all(reg) + gate.lock_problems(reg), env_name, cluster_name)
     n_env = 1 if env_name else len(reg.environments)
     n_clusters = 1 if cluster_name else len(reg.clusters)
-    return 1 if report.print_table(reg, problems, n_env, n_clusters, ctx.out) else 0
+    text, errors = report.table_text(reg, problems, n_env, n_clusters)
+    ctx.write(text)
+    return 1 if errors else 0
 
 
 def compat_refresh(torch: str | None = None, write: bool = False, companions: bool = True, path: Path | None = None,

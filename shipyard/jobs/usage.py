@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from shipyard.errors import ShipyardError
 from shipyard.files import table
@@ -59,14 +60,32 @@ def csv_glob(jobid: str) -> str:
     return f"*-{jobid}.usage.*.csv"
 
 
-def find_csvs(logs_dir: Path, jobid: str) -> list[Path]:
+def launcher_name(csv_path: Path, jobid: str) -> str:
+    """The launcher NAME of ``<name>-<jobid>.usage.<host>.csv``."""
+    return csv_path.name.split(f"-{jobid}.usage.", 1)[0]
+
+
+def find_csvs(logs_dir: Path, jobid: str, cluster: str | None = None,
+              written_for: Callable[[str], str | None] = lambda name: None) -> list[Path]:
+    """The job's sampler CSVs. With ``cluster``, only those of launchers written for it (``written_for(NAME)``: the
+    launcher's cluster, None when unknown, which counts as this cluster's): job ids repeat across clusters, so the
+    number alone does not say whose samples they are (as for `invoke logs`)."""
     if not _JOBID.match(str(jobid)):
         raise ShipyardError(f"JOBID {jobid!r}: expected a Slurm job id such as 1234 (or 1234_5 for an array task)")
     found = sorted(logs_dir.glob(csv_glob(jobid)))
     if not found:
         raise ShipyardError(f"{logs_dir}/{csv_glob(jobid)}: no monitoring samples for job {jobid} "
                             "(was it launched with --monitor, and has it started?)")
-    return found
+    if cluster is None:
+        return found
+    owners = {p: written_for(launcher_name(p, jobid)) for p in found}
+    mine = [p for p in found if owners[p] in (None, cluster)]
+    if not mine:
+        other = found[0]
+        raise ShipyardError(f"job {jobid}: {other} holds the samples of a job {jobid} on cluster {owners[other]}, "
+                            f"not {cluster} (same number, another cluster); pass --cluster {owners[other]} for "
+                            "that one")
+    return mine
 
 
 def _time(text: str, where: str) -> datetime:
@@ -126,9 +145,11 @@ def read_csv(path: Path, text: str | None = None) -> list[NodeSeries]:
     return list(nodes.values())
 
 
-def load_job(logs_dir: Path, jobid: str) -> list[NodeSeries]:
+def load_job(logs_dir: Path, jobid: str, cluster: str | None = None,
+             written_for: Callable[[str], str | None] = lambda name: None) -> list[NodeSeries]:
+    """The job's samples per node (:func:`find_csvs` picks the files)."""
     series: list[NodeSeries] = []
-    for path in find_csvs(logs_dir, jobid):
+    for path in find_csvs(logs_dir, jobid, cluster, written_for):
         series += read_csv(path)
     if not any(s.times for s in series):
         raise ShipyardError(f"{logs_dir}/{csv_glob(jobid)}: the files hold a header but no samples yet")
@@ -219,14 +240,15 @@ def plot(jobid: str, series: list[NodeSeries]):
 
 def default_png(csv_path: Path, jobid: str) -> Path:
     """``<name>-<jobid>.usage.<host>.csv`` -> ``<name>-<jobid>.usage.png`` beside it."""
-    name = csv_path.name.split(f"-{jobid}.usage.", 1)[0]
+    name = launcher_name(csv_path, jobid)
     return csv_path.with_name(f"{name}-{jobid}.usage.png")
 
 
-def write_report(logs_dir: Path, jobid: str, out: str | None = None) -> tuple[str, Path]:
-    """The summary text of job ``jobid``'s --monitor CSVs in ``logs_dir``, and the PNG written (``out``, default
-    beside the CSVs)."""
-    series = load_job(logs_dir, str(jobid))
+def write_report(logs_dir: Path, jobid: str, out: str | None = None, cluster: str | None = None,
+                 written_for: Callable[[str], str | None] = lambda name: None) -> tuple[str, Path]:
+    """The summary text of job ``jobid``'s --monitor CSVs in ``logs_dir`` (of ``cluster``'s launchers, when given),
+    and the PNG written (``out``, default beside the CSVs)."""
+    series = load_job(logs_dir, str(jobid), cluster, written_for)
     png = Path(out) if out else default_png(series[0].source, str(jobid))
     if png.suffix.lower() != ".png":
         raise ShipyardError(f"--out {out}: the plot is written as PNG; give a path ending in .png")

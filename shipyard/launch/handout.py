@@ -85,10 +85,16 @@ def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[
     return pre + shell_join(words) + " " + tail
 
 
-def students_md(l: Launcher, course: str, script: str, interactive: str, where: str) -> str:
-    """STUDENTS.md: one page, for this course's cluster; ``where``: the handout folder students copy."""
+def students_md(l: Launcher, course: str, script: str, interactive: str, where: str,
+                host_requirements: Sequence[str] = ()) -> str:
+    """STUDENTS.md: one page, for this course's cluster; ``where``: the handout folder students copy.
+
+    On a ``host`` cluster the job runs the ``torchrun`` on the student's own PATH (the launcher names no Python, so
+    it never depends on the instructor's environment, which may be private); the page says so, with the cluster's
+    ``host_requirements``."""
     return templating.render("shipyard.launch", "STUDENTS.md.j2", trim_blocks=True, l=l, course=course,
-                             script=script, interactive=interactive, where=where, version=__version__)
+                             script=script, interactive=interactive, where=where, version=__version__,
+                             host_requirements=tuple(host_requirements))
 
 
 def copy_source(project: Path, workdir: Path, command: Sequence[str]) -> tuple[Path, PurePosixPath] | None:

@@ -85,7 +85,8 @@ class Launcher:
     monitor: bool
     monitor_interval: int
     nccl_debug: bool
-    rdzv_port: int
+    rdzv_port: int  # the first c10d store port; a job uses rdzv_port + job id % rdzv_ports
+    rdzv_ports: int
     srun_wait: int
     chain: int
     transport: str
@@ -434,7 +435,8 @@ def _monitoring(kind: str, monitor: bool, monitor_interval) -> dict:
 def _site_constants(cl: Cluster) -> dict:
     """What no flag sets: shipyard/data/launch.yaml's ports and waits, and the transport the fabric should pick."""
     defaults = launch_data()["defaults"]
-    return {"rdzv_port": int(defaults["rdzv_port"]), "srun_wait": int(defaults["srun_wait"]),
+    return {"rdzv_port": int(defaults["rdzv_port"]), "rdzv_ports": int(defaults["rdzv_ports"]),
+            "srun_wait": int(defaults["srun_wait"]),
             "transport": expected_transport(cl.fabric)}
 
 

@@ -134,10 +134,10 @@ def _runtime(config: dict, fname: str, gpu: bool, chosen: str | None) -> str:
                         "apptainer, or --runtime host (no container: the nodes' own Python)")
 
 
-def newest_efa_installer() -> str:
-    """The newest EFA installer release shipyard's compatibility data knows (shipyard/data/compat.yaml)."""
-    known = facts.load("compat")["efa"]["installers"]
-    return max(known, key=lambda v: tuple(int(x) for x in str(v).split(".")))
+def current_efa_installer() -> str:
+    """The EFA installer shipyard suggests (shipyard/data/compat.yaml ``efa.current_installer``, with its source):
+    the one fact the importer and the shipped registries' pins agree on."""
+    return str(facts.load("compat")["efa"]["current_installer"]["version"])
 
 
 def review(config_text: str, fname: str, name: str, prof: dict, chosen: str | None = None) -> list[str]:
@@ -156,8 +156,8 @@ def review(config_text: str, fname: str, name: str, prof: dict, chosen: str | No
     notes.append(f"{key}.scheduler.account: not in the config; set it if your site charges jobs to an account")
     notes.append(f"{key}.login: not in the config; the head node's host name, for `invoke shell`'s ssh snippet")
     if (prof.get("fabric_options") or {}).get("efa_installer"):
-        notes.append(f"{key}.fabric_options.efa_installer: {prof['fabric_options']['efa_installer']}, the newest "
-                     "release shipyard's data knows; the image installs this version (pin another deliberately)")
+        notes.append(f"{key}.fabric_options.efa_installer: {prof['fabric_options']['efa_installer']}, the current "
+                     "release in shipyard's data; the image installs this version (pin another deliberately)")
     return notes
 
 
@@ -276,7 +276,7 @@ def profile(config_text: str, fname: str, runtime: str | None = None) -> dict:
     out["storage"] = f"{store.rstrip('/')}/shipyard/images"
     out["fabric_options"] = {"line_rate_gbps": d["line_rate_gbps"]}
     if any(p["fabric"] == "efa" for p in parts.values()):
-        out["fabric_options"]["efa_installer"] = newest_efa_installer()  # a suggestion: review() says so
+        out["fabric_options"]["efa_installer"] = current_efa_installer()  # a suggestion: review() says so
     return out
 
 

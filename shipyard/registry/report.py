@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from shipyard import facts
 from shipyard.files import table
 from shipyard.registry import compat
@@ -81,14 +79,14 @@ def select(problems, env_name: str | None, cluster_name: str | None) -> list:
     return out
 
 
-def print_table(reg, problems, n_env: int, n_clusters: int, out=sys.stdout) -> int:
-    """The check table and its summary line; returns the number of ERRORs."""
+def table_text(reg, problems, n_env: int, n_clusters: int) -> tuple[str, int]:
+    """The check table and its summary line (lines ending in newlines), and the number of ERRORs."""
     errors = sum(p.severity == compat.ERROR for p in problems)
     warns = len(problems) - errors
+    text = ""
     if problems:
-        print(table(["severity", "environment", "cluster", "key", "problem"],
-                    [[p.severity, p.environment or "-", p.cluster or "-", p.key, p.message] for p in problems]),
-              file=out)
-    print(f"{reg.path}: {n_env} environment(s), {n_clusters} cluster(s): "
-          f"{errors} error(s), {warns} warning(s)", file=out)
-    return errors
+        text = table(["severity", "environment", "cluster", "key", "problem"],
+                     [[p.severity, p.environment or "-", p.cluster or "-", p.key, p.message] for p in problems]) + "\n"
+    text += f"{reg.path}: {n_env} environment(s), {n_clusters} cluster(s): {errors} error(s), {warns} warning(s)\n"
+    return text, errors
+

@@ -23,6 +23,7 @@ import contextlib
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -223,6 +224,22 @@ def info_line(info: dict) -> str:
 # Hook added by the launch area: tests that need a SPANK plugin (the pyxis test double) list it here.
 
 
+def unreadable_by_others(path: Path) -> str | None:
+    """Why a user other than the owner cannot load the file ``path`` (a directory above it without o+x, or the file
+    without o+r), or None when every user can; None too for a file that does not exist (yet)."""
+    path = Path(path).absolute()
+    if not path.exists():
+        return None
+    for d in reversed(path.parents):
+        mode = stat.S_IMODE(d.stat().st_mode)
+        if not mode & stat.S_IXOTH:
+            return f"{d} is not searchable by others (mode {mode:04o})"
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if not mode & stat.S_IROTH:
+        return f"it is not readable by others (mode {mode:04o})"
+    return None
+
+
 def set_plugstack(plugins: Sequence, directory=None, required: bool = False) -> Path:
     """Write the sandbox's ``etc/plugstack.conf`` listing ``plugins`` ([] empties it). Each is a path, or a
     ``(path, [arguments])`` pair (the real pyxis takes ``runtime_path=...``, ``container_scope=...``); entries are
@@ -230,6 +247,10 @@ def set_plugstack(plugins: Sequence, directory=None, required: bool = False) -> 
 
     Why no restart: Slurm reads plugstack.conf beside $SLURM_CONF in every client (srun/sbatch option parsing) and
     in slurmstepd at each step, so the change applies to the next command. ``sandbox.down`` removes it with etc/.
+
+    Every user's srun loads these plugins (students rehearsing a handout as their own users, too): a plugin that
+    only its owner can read would put "Permission denied" into every other user's job log (optional) or stop their
+    jobs (required), so it is refused here, in one line, rather than found in someone's log.
     """
     root = _directory(directory)
     lines = []
@@ -240,6 +261,11 @@ def set_plugstack(plugins: Sequence, directory=None, required: bool = False) -> 
         if bad:
             raise ShipyardError(f"plugstack.conf: {bad[0]!r} cannot be written (no spaces or # in a plugin's "
                                 "path or arguments)")
+        why = unreadable_by_others(Path(path))
+        if why:
+            raise ShipyardError(f"plugstack.conf: SPANK plugin {words[0]}: {why}, but every user's srun loads it "
+                                "(another user's job would log 'Permission denied'); put it where all users can "
+                                "read it")
         lines.append(" ".join(["required" if required else "optional", *words]) + "\n")
     return atomic_write(root / "etc" / "plugstack.conf", "".join(lines))
 

@@ -85,6 +85,41 @@ def test_task_through_invoke(tmp_path, invoke):
     assert f"plot: {tmp_path}/launch/logs/train-4242.usage.png" in proc.stdout
 
 
+def _launcher(project: Path, name: str, cluster: str) -> None:
+    """A launcher header as `invoke launch` writes it: the line that names the cluster it was written for."""
+    (project / "launch" / f"{name}.sbatch").write_text(
+        f"#!/bin/bash\n# environment pytorch-2.3, cluster {cluster}, runtime host, fabric socket: 2 node(s) x 0 GPU(s)\n")
+
+
+def test_cluster_picks_that_clusters_samples_of_a_repeated_job_id(tmp_path, invoke):
+    """Job ids repeat across clusters: --cluster (default: defaults.cluster, sandbox here) reads only the samples of
+    launchers written for that cluster, as `invoke logs` does; an unknown cluster is one line."""
+    (tmp_path / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
+    env = {**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml")}
+    logs = tmp_path / "launch" / "logs"
+    write_samples(logs, name="train-grete")
+    _launcher(tmp_path, "train-grete", "grete")
+    proc = invoke("usage", "4242", cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"shipyard: error: job 4242: {logs}/train-grete-4242.usage.gpu-a.csv holds the samples of a job 4242 on "
+        "cluster grete, not sandbox (same number, another cluster); pass --cluster grete for that one"]
+    write_samples(logs, name="train-sandbox")
+    _launcher(tmp_path, "train-sandbox", "sandbox")
+    for cluster, args in (("sandbox", ()), ("sandbox", ("--cluster", "sandbox")), ("grete", ("--cluster", "grete"))):
+        proc = invoke("usage", "4242", *args, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("usage of job 4242: 2 node(s)")  # one job's two nodes, not four
+        assert f"plot: {logs}/train-{cluster}-4242.usage.png" in proc.stdout
+    proc = invoke("usage", "4242", "--cluster", "nosuch", cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "nosuch" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cluster_flag_has_help(invoke):
+    proc = invoke("usage", "--help", cwd=ROOT)
+    assert proc.returncode == 0 and "--cluster=STRING" in proc.stdout and "cluster the job ran on" in proc.stdout
+
+
 @pytest.mark.parametrize(
     "content,message",
     [

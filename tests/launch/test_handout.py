@@ -45,6 +45,21 @@ def test_students_md(launch_registry):
     assert str(FAKE_ROOT) not in text and len(text.splitlines()) <= 60
 
 
+def test_students_md_on_a_host_cluster_says_whose_python_runs(launch_registry):
+    """A host-runtime launcher names no Python (never the instructor's, whose environment may be private): the job
+    runs the torchrun on the student's PATH, and the page says so, with the cluster's host_requirements."""
+    l = handout.student_launcher(build_launcher(launch_registry, cluster="lab-socket", runtime="host", nodes=2,
+                                                command=CMD, workdir=FAKE_ROOT))
+    text = handout.students_md(l, "course", "train.py", "srun --pty bash", "/scratch/h", ["torch==2.13.0"])
+    assert "it starts the `torchrun` on your `PATH` when you submit" in text
+    assert "(torch==2.13.0)" in text and "command -v torchrun" in text
+    rendered = handout.render(l, str(FAKE_ROOT))
+    assert "python" not in rendered.lower() and "venv" not in rendered
+    pyxis = handout.student_launcher(build_launcher(launch_registry, cluster="lab-ib", nodes=2, command=CMD,
+                                                    workdir=FAKE_ROOT))
+    assert "torchrun` on your `PATH`" not in handout.students_md(pyxis, "c", "train.py", "x", "/scratch/h")
+
+
 def test_an_image_inside_the_instructors_project_is_refused(launch_registry):
     """lab-socket's storage is relative (under the project): a container launcher there would name it."""
     with pytest.raises(ShipyardError, match="would still name /srv/shipyard-project"):

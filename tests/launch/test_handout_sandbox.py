@@ -51,7 +51,6 @@ def _searchable_for_others(paths) -> list[tuple[Path, int]]:
     return changed
 
 
-@pytest.mark.xfail(strict=False, reason="open (issue 20): in CI's fresh virtual environment a student's job log holds one 'Permission denied' line although both jobs complete as their own users with their files in their own copies; passes with the development venv; not yet traced")
 def test_two_students_run_the_same_handout_at_once(sandbox):
     if os.geteuid() != 0:
         pytest.fail("creating the student users needs root (the sandbox does too)")

@@ -174,7 +174,7 @@ def test_rule1_one_agent_per_node(launch_registry):
     for cluster, g in (("lab-socket", 2), ("lab-ib", 4), ("lab-efa", 8)):
         t = _two(launch_registry, cluster)
         assert "#SBATCH --ntasks-per-node=1\n" in t and f"#SBATCH --gpus-per-node={g}\n" in t
-        assert f'torchrun --nnodes="$SLURM_NNODES" --nproc-per-node={g}' in t
+        assert f'torchrun --nnodes="$SLURM_NNODES" --nproc_per_node={g}' in t
         assert "--gpus-per-task" not in t and f"--ntasks-per-node={g}" not in t
 
 
@@ -190,7 +190,9 @@ def test_rule2_head_from_scontrol_in_batch_step_no_localhost(launch_registry):
 
 def test_rule3_c10d_rendezvous_with_job_id(launch_registry):
     t = _two(launch_registry)
-    assert '--rdzv-backend=c10d --rdzv-endpoint="$head_addr:29500" --rdzv-id="$SLURM_JOB_ID"' in t
+    assert '--rdzv_backend=c10d --rdzv_endpoint="$endpoint" --rdzv_id="$SLURM_JOB_ID"' in t
+    # one store port per job, so that two jobs sharing a node never share a store (shipyard/data/launch.yaml)
+    assert "rdzv_port=$(( 29500 + SLURM_JOB_ID % 1000 ))" in t and '  "$head_addr:$rdzv_port" \\\n' in t
     assert "--node-rank" not in t and "--master-addr" not in t
     one = launch.render(_build(launch_registry, nodes=1))
     assert "torchrun --standalone --nnodes=1" in one and "rdzv" not in one

@@ -55,7 +55,7 @@ def test_host_runtime_two_nodes_trains_with_world_size_4(sandbox, sandbox_projec
     assert r["world_size"] == "4" and float(r["last_loss"]) < float(r["first_loss"])
     # per-node variables expanded on each node (rule 4), the rendezvous host came from the allocation (rule 2)
     assert "shipyard: node 0 (node1) of 2" in text and "shipyard: node 1 (node2) of 2" in text
-    assert re.search(r"c10d rendezvous at node1 \(10\.77\.0\.11\):29500, id " + job, text)
+    assert re.search(rf"c10d rendezvous at node1 \(10\.77\.0\.11\):{29500 + int(job) % 1000}, id {job}\n", text)
     assert "shipyard: job step exit code 0" in text
     assert "shipyard: NCCL transport: none logged" in text  # CPU/gloo: no NCCL communicator, and it says so
     # --monitor: one CSV per node in the contract's layout, real CPU/RAM samples, GPU columns empty
@@ -226,4 +226,4 @@ def test_sbatch_test_only_accepts_the_nccl_test_launcher_of_each_runtime(sandbox
                      image_has_nccl_tests=image is not None)
     assert "sbatch --test-only: accepted: " in out, out
     text = (sandbox_project / "launch" / "nccl-test-sandbox.sbatch").read_text()
-    assert "srun --mpi=pmi2 " in text and f"runtime {runtime}," in text
+    assert "srun --mpi=none " in text and f"runtime {runtime}," in text

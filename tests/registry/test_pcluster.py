@@ -61,7 +61,7 @@ def test_a_gpu_cluster_never_gets_a_silent_host_runtime(tmp_path):
 def test_review_lists_what_the_config_cannot_say():
     text = (DATA / "awsome-p5-base.yaml").read_text()
     p = pcluster.profile(text, "p5.yaml")
-    newest = pcluster.newest_efa_installer()
+    newest = pcluster.current_efa_installer()
     assert p["fabric_options"]["efa_installer"] == newest
     notes = pcluster.review(text, "p5.yaml", "aws", p)
     assert notes[0] == "clusters.aws.runtime: pyxis (a post-install script installs it)"

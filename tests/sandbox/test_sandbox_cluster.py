@@ -82,7 +82,7 @@ def test_two_node_torchrun_job_world_size_four(sandbox, tmp_path):
     assert Path(job["script"]).parent == tmp_path / "launch"
     log = Path(job["log"]).read_text()
     assert job["state"] == "COMPLETED" and job["exit"] == "0:0", log[-3000:]
-    assert "--rdzv-backend=c10d" in Path(job["script"]).read_text()
+    assert "--rdzv_backend=c10d" in Path(job["script"]).read_text()
     r = job["result"]
     assert r["world_size"] == 4 and r["ranks"] == [0, 1, 2, 3]
     assert r["last_loss"] < r["first_loss"]

@@ -35,7 +35,7 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="f99dc8004dbc9765c12b4b0e1dc0c0ff51440ae5107ca9ba0a7d34a8bb6bbcc0"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="37332320611a43eaf5959b8f746451d2b184e6bf8ab0bf7f8e181507696f794f"
+LABEL org.shipyard.spec-sha256="3527312c058e530ded6e7c4463ad85808f3817dcb025b30d28a608f703166e77"
 
 ENV SHIPYARD_ENV="pytorch-2.10"
 ENV PATH="/opt/venv/bin:$PATH"
@@ -53,17 +53,17 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
-    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.10.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    # EFA userspace: EFA installer 1.51.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.10.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates curl; \
     cd /tmp; \
-    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
-    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.51.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.51.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.51.0.tar.gz; \
     cd aws-efa-installer; \
     ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
     cd /; \
-    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.51.0.tar.gz; \
     # apt lists out of this layer (the final clean-up runs in a later layer)
     rm -rf /var/lib/apt/lists/*
 COPY --from=shipyard-download /opt/venv /opt/venv

@@ -34,7 +34,7 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="00800ff529f34fb068e7f76c98f46d2081dec7ca98f8888ee62bb7be9d558589"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="78c3c1259d0f403d95eb11a732de608b549e447be61d9689aabe18d6ff7e8fcf"
+LABEL org.shipyard.spec-sha256="6534ec52a527300d0e3ce60149b0a686fd9f9602fbca4ca98884c6e8c2d009e6"
 
 ENV SHIPYARD_ENV="pytorch-2.14"
 ENV PATH="/opt/venv/bin:$PATH"
@@ -52,17 +52,17 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
-    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.14.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    # EFA userspace: EFA installer 1.51.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.14.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates curl; \
     cd /tmp; \
-    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
-    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.51.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.51.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.51.0.tar.gz; \
     cd aws-efa-installer; \
     ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
     cd /; \
-    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.51.0.tar.gz; \
     # apt lists out of this layer (the final clean-up runs in a later layer)
     rm -rf /var/lib/apt/lists/*
 COPY --from=shipyard-download /opt/venv /opt/venv

@@ -38,7 +38,7 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="4da049fadba0e93aac10bf3297ebe9b5a86ef595a55985ace800f0a966485acc"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="97f1131d7a0af14ecaadb0cd104df5bce1d9b6dfbdc88c313588a17259c3ca0b"
+LABEL org.shipyard.spec-sha256="75213f81475e46d404e271968296ec4c09027633fbcb61c4cb01dabba9e04426"
 LABEL org.example.course="dl-101"
 
 ENV SHIPYARD_ENV="pytorch-2.3-dev"
@@ -65,17 +65,17 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
-    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.3-dev.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    # EFA userspace: EFA installer 1.51.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.3-dev.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates curl; \
     cd /tmp; \
-    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
-    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.51.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.51.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.51.0.tar.gz; \
     cd aws-efa-installer; \
     ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
     cd /; \
-    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.51.0.tar.gz; \
     # apt lists out of this layer (the final clean-up runs in a later layer)
     rm -rf /var/lib/apt/lists/*
 COPY --from=shipyard-download /opt/venv /opt/venv

@@ -35,7 +35,7 @@ LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
 LABEL org.shipyard.lock-sha256="f2876737b3c387e90b0dc623bc5a48a54c124af4c9fcaf89246ddb5bdf6a73c5"
 LABEL org.shipyard.version="0.1.0"
-LABEL org.shipyard.spec-sha256="ac5e379f99e0b136d273c83328e478402c14df572ec707baad83e944bd02f730"
+LABEL org.shipyard.spec-sha256="6aa0fd58359dd10f23bb46b621ae9271595868cb9d9beafa2c9ab46a101ccf54"
 
 ENV SHIPYARD_ENV="pytorch-2.7"
 ENV PATH="/opt/venv/bin:$PATH"
@@ -53,17 +53,17 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
-    # EFA userspace: EFA installer 1.43.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.7.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    # EFA userspace: EFA installer 1.51.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.7.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates curl; \
     cd /tmp; \
-    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.43.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.43.0.tar.gz; \
-    tar -xzf aws-efa-installer-1.43.0.tar.gz; \
+    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.51.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.51.0.tar.gz; \
+    tar -xzf aws-efa-installer-1.51.0.tar.gz; \
     cd aws-efa-installer; \
     ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
     cd /; \
-    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.43.0.tar.gz; \
+    rm -rf /tmp/aws-efa-installer /tmp/aws-efa-installer-1.51.0.tar.gz; \
     # apt lists out of this layer (the final clean-up runs in a later layer)
     rm -rf /var/lib/apt/lists/*
 COPY --from=shipyard-download /opt/venv /opt/venv
