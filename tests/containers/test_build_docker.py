@@ -100,6 +100,17 @@ def test_sif_and_sqsh_come_from_the_tagged_image(dproject, docker_env, apptainer
     listing = subprocess.run(["unsquashfs", "-l", str(sqsh)], capture_output=True, text=True).stdout
     assert "/opt/shipyard/test.sh" in listing  # the image's files, exported from the daemon
     assert not list((dproject.root / "containers").glob("*.tmp*"))
+    # the SIF carries the image's root filesystem: the double runs inside it with the image's ENV PATH (plus
+    # Apptainer's default directories), the image's python and torch, not the host's
+    sif = dproject.root / "containers" / "tiny.sif"
+    res = subprocess.run(["apptainer", "exec", "--nv", str(sif), "python3", "-c",
+                          "import os, sys, torch; print(torch.__version__, sys.executable, os.environ['PATH'])"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["2.3.1+cu121", "/usr/bin/python3",  # the fixture torch, not the host's
+                                  "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"]
+    assert [(c["argv"][0], c["rootfs"]) for c in fb.read_calls(apptainer_double)
+            if c["tool"] == "apptainer" and c["argv"][0] in ("build", "exec")] == [("build", True), ("exec", True)]
 
 
 def test_kill_9_during_docker_build_leaves_no_partial_target(dproject, docker_env, apptainer_double, monkeypatch):
