@@ -65,9 +65,37 @@ def _copy_with_libraries(binary: Path, rootfs: Path) -> None:
 @pytest.fixture(scope="session")
 def busybox_sqsh(tmp_path_factory) -> Path:
     """A real SquashFS image: Debian's static busybox as /bin/*, made with mksquashfs (a few hundred ms)."""
+    return _busybox_image(tmp_path_factory.mktemp("busybox-image"))
+
+
+# What Debian's /etc/profile does that matters here: PATH reset to the OS's, then /etc/profile.d/*.sh sourced.
+DEBIAN_PROFILE = """if [ "$(id -u)" -eq 0 ]; then PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+else PATH="/usr/local/bin:/usr/bin:/bin"; fi
+export PATH
+for i in /etc/profile.d/*.sh; do if [ -r "$i" ]; then . "$i"; fi; done
+"""
+
+
+@pytest.fixture(scope="session")
+def debian_profile_sqsh(tmp_path_factory) -> Path:
+    """The busybox image with Debian's PATH reset in /etc/profile, which enroot's login shell reads."""
+    return _busybox_image(tmp_path_factory.mktemp("debian-profile-image"), profile=DEBIAN_PROFILE)
+
+
+@pytest.fixture(scope="session")
+def debian_profile_recipe_sqsh(tmp_path_factory) -> Path:
+    """As :func:`debian_profile_sqsh`, plus what shipyard's recipe writes for login shells, made by the recipe's own
+    command run in the root filesystem (chroot)."""
+    from shipyard.definitions import recipe
+
+    step = recipe.login_path([recipe.EnvVar("PATH", "/opt/image/bin:$PATH", expand=True)])
+    return _busybox_image(tmp_path_factory.mktemp("debian-profile-recipe-image"), profile=DEBIAN_PROFILE,
+                          run_in_root=step.commands)
+
+
+def _busybox_image(d: Path, profile: str | None = None, run_in_root: tuple[str, ...] = ()) -> Path:
     busybox = shutil.which("busybox")
     assert busybox, "busybox-static is in shipyard/data/test-packages.txt"
-    d = tmp_path_factory.mktemp("busybox-image")
     d.chmod(0o755)
     rootfs = d / "rootfs"
     for sub in ("bin", "etc", "tmp", "proc", "sys", "dev", "root", "usr", "work"):
@@ -87,6 +115,13 @@ def busybox_sqsh(tmp_path_factory) -> Path:
     # ENV): a library path the image relies on and its PATH
     (rootfs / "etc" / "environment").write_text("LD_LIBRARY_PATH=/opt/image/lib\nIMAGE_ONLY=from-image\n"
                                                 "PATH=/opt/image/bin:/bin\n")
+    if profile is not None:
+        (rootfs / "etc" / "profile").write_text(profile)
+        (rootfs / "etc" / "profile.d").mkdir()
+        for tool in ("id", "sed", "tail"):
+            (rootfs / "bin" / tool).symlink_to("busybox")
+    for command in run_in_root:
+        subprocess.run(["chroot", str(rootfs), "/bin/sh", "-c", command], check=True)
     out = d / "busybox.sqsh"
     subprocess.run(["mksquashfs", str(rootfs), str(out), "-noappend", "-quiet", "-all-root"], check=True,
                    stdout=subprocess.DEVNULL)

@@ -503,6 +503,7 @@ def _prepend_exports(l: Launcher) -> str:
 
 def render(l: Launcher) -> str:
     """The launcher script for ``l`` (a pure function: same model, same text)."""
+    image_path = runtimes.get(l.runtime).image_path_prelude() if l.image_opt_out else ""
     return templating.render("shipyard.launch", "sbatch.sh.j2", trim_blocks=True,
         l=l,
         record=str(staged.record_path(l.image)) if l.image_sha256 else "",
@@ -515,7 +516,9 @@ def render(l: Launcher) -> str:
         env_names=[v.name for v in l.env if not v.prepend],
         prepends=[v for v in l.env if v.prepend],
         prepend_exports=_prepend_exports(l),
-        prepend_script=_prepend_exports(l) + '; exec "$@"',
+        image_path=image_path,
+        prepend_script="; ".join(x for x in (image_path, _prepend_exports(l)) if x) + '; exec "$@"',
+        opt_out_script="; ".join(x for x in (image_path, 'exec "$@"') if x),
         # handout: the submit dir's logs/; a sweep: one log per array task
         log=(f"logs/{l.name}-%j.out" if l.handout
              else f"{l.log_dir}/{l.name}-" + ("%A_%a.out" if l.combinations else "%j.out")),

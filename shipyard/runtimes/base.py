@@ -99,6 +99,11 @@ class Runtime:
         """The words that run a command inside the container on the node, before the command."""
         return []
 
+    def image_path_prelude(self) -> str:
+        """Shell run first inside the container of an external ``--image``, to give it the image's own PATH where
+        the runtime loses it (empty: nothing to do)."""
+        return ""
+
     def batch_lines(self) -> list[str]:
         """Shell lines the batch script runs before srun, for what the runtime needs in the job's environment."""
         return []

@@ -16,6 +16,15 @@ class Pyxis(Runtime):
     suffix = "sqsh"
     needs = frozenset({"pyxis", "enroot"})
 
+    def image_path_prelude(self) -> str:
+        """enroot starts the container through a login shell (ENROOT_LOGIN_SHELL defaults to yes, and pyxis clears
+        the environment it runs enroot with), so a Debian image's /etc/profile resets PATH and pyxis hands that to
+        every task: found with the real enroot 4.1.2 + pyxis 0.24.0 (`all_reduce_perf: not found`). `enroot import`
+        writes the image's ENV to /etc/environment; its PATH goes back in front. Images shipyard builds carry
+        /etc/profile.d/shipyard-path.sh instead (shipyard/definitions/recipe.py), so only an external image needs
+        this."""
+        return 'p=$(sed -n "s/^PATH=//p" /etc/environment 2>/dev/null | tail -n 1); [ -z "$p" ] || PATH="$p:$PATH"'
+
     def srun_words(self, p: Placement) -> list[str]:
         argv = [f"--container-image={p.image}",
                 f"--container-mounts={','.join(self.mount(m) for m in p.mounts)}",

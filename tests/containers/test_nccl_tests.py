@@ -141,10 +141,6 @@ def _enroot_import(image: str, dest: Path, work: Path) -> Path:
 
 
 @pytest.mark.slurm
-@pytest.mark.xfail(strict=True, reason="known, open (issue 21): with real pyxis the job's PATH, not the "
-                   "image's, is the PATH inside the container, so a vouched external --image's all_reduce_perf is not "
-                   "found (nccl-tests: exec: all_reduce_perf: not found on both nodes, seen 2026-12-01); shipyard-built "
-                   "images are launched by the binary's absolute path instead")
 def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
         docker_env, docker_services, debian12_base, build_context, nccl_tests_image, sandbox, real_pyxis, tmp_path,
         monkeypatch):
@@ -156,7 +152,8 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
     recipe step with ``nccl_tests.mpi: none`` (all_reduce_perf only, to keep it cheap), imported by ``enroot import
     dockerd://``, launched by `invoke nccl-test --runtime pyxis --image X.sqsh --image-has-nccl-tests --submit`;
     every task starts all_reduce_perf in the container and stops at the missing CUDA device, and nccl-report says
-    so."""
+    so. The image is Debian with its PATH in an ENV line only: enroot's login shell resets it (/etc/profile), and
+    the launcher puts it back from /etc/environment (Pyxis.image_path_prelude)."""
     import yaml
     from fixtures_launch import run_launch, wait_job
 

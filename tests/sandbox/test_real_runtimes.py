@@ -47,8 +47,26 @@ def test_the_images_path_finds_the_images_commands(sandbox, real_pyxis, busybox_
     """The image's PATH (its /etc/environment) is the step's PATH: a bare command the image has on its own PATH runs,
     as the launcher's `exec torchrun` needs, with the job's PATH set to the host's."""
     out = _srun(sandbox, busybox_sqsh, "sh", "-c", 'image-tool; echo "$PATH"', env={"PATH": "/usr/bin:/bin"})
-    assert out.split("\n")[:-1] == ["image-tool ran", "/opt/image/bin:/bin"] * 2 or \
-        sorted(out.split("\n")[:-1]) == sorted(["image-tool ran", "/opt/image/bin:/bin"] * 2)
+    assert sorted(out.split("\n")[:-1]) == sorted(["image-tool ran", "/opt/image/bin:/bin"] * 2)
+
+
+def test_a_debian_profile_resets_the_path_and_both_fixes_bring_it_back(sandbox, real_pyxis, debian_profile_sqsh,
+                                                                        debian_profile_recipe_sqsh):
+    """What the real Debian 12 image hit: enroot starts the container through a login shell (ENROOT_LOGIN_SHELL
+    defaults to yes), /etc/profile resets PATH, and every task gets that PATH, so the image's command is not found.
+    Shipyard's images carry the recipe's /etc/profile.d file; for an external image the pyxis launcher puts the
+    PATH of /etc/environment (the image's ENV, as `enroot import` writes it) back in front."""
+    from shipyard.runtimes import pyxis
+
+    lost = _srun(sandbox, debian_profile_sqsh, "sh", "-c", 'echo "$PATH"; command -v image-tool || echo missing')
+    assert sorted(lost.split("\n")[:-1]) == sorted(["/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                                    "missing"] * 2)
+    prelude = pyxis.Pyxis().image_path_prelude()
+    fixed = _srun(sandbox, debian_profile_sqsh, "sh", "-c", f'{prelude}; exec "$@"', "x", "image-tool")
+    assert fixed.split("\n")[:-1] == ["image-tool ran"] * 2
+    recipe = _srun(sandbox, debian_profile_recipe_sqsh, "sh", "-c", 'image-tool; echo "$PATH"')
+    assert sorted(recipe.split("\n")[:-1]) == sorted(["image-tool ran", "/opt/image/bin:/usr/local/sbin:/usr/local/bin:"
+                                                      "/usr/sbin:/usr/bin:/sbin:/bin"] * 2)
 
 
 def test_mounts_workdir_env_and_hostile_arguments_inside_the_container(sandbox, real_pyxis, busybox_sqsh,
