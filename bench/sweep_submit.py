@@ -7,7 +7,7 @@ submitted with ``--sbatch begin=now+1hours`` so that they stay pending (1,000 ta
 cancelled after each round; runs alternate single/sweep so that load drift hits both alike. The sbatch calls are
 counted by an ``sbatch`` shim ahead of the real one on PATH (it appends a line to a file, then execs Slurm's).
 
-    SHIPYARD_SANDBOX_DIR=/tmp/sbx python bench/sweep_submit.py [--runs 5] [--combinations 1000]
+    SHIPYARD_SANDBOX_DIR=/tmp/sbx python bench/sweep_submit.py [--runs 5] [--combinations 1000] [--max-array-size N]
 
 Uses a running sandbox in $SHIPYARD_SANDBOX_DIR, or starts one in a temp dir and stops it afterwards.
 """
@@ -48,6 +48,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--combinations", type=int, default=1000)
+    ap.add_argument("--max-array-size", type=int, help="scheduler.max_array_size in the registry (default: the "
+                    "sandbox's MaxArraySize, Slurm's 1001): smaller splits the sweep into several arrays")
     args = ap.parse_args()
     from shipyard import registry
     from shipyard import sandbox as sb
@@ -62,7 +64,11 @@ def main() -> None:
     arrays: list[int] = []
     try:
         sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").cluster(sb.CLUSTER))
-        (project / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
+        text = (ROOT / "registry.yaml").read_text()
+        if args.max_array_size:
+            text = text.replace("      partitions: [debug]\n",
+                                f"      partitions: [debug]\n      max_array_size: {args.max_array_size}\n", 1)
+        (project / "registry.yaml").write_text(text)
         shutil.copytree(ROOT / "definitions", project / "definitions")  # the environments' locks
         (project / "train.py").write_text("import sys; print(sys.argv)\n")
         table = project / "combos.tsv"
@@ -98,11 +104,12 @@ def main() -> None:
             sb.down(directory)
         shutil.rmtree(project, ignore_errors=True)
     s, w = statistics.median(times["single"]), statistics.median(times["sweep"])
+    split = f", max_array_size {args.max_array_size}" if args.max_array_size else ""
     print(f"machine: {machine()}\n{args.runs} runs, alternating; whole command (python -m invoke ... --submit)\n")
     print("| command | median s | min s | max s | sbatch calls | x single |\n|---|---|---|---|---|---|")
     print(f"| invoke launch --submit, one job (baseline) | {s:.2f} | {min(times['single']):.2f} | "
           f"{max(times['single']):.2f} | {max(calls['single'])} | 1.00 |")
-    print(f"| invoke launch --sweep-file ({args.combinations} combinations) --submit | {w:.2f} | "
+    print(f"| invoke launch --sweep-file ({args.combinations} combinations{split}) --submit | {w:.2f} | "
           f"{min(times['sweep']):.2f} | {max(times['sweep']):.2f} | {max(calls['sweep'])} | {w / s:.2f} |")
     print(f"\narrays per sweep: {sorted(set(arrays))}; sbatch calls per sweep: {sorted(set(calls['sweep']))}")
     if calls["sweep"] != arrays:
