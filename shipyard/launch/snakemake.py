@@ -52,7 +52,7 @@ def partitions(cl: Cluster) -> dict:
         if cl.nodes:
             lim["max_nodes"] = int(cl.nodes)
         lim["max_gpu"] = int(p.gpus_per_node)
-        if p.gpus:
+        if p.gpus and p.gpus_per_node:  # a CPU partition of a GPU cluster inherits the models, but has none
             lim["available_gpu_models"] = [g.model.lower() for g in p.gpus]
         out[name] = lim
     return {"partitions": out}

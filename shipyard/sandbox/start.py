@@ -138,11 +138,14 @@ def _start_holder(plan: Plan, state: dict, name: str) -> int:
     The bind mounts exist only inside the new mount namespace (propagation private), so the host never sees them.
     """
     # A node also gets its own folder at one shared path: nodes/<name> bound onto node-local (enroot's and pyxis's
-    # per-node paths, see shipyard/sandbox/runtimes.py).
+    # per-node paths, see shipyard/sandbox/runtimes.py), and the sandbox's etc/ onto /etc/slurm, Slurm's compiled-in
+    # configuration directory: like a real compute node, a job's own srun finds slurm.conf there even without
+    # $SLURM_CONF (Snakemake's jobstep plugin drops every SLURM_* variable but a few before its srun).
     script = ('hostname "$1" && mount --bind "$2" /etc/hosts && { [ ! -e /etc/resolv.conf ] || '
               'mount --bind "$3" /etc/resolv.conf; } && { [ -z "$4" ] || mount --bind "$4" "$5"; } && '
-              'exec sleep infinity')
-    own = [str(plan.node_dir(name)), str(plan.node_local)] if name != plan.controller.name else ["", ""]
+              '{ [ -z "$6" ] || [ ! -d /etc/slurm ] || mount --bind "$6" /etc/slurm; } && exec sleep infinity')
+    own = ([str(plan.node_dir(name)), str(plan.node_local), str(plan.conf.parent)]
+           if name != plan.controller.name else ["", "", ""])
     pid = _spawn(plan, state, f"ns:{name}",
                  ["unshare", "--net", "--uts", "--mount", "--propagation", "private", "--",
                   "sh", "-c", script, "holder", name, str(plan.hosts), str(plan.resolv), *own])

@@ -33,6 +33,8 @@ SMOKE = {
     "sandbox_bench.py": (["--repeat", "1", "--steps", "2"], "demo job", [pytest.mark.slurm, pytest.mark.slow]),
     "stage_noop.py": (["--runs", "1", "--size-gib", "0.001"], "identical image staged", []),
     "start_time.py": (["--runs", "1", "--no-reference", "--json", "{tmp}/start.json"], "invoke render --all", []),
+    "sweep_submit.py": (["--runs", "1", "--combinations", "20"], "--sweep-file (20 combinations)",
+                        [pytest.mark.slurm, pytest.mark.slow]),
     "tools_bench.py": (["--runs", "1", "--scale", "0.01"], "usage.load_job", []),
 }
 

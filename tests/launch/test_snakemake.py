@@ -1,9 +1,12 @@
 """`invoke snakemake.profile` (issue 24): the profile and the Slurm plugin's partition file from the registry, golden
-and deterministic; --check fails when stale. (The example workflow and a run through the plugin are not here yet.)"""
+and deterministic; --check fails when stale; the plugin's own partition selection, reading the file, picks the partition
+the registry implies. The example workflow's run through the plugin on the sandbox: test_snakemake_sandbox.py."""
 
 from __future__ import annotations
 
 import io
+import logging
+import types
 
 import pytest
 import yaml
@@ -36,3 +39,46 @@ def test_write_then_check_then_stale(launch_project):
     with pytest.raises(ShipyardError, match="config.yaml: stale; regenerate with invoke snakemake.profile") as exc:
         launch_commands.snakemake_profile(ctx, "lab-ib", check=True)
     assert exc.value.exit_code == 1
+
+
+PARTITIONED = """\
+environments:
+  e: {torch: "2.3.1", cuda: "12.1", python: "3.11", os: ubuntu22.04}
+clusters:
+  site:
+    runtime: host
+    fabric: socket
+    gpus_per_node: 4
+    cpus_per_node: 64
+    gpus: [{model: A100, arch: sm_80}]
+    scheduler:
+      partition: a100
+      partitions:
+        cpu: {gpus_per_node: 0, cpus_per_node: 128, mem_per_node: 512G, max_time: "24:00:00"}
+        a100: {mem_per_node: 256G, max_time: "48:00:00"}
+        h100: {gpus: [{model: H100, arch: sm_90}], cpus_per_node: 96, mem_per_node: 1024G, max_time: "12:00:00"}
+defaults: {environment: e, cluster: site}
+"""
+
+
+@pytest.mark.parametrize("resources, threads, expected", [
+    ({"mem_mb": 100_000, "runtime": 600}, 16, "cpu"),          # no GPU: the partition without GPUs
+    ({"gpu": 2, "gpu_model": "a100", "runtime": 60}, 1, "a100"),
+    ({"gpu": 1, "gpu_model": "h100", "runtime": 60}, 1, "h100"),
+    ({"gpu": 1, "runtime": 40 * 60}, 1, "a100"),               # longer than h100's 12 h
+    ({"gpu": 1, "mem_mb": 600_000}, 1, "h100"),                # more memory than a100's 256G
+])
+def test_the_plugin_picks_the_partition_the_registry_implies(tmp_path, make_project, resources, threads, expected):
+    """The plugin's own reader and scorer (snakemake-executor-plugin-slurm) on the file shipyard writes. Snakemake's
+    dry run (-n) runs no executor plugin, so it shows no partition; the plugin logs its choice when it submits (the
+    sandbox test checks that line). The job is a plain object with the fields the scorer reads (name, threads,
+    resources), as Snakemake's job gives them."""
+    plugin = pytest.importorskip("snakemake_executor_plugin_slurm.partitions")  # test extras, Python >= 3.11
+    reg = make_project(PARTITIONED)
+    files = snakemake.render(reg, reg.environment(None), reg.cluster("site"))
+    path = snakemake.directory(reg.root, "site") / snakemake.PARTITIONS
+    snakemake.write(files)
+    parts = plugin.read_partition_file(path)
+    assert sorted(p.name for p in parts) == ["a100", "cpu", "h100"]
+    job = types.SimpleNamespace(name="rule", threads=threads, resources=resources, is_group=lambda: False)
+    assert plugin.get_best_partition(parts, job, logging.getLogger(__name__)) == expected

@@ -60,6 +60,20 @@ def test_nodes_resolve_each_other_and_see_this_python(sandbox):
     assert res.stdout.split()[-1] == str(Path(sys.executable).parent / "python")
 
 
+def test_a_jobs_own_srun_finds_slurm_conf_without_slurm_conf(sandbox, tmp_path):
+    """On a node, Slurm's default configuration path (/etc/slurm) holds the sandbox's files, as on a real compute
+    node: a job step started with $SLURM_CONF dropped (Snakemake's jobstep plugin drops it) still reaches the
+    controller. The host's /etc/slurm is untouched (the bind exists only in the nodes' mount namespaces)."""
+    host_before = sorted(os.listdir("/etc/slurm"))
+    out = tmp_path / "job.out"
+    res = sandbox.run(["sbatch", "--wait", "-N1", "-w", "node2", "-o", str(out), "--wrap",
+                       'env -u SLURM_CONF srun -n1 hostname && cmp /etc/slurm/slurm.conf "$SLURM_CONF"'],
+                      client_timeout=120)
+    assert res.returncode == 0, (res.stderr, out.read_text() if out.exists() else "")
+    assert out.read_text().split() == ["node2"]
+    assert sorted(os.listdir("/etc/slurm")) == host_before
+
+
 def test_fake_gpus_accepted_and_bounded(sandbox):
     ok = sandbox.run(["srun", "-N2", "--gpus-per-node=2", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES"])
     assert ok.returncode == 0, ok.stderr
