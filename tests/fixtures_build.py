@@ -101,6 +101,8 @@ def apptainer_double(monkeypatch, tmp_path):
     # the preflight's free-space check must see enough room; point apptainer's dirs at the test's tmp
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "cache"))
+    # a SIF with a root filesystem (built from docker-daemon://) is unpacked once per file, not once per exec
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_CACHE", str(tmp_path / "apptainer-double-rootfs"))
     return calls
 
 
