@@ -246,9 +246,44 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch) -> dict[str, flo
     assert len([w for w in lines if w.startswith("/opt/venv/") and w.endswith("/torch/__init__.py")]) == 2, res.stdout
     assert len([w for w in lines if w.startswith("/opt/venv/bin/python")]) == 2, res.stdout
 
+    t0 = time.monotonic()
+    _real_charliecloud(sandbox, root, sqsh, pyx_path)
+    times["2-node charliecloud training job (unpack included)"] = time.monotonic() - t0
+
     with open(sqsh, "ab") as fh:
         fh.write(b"tampered")
     job, info, text = submit("real-pyxis-tampered")
     assert info["ExitCode"] == "3:0", text[-3000:]
     assert "changed after it was staged" in text and "job step exit code" not in text
     return times
+
+
+def _real_charliecloud(sandbox, root: Path, sqsh: Path, reg_path: Path) -> None:
+    """Issue 18 point 4 with the real image: a 2-node `invoke launch --runtime charliecloud` job trains
+    examples/train.py to the end inside the real image with the real ch-run 0.31, torch from the image.
+
+    The image is the staged .sqsh unpacked into a directory (ch-run's other image kind) with the project's path
+    made as a mount point: a SquashFS is read-only and ch-run 0.31 cannot create a bind destination in it (a
+    Charliecloud user's directory images take their mount points the same way)."""
+    image = root / ".sandbox" / "images" / "real-ch"
+    subprocess.run(["unsquashfs", "-n", "-d", str(image), str(sqsh)], check=True, stdout=subprocess.DEVNULL)
+    (image / str(root).lstrip("/")).mkdir(parents=True, exist_ok=True)
+    text = run_launch(["examples/train.py", "--steps", "20"], submit=True, registry_path=reg_path,
+                      environment="real", cluster="sandbox", runtime="charliecloud", nodes=2, name="real-ch",
+                      image=str(image))
+    job = re.search(r"submitted job (\d+)", text).group(1)
+    info = wait_job(sandbox, job, timeout=600)
+    log = (root / "launch" / "logs" / f"real-ch-{job}.out").read_text()
+    assert info["ExitCode"] == "0:0", log[-4000:]
+    assert "ch-run -b " in (root / "launch" / "real-ch.sbatch").read_text()
+    result = [line for line in log.splitlines() if line.startswith("result:")]
+    assert len(result) == 1 and "end_step=20" in result[0], log[-4000:]
+    assert int(re.search(r"world_size=(\d+)", result[0]).group(1)) >= 2, result
+    # the python and torch of that job are the image's (the host has no /opt/venv, and another torch)
+    res = sandbox.run(["srun", "-N2", "--ntasks-per-node=1", "ch-run", str(image), "--", "/opt/venv/bin/python",
+                       "-c", "import torch; print(torch.__version__, torch.__file__)"], client_timeout=300,
+                      env={**sandbox.env(), "USER": "root"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.split().count("1.13.1+cu117") == 2, res.stdout
+    shutil.rmtree(image)
+
