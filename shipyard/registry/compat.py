@@ -263,6 +263,11 @@ def check_environment(env: Environment) -> list[Problem]:
             f"Python {py} not verified", WARN)
     elif py not in pythons:
         err("python", f"torch {torch} has no wheel for Python {py} (supported: {', '.join(pythons)})")
+    broken = facts().get("torchrun_broken", {}).get(series(torch), {})
+    if py in broken.get("python", []):
+        err("python", f"torch {torch} installs on Python {py}, but its torchrun stops at start there (every launcher "
+            f"uses it; compat.yaml torchrun_broken): use torch >= 2.0 or Python "
+            f"{', '.join(p for p in pythons or [] if p not in broken['python'])}")
     for name in ("torchvision", "torchaudio"):
         pin = getattr(env, name)
         known, want, _ = wheel_lookup(torch, cuda, name)

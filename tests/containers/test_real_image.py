@@ -2,14 +2,14 @@
 %test in the real image -> stage -> a launcher job on the sandbox verifies the staged image's record -> tampering
 stops the next job before srun.
 
-The environment (tests/data/debian12/registry.yaml) is ``torch 1.13.1`` / CUDA 11.7 / Python 3.11 on ``os: debian12``,
+The environment (tests/data/debian12/registry.yaml) is ``torch 2.0.1`` / CUDA 11.7 / Python 3.11 on ``os: debian12``,
 built FROM a Debian 12 base made here with debootstrap from Debian's own packages (tests/containers/fixtures_debian.py), and
 installed from its committed hash lock (tests/data/debian12/definitions/real.lock, written by `invoke lock real
 --exclude-newer 2025-06-01` with uv against PyPI) with pip ``--require-hashes``: the real torch wheel and the real
-nvidia-* CUDA wheels from PyPI. Why this environment: PyPI's Linux torch wheels are CUDA builds, and torch 1.13.1 is
-the smallest release whose facts the compatibility data holds: its cp311 wheel is 887 MB and its closure (cudnn,
-cublas, nvrtc, cuda-runtime cu11) about 1.8 GB, where torch 2.3.1 is 779 MB plus about 2.6 GB of cu12 wheels and
-triton, and newer releases more. The %test still checks python, torch, ``torch.version.cuda`` and the NCCL version
+nvidia-* CUDA wheels from PyPI. Why this environment: PyPI's Linux torch wheels are CUDA builds, and torch 2.0.1 is
+the smallest release whose torchrun runs on Debian 12's Python 3.11 (cu11 wheels; torch 2.3.1 is 779 MB plus about
+2.6 GB of cu12 wheels and triton, newer releases more). torch 1.13.1, smaller, was used until the launchers ran
+torchrun in this image: on Python 3.11 its torchrun stops at start (compat.yaml ``torchrun_broken``). The %test still checks python, torch, ``torch.version.cuda`` and the NCCL version
 torch reports, with no GPU. torchvision/torchaudio are left out: more bytes, nothing new exercised.
 
 The build runs behind a real HTTPS proxy (a CONNECT proxy on 127.0.0.1, ``HTTPS_PROXY``) and with a CA bundle under
@@ -112,7 +112,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     # the downloads went through the proxy (pip -> PyPI over CONNECT) and trusted the site's CA bundle
     assert connect_proxy.tunnels, "no download went through the proxy"
     assert "build network: the host's CA bundle and HTTPS_PROXY, NO_PROXY passed" in log
-    # %test ran in the real image and passed (python, torch 1.13.1, torch.version.cuda 11.7, NCCL)
+    # %test ran in the real image and passed (python, torch 2.0.1, torch.version.cuda 11.7, NCCL)
     assert "shipyard: %test passed for real" in log
 
     # nothing of the site's settings in the image: history, config, labels, file system; nor manifest, nor log
@@ -128,7 +128,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
         m.docker_tag, ["/bin/sh", "-c", "ls -A /mnt; find / -xdev -name 'shipyard-build*' -print; "
                             "python -c 'import torch; print(torch.__version__, torch.version.cuda)'"],
         network_mode="none", remove=True).decode()
-    assert res.split() == ["1.13.1+cu117", "11.7"], res
+    assert res.split() == ["2.0.1+cu117", "11.7"], res
     # file contents, not names: every file under /opt (the venv is /opt/venv), /etc and root's home is read for the
     # CA path, the marker and the proxy URL (the bare port is left out: five digits occur by chance in 2 GB of
     # binaries). grep exits 1 when nothing matches; the venv must be among what it read.
@@ -231,7 +231,7 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch) -> dict[str, flo
     assert int(re.search(r"world_size=(\d+)", result[0]).group(1)) >= 2, result
     assert all(f"shipyard: node {i} (node{i + 1}) of 2 starting torchrun" in text for i in range(2)), text[-4000:]
     # torch in that job came from the image: the same named container (pyxis --container-name, reused per node)
-    # answers with the image's torch 1.13.1 under /opt/venv, which the host does not have (its venv has another)
+    # answers with the image's torch 2.0.1 under /opt/venv, which the host does not have (its venv has another)
     script = (root / "launch" / "real-pyxis.sbatch").read_text()
     name = re.search(r"--container-name=(\S+)", script)
     assert name and name.group(1) == f"real-{rec.sha256[:16]}", script[:3000]
@@ -242,7 +242,7 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch) -> dict[str, flo
                        "torch.__file__)'"], client_timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.split()
-    assert lines.count("/opt/venv/bin/torchrun") == 2 and lines.count("1.13.1+cu117") == 2, res.stdout
+    assert lines.count("/opt/venv/bin/torchrun") == 2 and lines.count("2.0.1+cu117") == 2, res.stdout
     assert len([w for w in lines if w.startswith("/opt/venv/") and w.endswith("/torch/__init__.py")]) == 2, res.stdout
     assert len([w for w in lines if w.startswith("/opt/venv/bin/python")]) == 2, res.stdout
 
@@ -284,6 +284,6 @@ def _real_charliecloud(sandbox, root: Path, sqsh: Path, reg_path: Path) -> None:
                        "-c", "import torch; print(torch.__version__, torch.__file__)"], client_timeout=300,
                       env={**sandbox.env(), "USER": "root"})
     assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.split().count("1.13.1+cu117") == 2, res.stdout
+    assert res.stdout.split().count("2.0.1+cu117") == 2, res.stdout
     shutil.rmtree(image)
 

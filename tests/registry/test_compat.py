@@ -291,8 +291,19 @@ def test_companions_carry_their_own_pythons(torch, cuda, py, bad):
     over = {"torch": f'"{torch}"', "cuda": f'"{cuda}"', "python": f'"{py}"'}
     assert any(bad in p.message for p in errors(problems(env_over=over)))
     left_out = {**over, "torchvision": "false", "torchaudio": "false"}
-    assert errors(problems(env_over=left_out)) == []
+    assert [p for p in errors(problems(env_over=left_out)) if "torchrun" not in p.message] == []
     assert errors(problems(env_over={**over, "python": '"3.10"'})) == []
+
+
+def test_a_torchrun_that_stops_at_start_is_refused():
+    """torch 1.13.1 has a cp311 wheel, and its torchrun stops at start on 3.11 (seen in the real image): ERROR,
+    naming the Pythons that work; 3.10 and torch 2.0.1 on 3.11 pass."""
+    over = {"torch": '"1.13.1"', "cuda": '"11.7"', "python": '"3.11"', "torchvision": "false", "torchaudio": "false"}
+    (p,) = errors(problems(env_over=over))
+    assert p.key.endswith(".python") and "its torchrun stops at start there" in p.message
+    assert "use torch >= 2.0 or Python 3.7, 3.8, 3.9, 3.10" in p.message
+    assert errors(problems(env_over={**over, "python": '"3.10"'})) == []
+    assert errors(problems(env_over={**over, "torch": '"2.0.1"'})) == []
 
 
 def test_unknown_companion_pythons_warn_not_verified(monkeypatch):
