@@ -24,7 +24,7 @@ from typing import Sequence
 from shipyard import slurm
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
-from shipyard.launch import options
+from shipyard.launch import fabric, options
 from shipyard import runtimes
 from shipyard.runtimes.mounts import job_mounts
 from shipyard.runtimes import Placement
@@ -104,7 +104,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
         except ValueError as exc:
             raise ShipyardError(f"--command {command!r}: {exc} (give a shell command line, e.g. --command "
                                 "'hostname; nproc')") from None
-    words = ["bash", "-c", command] if command is not None else None
+    words = ["bash", "-c", _with_injected_paths(cluster, env, command)] if command is not None else None
     time = time or _default_time(cluster)
     srun = ["srun", f"--partition={partition}"]
     if cluster.account:
@@ -127,6 +127,14 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
         node = rt.exec_words(place) + words
     modules = rt.modules(cluster)
     return ShellPlan(cluster.name, tuple(modules), tuple(srun + node), snippet, words is None)
+
+
+def _with_injected_paths(cluster: Cluster, env: Environment, command: str) -> str:
+    """``command`` after the host injection's path lists go in front of the image's own values, as in a launcher
+    (launch/fabric.py: never exported from the host, where the runtime would let them replace the image's)."""
+    exports = [f'export {v.name}={shell_quote(v.value)}"${{{v.name}:+:${v.name}}}"'
+               for v in fabric.fabric_env(cluster, env) if v.prepend]
+    return "; ".join([*exports, command])
 
 
 def command_line(plan: ShellPlan) -> str:

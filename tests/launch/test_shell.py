@@ -248,3 +248,20 @@ def test_command_is_one_shell_string_and_shells_have_a_time_limit(tools_registry
     no_time = shell.build(tools_registry, tools_registry.environment(None), cl, user="alice")
     assert f"--time={options.defaults()['shell_time']}" in no_time.argv
     assert "--time=00:05:00" in _plan(tools_registry, None, "grete", time="00:05:00", user="alice").argv
+
+
+def test_command_gets_the_host_injections_paths_in_front_of_the_images(tools_registry):
+    """A host-injected library path goes in front of the container's own value inside it, as in a launcher (issue 18
+    point 6), also for `invoke shell --command`; nothing of it is exported from the host."""
+    from dataclasses import replace
+
+    cl = tools_registry.cluster("sandbox")
+    cl = replace(cl, fabric_options={**cl.fabric_options, "host_injection": {
+        "binds": ["/opt/amazon/efa"], "env": {"LD_LIBRARY_PATH": "/opt/amazon/efa/lib"}}})
+    plan = shell.build(tools_registry, tools_registry.environment(None), cl, command="ldd x", user="alice")
+    assert plan.argv[-3:] == ("bash", "-c", "export LD_LIBRARY_PATH=/opt/amazon/efa/lib\"${LD_LIBRARY_PATH:+:"
+                                            "$LD_LIBRARY_PATH}\"; ldd x")
+    out = subprocess.run(["bash", "-c", plan.argv[-1].replace("ldd x", 'echo "$LD_LIBRARY_PATH"')],
+                         env={"LD_LIBRARY_PATH": "/opt/image/lib", "PATH": "/usr/bin:/bin"}, capture_output=True,
+                         text=True).stdout
+    assert out == "/opt/amazon/efa/lib:/opt/image/lib\n"
