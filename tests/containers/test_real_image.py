@@ -85,6 +85,8 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
     calls = apptainer_double  # the strict double first on PATH, its call log, apptainer's dirs under tmp_path
+    # CI's cost: the double's SIF partition uncompressed (gzip of the image's GBs on 2 cores takes minutes)
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SQUASH_OPTIONS", "-noI -noD -noF -noX -no-duplicates")
     # the private dockerd has no bridge network: downloads need the host's (a site setting, like a proxy)
     monkeypatch.setenv("SHIPYARD_DOCKER_NETWORK", "host")
     # the site's network settings: the host's CA bundle under a private path, and a real proxy
