@@ -30,6 +30,14 @@ from torch import nn
 FEATURES = 16
 
 
+def say(line: str) -> None:
+    """One line in one write: ranks of a node share one output file, and print() writes the text and its newline
+    in two calls when the stream is unbuffered (torchrun's workers), so another rank's line could land between them
+    (seen on the sandbox: a `result:` line with a `rank 1/4 step ...` glued to its end)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=60, help="train until this global step (default 60)")
@@ -91,7 +99,7 @@ def main(argv=None) -> int:
         optim.load_state_dict(ckpt["optim"])
         start = int(ckpt["step"])
         if rank == 0:
-            print(f"rank {rank}/{world} resumed from {args.checkpoint} at step {start}", flush=True)
+            say(f"rank {rank}/{world} resumed from {args.checkpoint} at step {start}")
     ddp = nn.parallel.DistributedDataParallel(model)
     first = last = None
     step = start
@@ -101,8 +109,7 @@ def main(argv=None) -> int:
         if flag.item() > 0:
             if rank == 0:
                 save_checkpoint(args.checkpoint, step, model, optim)
-                print(f"rank {rank}/{world} SIGUSR2: checkpoint at step {step} in {args.checkpoint}; exiting",
-                      flush=True)
+                say(f"rank {rank}/{world} SIGUSR2: checkpoint at step {step} in {args.checkpoint}; exiting")
             dist.barrier()
             break
         x, y = batch(args.seed, rank, step, args.batch, device)
@@ -116,15 +123,15 @@ def main(argv=None) -> int:
         mean = mean.item() / world
         first = mean if first is None else first
         last = mean
-        print(f"rank {rank}/{world} step {step} loss {loss.item():.4f}", flush=True)
+        say(f"rank {rank}/{world} step {step} loss {loss.item():.4f}")
         if rank == 0 and (step % args.checkpoint_every == 0 or step == args.steps):
             save_checkpoint(args.checkpoint, step, model, optim)
         if args.step_delay:
             time.sleep(args.step_delay)
     if rank == 0:
         fmt = lambda v: "none" if v is None else f"{v:.4f}"  # noqa: E731
-        print(f"result: world_size={world} start_step={start} end_step={step} first_loss={fmt(first)} "
-              f"last_loss={fmt(last)} checkpoint={args.checkpoint}", flush=True)
+        say(f"result: world_size={world} start_step={start} end_step={step} first_loss={fmt(first)} "
+            f"last_loss={fmt(last)} checkpoint={args.checkpoint}")
     del ddp  # DDP's reducer holds the process group: release it before the group is destroyed
     dist.barrier()  # leave together: a rank tearing down gloo while a peer still saves can abort the peer
     dist.destroy_process_group()
