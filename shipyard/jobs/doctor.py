@@ -138,11 +138,16 @@ def _apptainer(cluster: Cluster, env: Environment, where: str, p: Probe) -> Find
     return Finding(PASS, where, "apptainer", v)
 
 
+def _not_needed(cluster: Cluster, where: str, tool: str, v: str) -> Finding:
+    """A tool this cluster's runtime does not use: PASS, saying whether it is there anyway."""
+    return Finding(PASS, where, tool, f"not needed (runtime {cluster.runtime}); "
+                   f"{'not installed' if v == 'missing' else 'version ' + v}")
+
+
 def _enroot(cluster: Cluster, where: str, p: Probe) -> Finding:
     v = _one(p, "enroot") or "missing"
     if not _needs(cluster, "enroot"):
-        return Finding(PASS, where, "enroot", f"not needed (runtime {cluster.runtime}); "
-                       f"{'not installed' if v == 'missing' else 'version ' + v}")
+        return _not_needed(cluster, where, "enroot", v)
     if v == "missing":
         status = FAIL if where != LOGIN else WARN
         why = "pyxis needs enroot on every compute node" if where != LOGIN else \
@@ -157,8 +162,7 @@ def _ch_run(cluster: Cluster, where: str, p: Probe) -> Finding:
     """Charliecloud's ch-run runs the job on every compute node; on the login node it only matters for tries."""
     v = _one(p, "ch-run") or "missing"
     if not _needs(cluster, "ch-run"):
-        return Finding(PASS, where, "ch-run", f"not needed (runtime {cluster.runtime}); "
-                       f"{'not installed' if v == 'missing' else 'version ' + v}")
+        return _not_needed(cluster, where, "ch-run", v)
     if v == "missing":
         status = FAIL if where != LOGIN else WARN
         why = "runtime charliecloud runs every job step through ch-run" if where != LOGIN else \
