@@ -193,18 +193,17 @@ def stage_record(image: Path, input_hash: str = "b" * 64) -> Path:
 
 
 def make_sif(path: Path) -> Path:
-    """A real SIF file (squashfs partition added with siftool), as the apptainer double requires."""
+    """A real SIF file that holds only a definition (siftool), as the apptainer double requires. With no root
+    filesystem partition the double runs the command on the host: these are tests of the launcher's plumbing with
+    the host's Python, not of an image (a SIF with a partition runs inside it, which an empty one cannot)."""
     import subprocess
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "rootfs").mkdir()
-        (Path(d) / "rootfs" / "hello").write_text("hi\n")
-        sq = Path(d) / "fs.sqfs"
-        subprocess.run(["mksquashfs", str(Path(d) / "rootfs"), str(sq), "-noappend", "-all-root", "-quiet"],
-                       check=True, capture_output=True)
+        deffile = Path(d) / "image.def"
+        deffile.write_text("Bootstrap: docker\nFrom: debian:12-slim\n")
         subprocess.run(["siftool", "new", str(path)], check=True, capture_output=True)
-        subprocess.run(["siftool", "add", str(path), str(sq), "--datatype", "4", "--parttype", "2", "--partfs",
-                        "1", "--partarch", "2"], check=True, capture_output=True)
+        subprocess.run(["siftool", "add", str(path), str(deffile), "--datatype", "1"], check=True,
+                       capture_output=True)
     return path

@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.slurm]
 def test_an_image_without_torchrun_fails_with_one_line(sandbox, sandbox_project, real_pyxis, busybox_sqsh):
     image = sandbox_project / "no-torch.sqsh"
     shutil.copy(busybox_sqsh, image)
+    (sandbox_project / "train.py").write_text("raise SystemExit('never runs: the image has no torchrun')\n")
     out = run_launch(["train.py"], submit=True, cluster="sandbox", runtime="pyxis", nodes=2, image=str(image),
                      name="no-torchrun")
     job = re.search(r"submitted job (\d+)", out).group(1)
