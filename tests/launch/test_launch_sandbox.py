@@ -122,6 +122,10 @@ def _start_requeued_now(sandbox, job: str, timeout: float = 120) -> None:
         fields = slurm.job_fields(slurm.SANDBOX, job, sandbox.directory)
         if fields.get("Restarts") == "1" and fields.get("JobState") == "PENDING":
             if fields.get("Reason") == "BeginTime":
+                # only once the first run has left the nodes: a start while a node still completes it failed
+                while time.monotonic() < deadline and any(
+                        t != "idle" for t in sandbox.run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.split()):
+                    time.sleep(0.3)
                 res = sandbox.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
                 assert res.returncode == 0, res.stderr
             return
