@@ -8,10 +8,12 @@ Why a data file and not code: which variables a fabric needs changes with aws-of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from shipyard import facts as data
 from shipyard import nccl_transport
 from shipyard.errors import ShipyardError
+from shipyard.escaping import shell_quote
 from shipyard.registry import compat, fabric_checks
 from shipyard.registry.model import Cluster, Environment
 
@@ -32,6 +34,12 @@ class EnvVar:
     # A path list put IN FRONT of the image's value inside the container (never exported from the host, where the
     # runtime would let it replace the image's value): launch.yaml's prepend_in_container, from host_injection.
     prepend: bool = False
+
+
+def prepend_exports(env: Sequence[EnvVar]) -> list[str]:
+    """The shell that puts each ``prepend`` variable of ``env`` in front of the container's own value (run inside
+    it): launchers and `invoke shell --command` use the same lines."""
+    return [f'export {v.name}={shell_quote(v.value)}"${{{v.name}:+:${v.name}}}"' for v in env if v.prepend]
 
 
 def aws_ofi_nccl_version(cluster: Cluster) -> str | None:

@@ -37,6 +37,7 @@ from shipyard.launch.fabric import (
     expected_transport,
     fabric_env,
     launch_data,
+    prepend_exports,
 )
 from shipyard.runtimes.mounts import Mount, job_mounts, parse_mounts
 from shipyard.runtimes import Placement, Runtime
@@ -498,7 +499,7 @@ def container_argv(l: Launcher) -> list[str]:
 
 def _prepend_exports(l: Launcher) -> str:
     """Shell that puts host-injected path lists in front of the container's own values (run inside it)."""
-    return "; ".join(f'export {v.name}={shell_quote(v.value)}"${{{v.name}:+:${v.name}}}"' for v in l.env if v.prepend)
+    return "; ".join(prepend_exports(l.env))
 
 
 def render(l: Launcher) -> str:

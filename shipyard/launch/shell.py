@@ -132,9 +132,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
 def _with_injected_paths(cluster: Cluster, env: Environment, command: str) -> str:
     """``command`` after the host injection's path lists go in front of the image's own values, as in a launcher
     (launch/fabric.py: never exported from the host, where the runtime would let them replace the image's)."""
-    exports = [f'export {v.name}={shell_quote(v.value)}"${{{v.name}:+:${v.name}}}"'
-               for v in fabric.fabric_env(cluster, env) if v.prepend]
-    return "; ".join([*exports, command])
+    return "; ".join([*fabric.prepend_exports(fabric.fabric_env(cluster, env)), command])
 
 
 def command_line(plan: ShellPlan) -> str:
