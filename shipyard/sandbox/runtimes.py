@@ -247,10 +247,15 @@ def read_record(prefix_root: Path = Path("/")) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
+def _record_for(root, prefix_root: Path = Path("/")) -> dict | None:
+    """The machine-wide record when it was made for the sandbox in ``root``, else None."""
+    rec = read_record(prefix_root)
+    return rec if rec and rec.get("sandbox") == str(Path(root)) else None
+
+
 def installed_for(root, prefix_root: Path = Path("/")) -> bool:
     """Whether the machine's enroot install is the one made for the sandbox in ``root``."""
-    rec = read_record(prefix_root)
-    return bool(rec) and rec.get("sandbox") == str(Path(root))
+    return _record_for(root, prefix_root) is not None
 
 
 def node_local(root: Path) -> Path:
@@ -278,19 +283,6 @@ def plugstack_entry(build_dir: Path, root: Path) -> tuple[Path, list[str]]:
     f = runtime_facts()["pyxis"]
     return build_dir / f["library"], [f"runtime_path={node_local(root)}/pyxis",
                                       f"container_scope={f['container_scope']}"]
-
-
-def _write_file(target: Path, data: bytes, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, mode)
-        os.rename(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/"),
@@ -324,7 +316,7 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
     def save():
         atomic_write(_record_path(prefix_root), json.dumps(record, indent=2) + "\n")
 
-    def ensure_dir(d: Path, then_save: bool = True):
+    def ensure_dir(d: Path):
         missing = []
         while not d.exists():
             if d.is_symlink():
@@ -334,8 +326,7 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
         for m in reversed(missing):
             m.mkdir(mode=0o755)
             record["dirs"].append(str(m))
-        if then_save:
-            save()
+        save()
 
     if _record_path(prefix_root).is_symlink():
         raise ShipyardError(f"sandbox.runtimes: {_record_path(prefix_root)} is a symlink; not following it "
@@ -352,7 +343,7 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
                 if e["path"] == str(dst):
                     e["sha256"] = digest
         save()  # recorded before written: a crash leaves the record naming it
-        _write_file(dst, data, mode)
+        atomic_write(dst, data, mode)
 
     for src, dst in wanted:
         if src.is_dir():
@@ -370,9 +361,9 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
 def uninstall(root, prefix_root: Path = Path("/")) -> list[str]:
     """Remove exactly what :func:`install` recorded for the sandbox in ``root``: each file while its sha256 is still
     ours, then the folders it created, when empty. Returns a line per thing left in place (changed since)."""
-    if not installed_for(root, prefix_root):
+    record = _record_for(root, prefix_root)
+    if record is None:
         return []
-    record = read_record(prefix_root)
     kept = []
     for e in reversed(record.get("files", [])):
         p = Path(e["path"])
