@@ -92,9 +92,10 @@ def wait(job: slurm.Job, timeout: float = 600) -> dict:
     still running after ``timeout`` seconds is cancelled and is exit 1."""
     t0 = time.monotonic()
     state = job.wait(timeout)
-    if job.stuck():
+    stuck = job.stuck()
+    if stuck:
         job.cancel()
-        raise ShipyardError(f"demo: job {job.id} cannot start ({job.stuck()}); cancelled it", exit_code=1)
+        raise ShipyardError(f"demo: job {job.id} cannot start ({stuck}); cancelled it", exit_code=1)
     if not job.ended(state):
         job.cancel()
         raise ShipyardError(f"demo: job {job.id} did not finish within {timeout:.0f} s (state {state or 'unknown'}); "

@@ -54,8 +54,9 @@ def logs(ctx: Context, jobid: str, follow: bool = False, lines: int | str = 20, 
     if follow:
         job = slurm.Job(where, str(jobid))
         state = job.follow(path, ctx.out, offset=size)
-        if job.stuck():  # requeued, and now it cannot start again
-            raise ShipyardError(f"job {jobid} cannot start ({job.stuck()}): it stays PENDING until that changes",
+        stuck = job.stuck()
+        if stuck:  # requeued, and now it cannot start again
+            raise ShipyardError(f"job {jobid} cannot start ({stuck}): it stays PENDING until that changes",
                                 exit_code=1)
         if state is not None and not slurm.succeeded(state):
             raise ShipyardError(f"job {jobid} ended {state}", exit_code=1)

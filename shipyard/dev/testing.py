@@ -146,11 +146,11 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
             finally:
                 codes.append(rest.wait())
             rest_out.seek(0)
-            reports = [rest_out.read().decode(errors="replace")]
+            report = rest_out.read().decode(errors="replace")
         print("\n" + "=" * 30 + " tests without services (run beside the above) " + "=" * 30)
-        sys.stdout.write(reports[0])
+        sys.stdout.write(report)
         totals: dict[str, int] = {}
-        for part in ("".join(shown), *reports):
+        for part in ("".join(shown), report):
             for key, n in counts(part).items():
                 totals[key] = totals.get(key, 0) + n
         line = f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed"

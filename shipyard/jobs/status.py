@@ -182,9 +182,10 @@ def find_log(reg: Registry, cluster: Cluster, jobid: str, wait: bool = False) ->
             if wait and not p.exists():  # a pending job: Slurm creates the file when it starts
                 job = slurm.Job(cluster, jobid)
                 job.wait(poll=slurm.policy()["poll"]["log_s"], until=p.exists)
-                if job.stuck():
-                    raise ShipyardError(f"job {jobid} cannot start ({job.stuck()}): it stays PENDING until that "
-                                        "changes; nothing to follow", exit_code=1)
+                stuck = job.stuck()
+                if stuck:
+                    raise ShipyardError(f"job {jobid} cannot start ({stuck}): it stays PENDING until that changes; "
+                                        "nothing to follow", exit_code=1)
             if p.exists():
                 return p
     found, elsewhere = logs_for(reg, cluster.name, jobid)
