@@ -54,6 +54,7 @@ class Plan:
     slurmd_port: int
     real_memory_mb: int
     def_mem_per_cpu_mb: int
+    cred_expire_s: int
     prefix_len: int
     bridge: str
 
@@ -99,6 +100,7 @@ def make_plan(directory, nodes: int | None = None, gpus_per_node: int | None = N
         slurmd_port=int(net["slurmd_port"]),
         real_memory_mb=int(f["node_real_memory_mb"]),
         def_mem_per_cpu_mb=int(f["def_mem_per_cpu_mb"]),
+        cred_expire_s=int(f["cred_expire_s"]),
         prefix_len=int(net["prefix_len"]),
         bridge=net["bridge"],
     )

@@ -95,9 +95,9 @@ def test_usr2_checkpoints_and_requeues_then_resumes(sandbox, sandbox_project):
     wait_for_text(log, "step 3 loss")
     res = sandbox.run(["scancel", "--batch", "--signal=USR2", job])  # what --signal=B:USR2@T does at T
     assert res.returncode == 0, res.stderr
-    # Slurm holds the requeued job PENDING (BeginTime) for about two minutes before it may start again. Moving its
-    # start to now (scontrol update StartTime=now) was tried for CI time: the early start failed the job in 2 of 3
-    # runs, so the test waits as a user's job would.
+    # Slurm holds the requeued job PENDING (BeginTime) for the credential lifetime before it may start again: the
+    # sandbox's AuthInfo cred_expire (data/sandbox.yaml), 120 s on a default site. Moving its start to now (scontrol
+    # update StartTime=now) failed the job in 2 of 3 runs (the new launch credential must outlive the revoked one's).
     info = wait_job(sandbox, job, timeout=300)
     text = log.read_text()
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", text[-3000:]
