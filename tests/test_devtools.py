@@ -21,27 +21,33 @@ def test_package_list_is_data_and_checked_with_dpkg():
     assert devtools.missing_packages(["no-such-package-zzz"]) == ["no-such-package-zzz"]
 
 
-def test_services_run_in_a_process_of_their_own():
-    services, rest = devtools.phases(["-q", "-m", "not slow", "tests/launch"])
-    assert services == ["-p", "no:xdist", "-q", "-m", "(not slow) and (slurm or docker)", "tests/launch"]
+def test_services_run_in_two_processes_of_their_own():
+    builds, slurm, rest = devtools.phases(["-q", "-m", "not slow", "tests/launch"])
+    # dockerd's tests and the real-runtime tests (machine-wide enroot) together; the other Slurm tests beside them
+    assert builds == ["-p", "no:xdist", "-q", "-m", "(not slow) and (docker or real_runtimes)", "tests/launch"]
+    assert slurm == ["-p", "no:xdist", "-q", "-m", "(not slow) and ((slurm or docker) and not (docker or real_runtimes))",
+                     "tests/launch"]
     assert rest == ["-n", "2", "--dist", "loadfile", "-q", "-m", "(not slow) and (not (slurm or docker))",
                     "tests/launch"]
-    assert devtools.phases(["-x"])[0] == ["-p", "no:xdist", "-m", "slurm or docker", "-x"]
+    assert devtools.phases(["-x"])[0] == ["-p", "no:xdist", "-m", "docker or real_runtimes", "-x"]
     assert devtools.with_marks(["-mnot pypi"], "slurm") == ["-m", "(not pypi) and (slurm)"]
     # arguments that choose the workers are run as given, once
     assert devtools.phases(["-n", "4", "-q"]) == [["-n", "4", "-q"]]
     assert devtools.phases(["-p", "no:xdist"]) == [["-p", "no:xdist"]]
 
 
-def test_a_failure_in_either_run_fails_the_whole(tmp_path, capsys):
+def test_a_failure_in_any_run_fails_the_whole(tmp_path, capsys):
     (tmp_path / "test_x.py").write_text("import pytest\n\ndef test_ok():\n    pass\n\n"
                                         "@pytest.mark.slurm\ndef test_bad():\n    assert False\n\n"
-                                        "@pytest.mark.docker\ndef test_d():\n    pass\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: s\n    docker: d\n")
+                                        "@pytest.mark.docker\ndef test_d():\n    pass\n\n"
+                                        "@pytest.mark.slurm\n@pytest.mark.real_runtimes\ndef test_r():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: s\n    docker: d\n    real_runtimes: r\n")
     assert devtools.run_tests(["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
                               install=False) == 1
-    # one closing line with both runs' totals, the form CI reads
-    assert capsys.readouterr().out.splitlines()[-1] == "tests: 2 passed, 1 failed"
+    out = capsys.readouterr().out
+    # each test ran once, in its run; one closing line with the three runs' totals, the form CI reads
+    assert out.splitlines()[-1] == "tests: 3 passed, 1 failed"
+    assert "tests marked (slurm or docker) and not (docker or real_runtimes) (run beside the above)" in out
 
 
 def test_counts_read_pytests_closing_line():

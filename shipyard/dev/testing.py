@@ -7,6 +7,7 @@ failure, so a suite that silently collects nothing cannot pass CI.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -55,7 +56,9 @@ def ensure_packages(packages: list[str] | None = None) -> None:
         raise ShipyardError(f"apt-get install {' '.join(missing)} failed (exit {res.returncode})")
 
 
-SERVICES = "slurm or docker"  # the marks of tests that use the machine's one Slurm sandbox or dockerd
+SERVICES = "slurm or docker"  # the marks of tests that use a Slurm sandbox or dockerd
+# The tests that use dockerd or the machine-wide real enroot + pyxis install (tests/needs.py): one process for them.
+BUILDS = "docker or real_runtimes"
 
 
 def choose_workers(pytest_args: list[str]) -> bool:
@@ -85,17 +88,22 @@ def with_marks(pytest_args: list[str], phase: str) -> list[str]:
 
 
 def phases(pytest_args: list[str]) -> list[list[str]]:
-    """The pytest runs of `invoke test`: ``[services, rest]``, or one run when the arguments choose the workers.
+    """The pytest runs of `invoke test`, side by side: ``[builds, slurm, rest]``, or one run when the arguments
+    choose the workers.
 
-    The tests that use a service run in one process of their own: the Slurm sandbox is one per machine, a session
-    fixture would start one per xdist worker, and the real-runtime tests install enroot machine-wide for the session
-    (a docker test beside them would see it appear mid-build: tried, and the docker build's formats changed under
-    it). The tests that need no service run beside them on two pytest-xdist workers, whole files per worker (module
-    fixtures and per-file bookkeeping hold as in a serial run). (xdist's ``--dist loadgroup`` could do this in one
-    run, but it cannot rename pytest 9's node ids, so it groups nothing.)"""
+    A service is a session fixture, so the tests that use one run serially in a process of their own; two such
+    processes, because their time is spent differently (docker builds compute while Slurm tests mostly wait on jobs
+    and Slurm's delays) and each process starts its own sandbox (sandboxes live in their own network namespaces and
+    folders, so two coexist). What cannot be split: dockerd's tests and the real-runtime tests stay in one process,
+    the ``builds`` run, because ``real_pyxis`` installs enroot machine-wide (a docker build beside it saw enroot
+    appear mid-build and changed its formats: tried) and the install serves one sandbox at a time. The Slurm tests
+    that need neither form the ``slurm`` run. The tests that need no service run on two pytest-xdist workers, whole
+    files per worker (module fixtures and per-file bookkeeping hold as in a serial run). (xdist's ``--dist
+    loadgroup`` could do this in one run, but it cannot rename pytest 9's node ids, so it groups nothing.)"""
     if choose_workers(pytest_args):
         return [list(pytest_args)]
-    return [["-p", "no:xdist", *with_marks(pytest_args, SERVICES)],
+    return [["-p", "no:xdist", *with_marks(pytest_args, BUILDS)],
+            ["-p", "no:xdist", *with_marks(pytest_args, f"({SERVICES}) and not ({BUILDS})")],
             ["-n", "2", "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")]]
 
 
@@ -125,8 +133,8 @@ def _relay(proc: subprocess.Popen, keep: list[str]) -> int:
 def run_tests(pytest_args: list[str], install: bool = True) -> int:
     """Run the tests; pytest's exit 5 (no tests) fails only when no run had a test.
 
-    The runs of :func:`phases` go side by side: the services run (the longest, mostly waiting on jobs) is shown as it
-    goes; the other run's report follows when both are done, then one closing line with the totals."""
+    The runs of :func:`phases` go side by side: the first (the longest) is shown as it goes; the others' reports
+    follow when all are done, then one closing line with the totals."""
     if install:
         ensure_packages()
     note = runtimes.tests_left_out_line(CHECKOUT)
@@ -138,19 +146,25 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
         codes = [subprocess.run([*pytest, *runs[0]]).returncode]
     else:
         shown: list[str] = []
-        with tempfile.TemporaryFile() as rest_out:
-            rest = subprocess.Popen([*pytest, *runs[1]], stdout=rest_out, stderr=subprocess.STDOUT)
+        reports: list[str] = []
+        with contextlib.ExitStack() as stack:
+            outs = [stack.enter_context(tempfile.TemporaryFile()) for _ in runs[1:]]
+            others = [subprocess.Popen([*pytest, *args], stdout=out, stderr=subprocess.STDOUT)
+                      for args, out in zip(runs[1:], outs)]
             try:
                 first = subprocess.Popen([*pytest, *runs[0]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                 codes = [_relay(first, shown)]
             finally:
-                codes.append(rest.wait())
-            rest_out.seek(0)
-            report = rest_out.read().decode(errors="replace")
-        print("\n" + "=" * 30 + " tests without services (run beside the above) " + "=" * 30)
-        sys.stdout.write(report)
+                codes += [p.wait() for p in others]
+            for out in outs:
+                out.seek(0)
+                reports.append(out.read().decode(errors="replace"))
+        for args, report in zip(runs[1:], reports):
+            title = f" tests marked {args[args.index('-m') + 1]} (run beside the above) "
+            print("\n" + "=" * 20 + title + "=" * 20)
+            sys.stdout.write(report)
         totals: dict[str, int] = {}
-        for part in ("".join(shown), report):
+        for part in ("".join(shown), *reports):
             for key, n in counts(part).items():
                 totals[key] = totals.get(key, 0) + n
         line = f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed"

@@ -141,6 +141,7 @@ def _enroot_import(image: str, dest: Path, work: Path) -> Path:
 
 
 @pytest.mark.slurm
+@pytest.mark.real_runtimes
 def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
         docker_env, docker_services, debian12_base, build_context, nccl_tests_image, sandbox, real_pyxis, tmp_path,
         monkeypatch):

@@ -49,7 +49,8 @@ from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.commands.definitions import render as render_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.double]
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.real_runtimes,
+              pytest.mark.double]
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "debian12"
 MARK = "shipyard-e2e-marker"

@@ -20,7 +20,7 @@ import helpers_stage
 from shipyard import registry
 from shipyard.files import sha256_file
 
-pytestmark = [pytest.mark.slurm, pytest.mark.docker]
+pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.real_runtimes]
 
 
 def test_stage_from_a_plain_http_docker_registry_with_real_enroot(

@@ -11,7 +11,7 @@ import shutil
 import pytest
 from fixtures_launch import run_launch, wait_job
 
-pytestmark = [pytest.mark.slurm]
+pytestmark = [pytest.mark.slurm, pytest.mark.real_runtimes]
 
 
 def test_an_image_without_torchrun_fails_with_one_line(sandbox, sandbox_project, real_pyxis, busybox_sqsh):

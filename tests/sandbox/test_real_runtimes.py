@@ -11,7 +11,7 @@ import pytest
 
 from shipyard.sandbox import runtimes
 
-pytestmark = [pytest.mark.slurm]
+pytestmark = [pytest.mark.slurm, pytest.mark.real_runtimes]
 
 
 def _srun(sandbox, image: Path, *args: str, env: dict | None = None):
