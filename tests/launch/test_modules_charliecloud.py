@@ -17,6 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
+from fixtures_invoke import invoke_cli
 from helpers_registry import ROOT
 
 from shipyard import registry
@@ -122,3 +124,17 @@ def test_a_directory_with_a_colon_is_refused_in_one_line(site):
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr == f"python: ch-run cannot bind a directory whose path has a ':' ({odd}); run it from another " \
                          "directory\n"
+
+
+def test_invoke_modules_writes_a_charliecloud_clusters_module(tmp_path):
+    """Issue 18 point 4: `invoke modules ENV --cluster C` for a `runtime: charliecloud` cluster (it was refused)."""
+    reg = yaml.safe_load((ROOT / "registry.yaml").read_text())
+    reg["clusters"]["ch-site"] = {**reg["clusters"]["grete"], "runtime": "charliecloud", "modules": []}
+    (tmp_path / "registry.yaml").write_text(yaml.safe_dump(reg))
+    res = invoke_cli("modules", ENV.name, "--cluster", "ch-site", "--prefix", str(tmp_path / "m"), cwd=ROOT,
+                     env={**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml")}, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "wrote 1 modulefile(s) and 5 wrapper(s)" in res.stdout and f"module load shipyard/{ENV.name}" in res.stdout
+    wrapper = (modules.wrapper_dir(tmp_path / "m", ENV.name) / "torchrun").read_text()
+    assert "\nexec ch-run -b /scratch:/scratch -b /mnt/lustre-grete:/mnt/lustre-grete -b \"$PWD\" --cd \"$PWD\" " \
+           f"{reg['clusters']['grete']['storage']}/{ENV.name}.sqsh -- /bin/sh -c " in wrapper
