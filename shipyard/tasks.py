@@ -569,14 +569,16 @@ def lock_(c, env=None, exclude_newer=None, index_url=None):
     positional=["env"],
     help={
         "env": "environment (default: every environment used on the cluster)",
-        "cluster": "apptainer cluster whose binds and image storage the wrappers use (default: defaults.cluster)",
+        "cluster": "apptainer or charliecloud cluster whose binds and image storage the wrappers use "
+                   "(default: defaults.cluster)",
         "prefix": "where to write modulefiles/ and wrappers/ (default: <project>/modules)",
         "force": "write even when `invoke check` finds an ERROR for an environment on the cluster (warns)",
     },
 )
 @task_guard
 def modules(c, env=None, cluster=None, prefix=None, force=False):
-    """Write Lmod modulefiles shipyard/<env>.lua and apptainer exec --nv wrappers (python, torchrun, pip, ...)."""
+    """Write Lmod modulefiles shipyard/<env>.lua and wrappers (python, torchrun, pip, ...) that run each tool in the
+    image: `apptainer exec --nv` or Charliecloud's `ch-run`, as the cluster's runtime says."""
     raise SystemExit(launch_commands.modules(Context.load(), env, cluster, prefix, force=force))
 
 

@@ -1,11 +1,14 @@
 """Lmod modulefiles and wrapper scripts: ``module load shipyard/<env>`` puts python, torchrun, pip ... on PATH.
 
-Each wrapper is one line: ``exec apptainer exec --nv --bind ... <image> <tool> "$@"``. The ``--nv`` is not optional
-and not configurable: a wrapper without it starts fine and CUDA then silently sees no GPU, the failure that
-singularity-hpc users keep reporting. The binds come from the cluster profile, the image location from
-``<cluster.storage>/<env>.sif`` (the fixed cross-area contract), and the cluster's own modules (``apptainer``) become
-``depends_on`` so that loading ours loads the runtime too. The image path and the wrapper's words are asked of the
-cluster's runtime object (:mod:`shipyard.runtimes`), the one the launchers and ``invoke shell`` ask.
+Each wrapper execs the cluster's runtime on one tool with the student's arguments (``"$@"``), exactly as given:
+``apptainer exec --nv --bind ... <image> <tool>`` on an Apptainer cluster (the ``--nv`` is not optional and not
+configurable: a wrapper without it starts fine and CUDA then silently sees no GPU, the failure that singularity-hpc
+users keep reporting), ``ch-run -b ... -b "$PWD" --cd "$PWD" <image> -- /bin/sh -c PRELUDE ... <tool>`` on a
+Charliecloud one (the launcher's environment prelude, ``$USER`` exported first). The binds come from the cluster
+profile, the image location from the runtime (``<cluster.storage>/<env>.sif`` or ``.sqsh``), and the modules the
+runtime loads in a launcher (``apptainer``) become ``depends_on`` so that loading ours loads the runtime too. The
+image path and every word of the wrapper are asked of the cluster's runtime object (:mod:`shipyard.runtimes`), the
+one the launchers and ``invoke shell`` ask; one template serves every runtime.
 
 Layout under ``--prefix`` (default ``<root>/modules``)::
 
@@ -17,15 +20,15 @@ Rendering is pure (model -> text, golden-tested); :func:`write_modules` only wri
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Iterable
 
-from shipyard import __version__, templating
+from shipyard import __version__, escaping, templating
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
 from shipyard import runtimes
 from shipyard.registry.model import Cluster, Environment, Registry
+from shipyard.runtimes.base import ShellWord
 
 # The tools a course needs inside the image; each gets a wrapper of the same shape.
 TOOLS = ("python", "python3", "pip", "pip3", "torchrun")
@@ -39,21 +42,26 @@ def image_path(reg: Registry | None, cluster: Cluster, env: Environment) -> str:
 
 
 def require_wrapping_runtime(cluster: Cluster, reg: Registry | None = None) -> None:
-    """Modules wrap ``apptainer exec``: refuse runtimes that cannot wrap a tool, naming the clusters that would work."""
+    """Refuse runtimes that cannot wrap a tool (pyxis: a SPANK plugin of srun, nothing to exec on a login node;
+    host), naming the clusters that would work."""
     if runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime").wraps_tools:
         return
     ok = [c.name for c in reg.clusters.values() if runtimes.get(c.runtime).wraps_tools] if reg else []
     able = " or ".join(n for n in runtimes.NAMES if runtimes.get(n).wraps_tools)
     hint = f"use --cluster {' or '.join(ok)}" if ok else f"no cluster in the registry has runtime: {able}"
-    raise ShipyardError(f"--cluster {cluster.name}: runtime is {cluster.runtime}, but modules wrap "
-                        f"`apptainer exec --nv`; {hint}")
+    raise ShipyardError(f"--cluster {cluster.name}: runtime is {cluster.runtime}, but module wrappers need "
+                        f"runtime: {able}; {hint}")
+
+
+def _runtime(cluster: Cluster) -> runtimes.Runtime:
+    return runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime")
 
 
 def wrapper_argv(image: str, cluster: Cluster, tool: str) -> list[str]:
     """The runtime's words that run ``tool`` from ``image`` (``apptainer exec --nv [--bind B]... IMAGE TOOL``), every
-    word shell-quoted for the wrapper script."""
-    rt = runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime")
-    return [shlex.quote(a) for a in rt.tool_words(image, cluster, tool)]
+    word shell-quoted for the wrapper script but the runtime's own shell words (``"$PWD"``)."""
+    return [a if isinstance(a, ShellWord) else escaping.shell_quote(a)
+            for a in _runtime(cluster).tool_words(image, cluster, tool)]
 
 
 def _header(env: Environment, cluster: Cluster) -> str:
@@ -63,9 +71,10 @@ def _header(env: Environment, cluster: Cluster) -> str:
 
 def render_wrapper(env: Environment, cluster: Cluster, tool: str, image: str) -> str:
     """The bash wrapper for one tool."""
+    rt = _runtime(cluster)
     return templating.render("shipyard.launch", "wrapper.sh.j2",
-        header=_header(env, cluster), env=env, cluster=cluster, tool=tool,
-        argv=wrapper_argv(image, cluster, tool),
+        header=_header(env, cluster), env=env, cluster=cluster, tool=tool, title=rt.title, notes=rt.tool_notes(),
+        setup=rt.tool_setup(), argv=wrapper_argv(image, cluster, tool),
     )
 
 
@@ -87,17 +96,19 @@ def render_modulefile(env: Environment, cluster: Cluster, image: str, bin_dir: s
         _lmod_safe(f"clusters.{cluster.name}.env.{key}", value)
     _lmod_safe(f"clusters.{cluster.name}.storage", image)
     _lmod_safe("--prefix", bin_dir)
+    rt = _runtime(cluster)
     pins = [(k, p.value) for k, p in env.pins().items() if p.value and k not in ("base", "torch_index")]
     help_text = (
         f"shipyard environment {env.name} on {cluster.name}: PyTorch {env.torch.value}, CUDA {env.cuda.value}, "
         f"Python {env.python.value}.\n"
         f"Puts {', '.join(TOOLS)} on PATH; each runs inside {image}\n"
-        f"with `apptainer exec --nv` and the cluster's binds ({', '.join(cluster.binds) or 'none'}).\n"
+        f"with {rt.tool_how()} and the cluster's binds ({', '.join(cluster.binds) or 'none'}).\n"
         "Example: torchrun --nproc-per-node=gpu train.py"
     )
     return templating.render("shipyard.launch", "modulefile.lua.j2",
         header=_header(env, cluster), env=env, cluster=cluster, image=image, bin_dir=bin_dir, pins=pins,
-        help_text=help_text, injected=injected,
+        help_text=help_text, injected=injected, how=rt.tool_how(), depends=rt.modules(cluster),
+        image_kind=f"{'an' if rt.title[:1] in 'AEIOU' else 'a'} {rt.title} image",
     )
 
 

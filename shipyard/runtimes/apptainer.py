@@ -14,6 +14,7 @@ from shipyard.runtimes.base import Placement, Runtime, Site
 
 class Apptainer(Runtime):
     name = "apptainer"
+    title = "Apptainer"
     suffix = "sif"
     needs = frozenset({"apptainer", "fakeroot"})
     env_prefix = "APPTAINERENV_"
@@ -46,3 +47,10 @@ class Apptainer(Runtime):
         for b in (getattr(cluster, "host_injection", None) or {}).get("binds") or ():
             argv += ["--bind", f"{b}:{b}:ro"]
         return argv + [image, tool]
+
+    def tool_how(self) -> str:
+        return "`apptainer exec --nv` (the host's NVIDIA driver)"
+
+    def tool_notes(self) -> tuple[str, ...]:
+        return ("--nv binds the host's NVIDIA driver (without it CUDA silently sees no GPU); --bind gives the "
+                "cluster's storage.",)

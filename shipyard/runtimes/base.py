@@ -60,10 +60,17 @@ def storage_dir(root: Path | None, cluster: Site) -> Path | None:
     return root / p
 
 
+class ShellWord(str):
+    """A word of a module wrapper's command that the wrapper's own shell expands when it runs (``"$PWD"``: the
+    student's directory is known only then), so it is written as it is, never quoted. Only runtimes make these, from
+    fixed text: a value from the registry never becomes one."""
+
+
 class Runtime:
     """The defaults describe a runtime without a container (host); a container runtime overrides what it changes."""
 
     name: ClassVar[str]
+    title: ClassVar[str] = ""  # the runtime's name in prose (generated comments): "Apptainer"
     suffix: ClassVar[str | None] = None  # image file suffix on the cluster's storage; None: the runtime has no image
     needs: ClassVar[frozenset[str]] = frozenset()  # what `invoke doctor` checks for: pyxis, enroot, apptainer, fakeroot
     env_prefix: ClassVar[str | None] = None  # the batch script exports <prefix><NAME> for every variable it sets
@@ -117,5 +124,18 @@ class Runtime:
         return ()
 
     def tool_words(self, image: str, cluster: Site, tool: str) -> list[str]:
-        """argv that runs ``tool`` from ``image`` (what a module wrapper execs); only if :attr:`wraps_tools`."""
+        """argv that runs ``tool`` from ``image`` (what a module wrapper execs, the student's arguments after it);
+        only if :attr:`wraps_tools`. A :class:`ShellWord` is left for the wrapper's shell to expand."""
         raise ShipyardError(f"the {self.name} runtime cannot wrap tools in modules")
+
+    def tool_how(self) -> str:
+        """How a module wrapper starts the tool, in a few words for the modulefile's comment and help."""
+        return ""
+
+    def tool_setup(self) -> list[str]:
+        """Shell lines a module wrapper runs before it execs :meth:`tool_words` (what the runtime needs first)."""
+        return []
+
+    def tool_notes(self) -> tuple[str, ...]:
+        """What a module wrapper does, one comment line each (the generated files and ``module help`` say it)."""
+        return ()

@@ -17,12 +17,21 @@ Why these words (read from ch-run 0.31, Debian 12's ``charliecloud-runtime``, an
   read-write. ch-run is fully unprivileged, so the job can write only what its user can write on the host anyway.
   With a read-only image (a SquashFS) every destination must already exist in the image.
 - No ``--home`` for batch steps (ch-run mounts no home by default); ``invoke shell`` asks for it (``--home``).
+- Module wrappers (``invoke modules``) run one tool the same way: the cluster's binds, then the student's directory
+  at the same path with ``--cd`` to it (what Apptainer does by default), the prelude with the module's variables on
+  top of the image's, ``$USER`` exported when unset. That directory, like every bind destination, must exist in a
+  SquashFS image or lie under a bind or ``/tmp`` (ch-run binds the host's); a path with ``:`` cannot be given to
+  ``-b`` (it would split there), so the wrapper refuses it in one line.
 """
 
 from __future__ import annotations
 
-from shipyard.runtimes.base import Placement, Runtime
-from shipyard.runtimes.mounts import Mount
+from pathlib import Path
+
+from shipyard import facts
+from shipyard.errors import ShipyardError
+from shipyard.runtimes.base import Placement, Runtime, ShellWord, Site
+from shipyard.runtimes.mounts import Mount, parse_mounts
 
 # Inside the container: the image's variables, then the job's own values back on top, then the command.
 _IMAGE_ENV = ('f=/ch/environment; [ -r "$f" ] || f=/etc/environment; '
@@ -33,18 +42,29 @@ _IMAGE_ENV = ('f=/ch/environment; [ -r "$f" ] || f=/etc/environment; '
               'export "$n=$v"; done < "$f"; fi')
 
 
-def env_prelude(names: tuple[str, ...]) -> str:
+def env_prelude(names: tuple[str, ...], prepend: tuple[str, ...] = ()) -> str:
     """The ``/bin/sh -c`` script that applies the image's environment under the job's ``names`` (shell
-    identifiers, checked where they were parsed), then execs its arguments."""
+    identifiers, checked where they were parsed), then execs its arguments. ``prepend``: path lists whose outside
+    value goes in front of the image's (a module's host-injected ``LD_LIBRARY_PATH``), never instead of it; left
+    alone when empty or when the image did not change it."""
     save = "".join(f"shipyard_{i}=${{{n}-}}; " for i, n in enumerate(names))
+    save += "".join(f"shipyard_p{i}=${{{n}-}}; " for i, n in enumerate(prepend))
     back = "".join(f'export {n}="$shipyard_{i}"; ' for i, n in enumerate(names))
+    back += "".join(f'if [ -n "$shipyard_p{i}" ] && [ "${{{n}-}}" != "$shipyard_p{i}" ]; then '
+                    f'export {n}="$shipyard_p{i}${{{n}:+:${n}}}"; fi; ' for i, n in enumerate(prepend))
     return f"{save}{_IMAGE_ENV}; {back}exec \"$@\""
+
+
+# A module wrapper's word for the student's directory, expanded by the wrapper's shell when it runs.
+_CWD = ShellWord('"$PWD"')
 
 
 class Charliecloud(Runtime):
     name = "charliecloud"
+    title = "Charliecloud"
     suffix = "sqsh"
     needs = frozenset({"ch-run"})
+    wraps_tools = True
 
     def mount(self, m: Mount) -> str:
         """``SRC:DST``: ch-run has no read-only bind (see the module's docstring)."""
@@ -69,3 +89,38 @@ class Charliecloud(Runtime):
 
     def shell_words(self, p: Placement) -> list[str]:
         return [*self._words(p), "bash"]
+
+    def tool_words(self, image: str, cluster: Site, tool: str) -> list[str]:
+        """``ch-run -b BIND... -b "$PWD" --cd "$PWD" IMAGE -- /bin/sh -c PRELUDE shipyard-ch-env TOOL``: the cluster's
+        binds (parsed as the launcher parses them, so pyxis flags are refused the same way, and spelled without
+        ``:ro``, which ch-run lacks) and the host injection's, then the student's directory; the module's variables
+        (``clusters.<name>.env`` and the host injection's) win over the image's, its path lists are prepended."""
+        argv = ["ch-run"]
+        for i, bind in enumerate(cluster.binds):
+            if not bind.startswith("/"):
+                raise ShipyardError(f"clusters.{cluster.name}.binds[{i}]: {bind!r} is relative; a module wrapper runs "
+                                    "from any directory, so give an absolute path")
+        injection = getattr(cluster, "host_injection", None) or {}
+        mounts = [*parse_mounts(list(cluster.binds), Path("/"), f"clusters.{cluster.name}.binds"),
+                  *(Mount(b, b, ro=True) for b in injection.get("binds") or ())]
+        for m in mounts:
+            argv += ["-b", self.mount(m)]
+        argv += ["-b", _CWD, "--cd", _CWD, image, "--", "/bin/sh", "-c"]
+        path_lists = set(facts.load("launch")["prepend_in_container"])
+        names = [str(k) for k in (injection.get("env") or {})] + [k for k, _ in getattr(cluster, "env", ())]
+        keep = tuple(dict.fromkeys(n for n in names if n not in path_lists))
+        prepend = tuple(dict.fromkeys(n for n in names if n in path_lists))
+        return [*argv, env_prelude(keep, prepend), "shipyard-ch-env", tool]
+
+    def tool_how(self) -> str:
+        return f"`ch-run` (Charliecloud >= {facts.load('doctor')['ch_run_min']} on PATH)"
+
+    def tool_setup(self) -> list[str]:
+        return [*self.batch_lines(),
+                'case $PWD in *:*) echo "${0##*/}: ch-run cannot bind a directory whose path has a \':\' ($PWD);'
+                ' run it from another directory" >&2; exit 2 ;; esac']
+
+    def tool_notes(self) -> tuple[str, ...]:
+        return ("-b binds the cluster's binds and this directory at the same path (--cd there); each must exist in",
+                "the image or lie under a bind or /tmp. The /bin/sh prelude applies the image's environment",
+                "(/ch/environment, else /etc/environment), then this module's variables on top; then the tool.")

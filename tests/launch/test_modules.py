@@ -1,5 +1,6 @@
 """Lmod modulefiles and wrappers: golden files, shellcheck, --nv never missing, loading in real Lmod and running a
-wrapper through the apptainer *test double* (tests/doubles/apptainer; there is no apptainer here)."""
+wrapper through the apptainer *test double* (tests/doubles/apptainer; there is no apptainer here). Charliecloud's
+wrappers run real ch-run in tests/launch/test_modules_charliecloud.py."""
 
 from __future__ import annotations
 
@@ -39,8 +40,20 @@ def all_cases():
                 yield label, reg, cluster, env
 
 
-CASES = list(all_cases())
+def charliecloud_cluster() -> Cluster:
+    """grete as a Charliecloud site (no cluster in the shipped registries runs ch-run): a read-only bind, and a
+    host injection whose library path must be prepended inside, never replace the image's."""
+    base = SHIPPED.cluster("grete")
+    inj = {"binds": ["/opt/amazon/efa"], "env": {"FI_PROVIDER": "efa", "LD_LIBRARY_PATH": "/opt/amazon/efa/lib"}}
+    return Cluster(**{**base.__dict__, "name": "grete-ch", "runtime": "charliecloud",
+                      "binds": (*base.binds, "/sw/data:/data:ro"),
+                      "fabric_options": {**base.fabric_options, "host_injection": inj}})
+
+
+APPTAINER_CASES = list(all_cases())
+CASES = [*APPTAINER_CASES, ("charliecloud", SHIPPED, charliecloud_cluster(), SHIPPED.environment("pytorch-2.3"))]
 IDS = [f"{label}-{c.name}-{e.name}" for label, _, c, e in CASES]
+APPTAINER_IDS = IDS[:len(APPTAINER_CASES)]
 
 
 @pytest.mark.parametrize("label,reg,cluster,env", CASES, ids=IDS)
@@ -50,7 +63,7 @@ def test_module_files_golden(label, reg, cluster, env):
         golden(GOLDEN / "modules" / label / cluster.name / path.relative_to(PREFIX), text)
 
 
-@pytest.mark.parametrize("label,reg,cluster,env", CASES, ids=IDS)
+@pytest.mark.parametrize("label,reg,cluster,env", APPTAINER_CASES, ids=APPTAINER_IDS)
 def test_wrappers_pass_shellcheck_and_always_pass_nv(label, reg, cluster, env):
     image = modules.image_path(reg, cluster, env)
     for tool in modules.TOOLS:
@@ -88,8 +101,37 @@ def test_modulefile_lua_strings_escape_quotes_and_newlines():
     assert escaping.lua_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
 
 
+def test_charliecloud_wrappers_pass_shellcheck_and_run_ch_run_in_this_directory():
+    """ch-run with the cluster's binds (no :ro: ch-run has none) and the injection's, then the student's directory
+    at the same path and --cd there, expanded when the wrapper runs; the prelude; the tool; the student's "$@"."""
+    cluster = charliecloud_cluster()
+    image = modules.image_path(SHIPPED, cluster, SHIPPED.environment("pytorch-2.3"))
+    assert image.endswith("/pytorch-2.3.sqsh")
+    for tool in modules.TOOLS:
+        text = modules.render_wrapper(SHIPPED.environment("pytorch-2.3"), cluster, tool, image)
+        res = shellcheck(text, shell="bash")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert any(ln.startswith('export USER="${USER:-$(id -un)}"') for ln in text.splitlines())
+        (exec_line,) = [ln for ln in text.splitlines() if ln.startswith("exec ")]
+        assert ' -b "$PWD" --cd "$PWD" ' in exec_line
+        words = shlex.split(exec_line)
+        assert words[:8] == ["exec", "ch-run", "-b", "/scratch:/scratch", "-b", "/mnt/lustre-grete:/mnt/lustre-grete",
+                             "-b", "/sw/data:/data"]
+        assert words[8:15] == ["-b", "/opt/amazon/efa:/opt/amazon/efa", "-b", "$PWD", "--cd", "$PWD", image]
+        assert words[15:18] == ["--", "/bin/sh", "-c"] and words[19:] == ["shipyard-ch-env", tool, "$@"]
+
+
+def test_charliecloud_wrapper_refuses_what_ch_run_would_misread():
+    base = charliecloud_cluster()
+    for binds, why in ((("data",), r"binds\[0\]: 'data' is relative"),
+                       (("/data:/data:ro+rprivate",), r"binds.*mount flag 'ro\+rprivate' is not valid")):
+        with pytest.raises(ShipyardError, match=why):
+            modules.wrapper_argv("/i.sqsh", Cluster(**{**base.__dict__, "binds": binds}), "python")
+
+
 def test_refuses_non_apptainer_cluster_with_valid_choices():
-    with pytest.raises(ShipyardError, match=r"--cluster aws-pcluster: runtime is pyxis.*use --cluster grete"):
+    with pytest.raises(ShipyardError, match=r"--cluster aws-pcluster: runtime is pyxis, but module wrappers need "
+                                            r"runtime: apptainer or charliecloud; use --cluster grete"):
         modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], SHIPPED.cluster("aws-pcluster"),
                               "/nonexistent")
 

@@ -145,9 +145,29 @@ def test_charliecloud_prelude_prefers_ch_environment_and_runs_without_either(tmp
     assert got["A"] == "job" and "FROM" not in got
 
 
-def test_charliecloud_has_no_module_wrappers():
-    """`invoke modules` wraps `apptainer exec --nv`; a charliecloud cluster is refused in one line, not half-written."""
-    rt = runtimes.get("charliecloud")
-    assert not rt.wraps_tools
+def test_only_pyxis_and_host_cannot_wrap_tools_in_modules():
+    """`invoke modules` writes wrappers for apptainer and charliecloud; pyxis (an srun plugin) and host refuse in one
+    line, nothing written."""
+    assert [n for n in runtimes.NAMES if runtimes.get(n).wraps_tools] == ["apptainer", "charliecloud"]
     with pytest.raises(ShipyardError, match="cannot wrap tools"):
-        rt.tool_words("/img.sqsh", None, "python")
+        runtimes.get("pyxis").tool_words("/img.sqsh", None, "python")
+
+
+def test_charliecloud_prelude_prepends_a_path_list_to_the_images(tmp_path):
+    """A module's host-injected LD_LIBRARY_PATH goes in front of the image's; left alone when the image has none."""
+    import subprocess
+
+    from shipyard.runtimes.charliecloud import env_prelude
+
+    root = tmp_path / "img"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "environment").write_text("LD_LIBRARY_PATH=/opt/image/lib\n")
+    script = env_prelude(("FI_PROVIDER",), ("LD_LIBRARY_PATH",)).replace(
+        "/ch/environment", str(root / "ch/environment")).replace("/etc/environment", str(root / "etc/environment"))
+    run = ["sh", "-c", script, "shipyard-ch-env", "sh", "-c", 'echo "$LD_LIBRARY_PATH|$FI_PROVIDER"']
+    out = subprocess.run(run, capture_output=True, text=True, check=True,
+                         env={"LD_LIBRARY_PATH": "/host/efa", "FI_PROVIDER": "efa"}).stdout
+    assert out == "/host/efa:/opt/image/lib|efa\n"
+    (root / "etc" / "environment").write_text("OTHER=1\n")
+    out = subprocess.run(run, capture_output=True, text=True, check=True, env={"LD_LIBRARY_PATH": "/host/efa"}).stdout
+    assert out == "/host/efa|\n"
