@@ -75,16 +75,32 @@ def fabric_env(cluster: Cluster, env: Environment | None = None) -> list[EnvVar]
         for name in fabric_checks.plugin_paths(cluster):
             if name in out and not any(out[name].value.startswith(b) for b in binds):
                 out.pop(name)
-    prepend = set(launch_data().get("prepend_in_container") or ())
-    for k, v in ((cluster.host_injection or {}).get("env") or {}).items():
-        out[k] = EnvVar(k, str(v), False, f"clusters.{cluster.name}.fabric_options.host_injection",
-                        prepend=k in prepend)
+    for v in host_injection_env(cluster):
+        out[v.name] = v
     hca = cluster.fabric_options.get("ib_hca")
     if hca:
         out["NCCL_IB_HCA"] = EnvVar("NCCL_IB_HCA", str(hca), False, f"clusters.{cluster.name}.fabric_options.ib_hca")
     for k, v in cluster.env:
         out[k] = EnvVar(k, v, False, f"clusters.{cluster.name}.env")
     check_forbidden(cluster, out, f"clusters.{cluster.name}.env")
+    return list(out.values())
+
+
+def host_injection_env(cluster: Cluster) -> list[EnvVar]:
+    """fabric_options.host_injection's variables; its path lists (launch.yaml's prepend_in_container) marked
+    ``prepend``. Launchers and modules both take them from here, so both prepend the same variables."""
+    prepend = set(launch_data().get("prepend_in_container") or ())
+    return [EnvVar(str(k), str(v), False, f"clusters.{cluster.name}.fabric_options.host_injection",
+                   prepend=k in prepend)
+            for k, v in ((cluster.host_injection or {}).get("env") or {}).items()]
+
+
+def module_env(cluster: Cluster) -> list[EnvVar]:
+    """What `invoke modules` sets: the host injection's variables, then the cluster profile's ``env``, which wins
+    over one of the same name as in :func:`fabric_env` (then it is set, not prepended)."""
+    out = {v.name: v for v in host_injection_env(cluster)}
+    for k, v in cluster.env:
+        out[k] = EnvVar(k, v, False, f"clusters.{cluster.name}.env")
     return list(out.values())
 
 

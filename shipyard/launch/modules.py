@@ -26,6 +26,7 @@ from typing import Iterable
 from shipyard import __version__, escaping, templating
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
+from shipyard.launch import fabric
 from shipyard import runtimes
 from shipyard.registry.model import Cluster, Environment, Registry
 from shipyard.runtimes.base import ShellWord
@@ -59,9 +60,14 @@ def _runtime(cluster: Cluster) -> runtimes.Runtime:
 
 def wrapper_argv(image: str, cluster: Cluster, tool: str) -> list[str]:
     """The runtime's words that run ``tool`` from ``image`` (``apptainer exec --nv [--bind B]... IMAGE TOOL``), every
-    word shell-quoted for the wrapper script but the runtime's own shell words (``"$PWD"``)."""
-    return [a if isinstance(a, ShellWord) else escaping.shell_quote(a)
-            for a in _runtime(cluster).tool_words(image, cluster, tool)]
+    word shell-quoted for the wrapper script but the runtime's own shell words (``"$PWD"``). The host injection's
+    path lists are put in front of the image's inside the container by the launcher's own lines
+    (``fabric.prepend_exports``, their values written into the wrapper): the host's value never reaches an
+    Apptainer container, and after ``module load`` it holds the host's other modules' paths too."""
+    env = fabric.module_env(cluster)
+    words = _runtime(cluster).tool_words(image, cluster, tool, tuple(v.name for v in env if not v.prepend),
+                                         "; ".join(fabric.prepend_exports(env)))
+    return [a if isinstance(a, ShellWord) else escaping.shell_quote(a) for a in words]
 
 
 def _header(env: Environment, cluster: Cluster) -> str:
@@ -87,11 +93,11 @@ def _lmod_safe(where: str, value: str) -> str:
 
 def render_modulefile(env: Environment, cluster: Cluster, image: str, bin_dir: str) -> str:
     """The Lmod Lua modulefile for one environment on one cluster."""
-    # fabric_options.host_injection's variables, as a launcher exports them (launch/fabric.py); cluster.env after
-    # them wins, as there
-    injected = [(str(k), str(v)) for k, v in ((cluster.host_injection or {}).get("env") or {}).items()]
-    for key, value in injected:
-        _lmod_safe(f"clusters.{cluster.name}.fabric_options.host_injection.env.{key}", value)
+    # fabric_options.host_injection's variables, then cluster.env, which wins, as a launcher sets them
+    # (launch/fabric.py); the injected path lists are prepend_path: `module load` keeps the shell's LD_LIBRARY_PATH
+    # behind them and `module unload` removes only their entries (setenv replaced it, then unset it)
+    for key, value in ((cluster.host_injection or {}).get("env") or {}).items():
+        _lmod_safe(f"clusters.{cluster.name}.fabric_options.host_injection.env.{key}", str(value))
     for key, value in cluster.env:
         _lmod_safe(f"clusters.{cluster.name}.env.{key}", value)
     _lmod_safe(f"clusters.{cluster.name}.storage", image)
@@ -107,7 +113,7 @@ def render_modulefile(env: Environment, cluster: Cluster, image: str, bin_dir: s
     )
     return templating.render("shipyard.launch", "modulefile.lua.j2",
         header=_header(env, cluster), env=env, cluster=cluster, image=image, bin_dir=bin_dir, pins=pins,
-        help_text=help_text, injected=injected, how=rt.tool_how(), depends=rt.modules(cluster),
+        help_text=help_text, env_vars=fabric.module_env(cluster), how=rt.tool_how(), depends=rt.modules(cluster),
         image_kind=f"{'an' if rt.title[:1] in 'AEIOU' else 'a'} {rt.title} image",
     )
 

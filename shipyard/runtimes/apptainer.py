@@ -33,9 +33,13 @@ class Apptainer(Runtime):
     def modules(self, cluster: Site) -> tuple[str, ...]:
         return tuple(cluster.modules)
 
-    def tool_words(self, image: str, cluster: Site, tool: str) -> list[str]:
+    def tool_words(self, image: str, cluster: Site, tool: str, env_names: tuple[str, ...] = (),
+                   inside: str = "") -> list[str]:
         """``apptainer exec --nv [--bind B]... IMAGE TOOL``: each site bind as written, in apptainer's own
-        ``src[:dst[:ro|rw]]`` syntax; pyxis-only mount flags (``+rprivate``) are refused rather than dropped."""
+        ``src[:dst[:ro|rw]]`` syntax; pyxis-only mount flags (``+rprivate``) are refused rather than dropped.
+        With ``inside`` (a host-injected path list), ``IMAGE /bin/sh -c 'INSIDE; exec "$@"' shipyard-env TOOL``, as
+        the launcher's step: Apptainer drops the host's LD_LIBRARY_PATH and an ``APPTAINERENV_`` one would replace
+        the image's, so only a shell in the container can put the injected path in front of the image's."""
         argv = ["apptainer", "exec", "--nv"]
         for i, bind in enumerate(cluster.binds):
             if "+" in bind:
@@ -46,7 +50,9 @@ class Apptainer(Runtime):
         # (runtimes/mounts.py: job_mounts); a wrapper without it runs NCCL on an image that need not carry them
         for b in (getattr(cluster, "host_injection", None) or {}).get("binds") or ():
             argv += ["--bind", f"{b}:{b}:ro"]
-        return argv + [image, tool]
+        if inside:
+            return [*argv, image, "/bin/sh", "-c", f'{inside}; exec "$@"', "shipyard-env", tool]
+        return [*argv, image, tool]
 
     def tool_how(self) -> str:
         return "`apptainer exec --nv` (the host's NVIDIA driver)"

@@ -123,9 +123,13 @@ class Runtime:
         """The cluster's modules to ``module load`` before srun (only runtimes that come as a module need them)."""
         return ()
 
-    def tool_words(self, image: str, cluster: Site, tool: str) -> list[str]:
+    def tool_words(self, image: str, cluster: Site, tool: str, env_names: tuple[str, ...] = (),
+                   inside: str = "") -> list[str]:
         """argv that runs ``tool`` from ``image`` (what a module wrapper execs, the student's arguments after it);
-        only if :attr:`wraps_tools`. A :class:`ShellWord` is left for the wrapper's shell to expand."""
+        only if :attr:`wraps_tools`. A :class:`ShellWord` is left for the wrapper's shell to expand. ``env_names``:
+        the module's variables, set outside (where the runtime lets the image's win, they are put back on top);
+        ``inside``: shell run in the container just before the tool, the launcher's in-container prepend of the
+        host injection's path lists (``launch.fabric.prepend_exports``); empty: the tool is run directly."""
         raise ShipyardError(f"the {self.name} runtime cannot wrap tools in modules")
 
     def tool_how(self) -> str:

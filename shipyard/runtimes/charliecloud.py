@@ -42,17 +42,13 @@ _IMAGE_ENV = ('f=/ch/environment; [ -r "$f" ] || f=/etc/environment; '
               'export "$n=$v"; done < "$f"; fi')
 
 
-def env_prelude(names: tuple[str, ...], prepend: tuple[str, ...] = ()) -> str:
+def env_prelude(names: tuple[str, ...], inside: str = "") -> str:
     """The ``/bin/sh -c`` script that applies the image's environment under the job's ``names`` (shell
-    identifiers, checked where they were parsed), then execs its arguments. ``prepend``: path lists whose outside
-    value goes in front of the image's (a module's host-injected ``LD_LIBRARY_PATH``), never instead of it; left
-    alone when empty or when the image did not change it."""
+    identifiers, checked where they were parsed), then runs ``inside`` (a module's in-container prepend of
+    host-injected path lists, the launcher's ``prepend_exports``), then execs its arguments."""
     save = "".join(f"shipyard_{i}=${{{n}-}}; " for i, n in enumerate(names))
-    save += "".join(f"shipyard_p{i}=${{{n}-}}; " for i, n in enumerate(prepend))
     back = "".join(f'export {n}="$shipyard_{i}"; ' for i, n in enumerate(names))
-    back += "".join(f'if [ -n "$shipyard_p{i}" ] && [ "${{{n}-}}" != "$shipyard_p{i}" ]; then '
-                    f'export {n}="$shipyard_p{i}${{{n}:+:${n}}}"; fi; ' for i, n in enumerate(prepend))
-    return f"{save}{_IMAGE_ENV}; {back}exec \"$@\""
+    return f"{save}{_IMAGE_ENV}; {back}{inside + '; ' if inside else ''}exec \"$@\""
 
 
 # A module wrapper's word for the student's directory, expanded by the wrapper's shell when it runs.
@@ -90,11 +86,12 @@ class Charliecloud(Runtime):
     def shell_words(self, p: Placement) -> list[str]:
         return [*self._words(p), "bash"]
 
-    def tool_words(self, image: str, cluster: Site, tool: str) -> list[str]:
+    def tool_words(self, image: str, cluster: Site, tool: str, env_names: tuple[str, ...] = (),
+                   inside: str = "") -> list[str]:
         """``ch-run -b BIND... -b "$PWD" --cd "$PWD" IMAGE -- /bin/sh -c PRELUDE shipyard-ch-env TOOL``: the cluster's
         binds (parsed as the launcher parses them, so pyxis flags are refused the same way, and spelled without
         ``:ro``, which ch-run lacks) and the host injection's, then the student's directory; the module's variables
-        (``clusters.<name>.env`` and the host injection's) win over the image's, its path lists are prepended."""
+        (``env_names``, set outside) win over the image's, then ``inside`` prepends the injected path lists."""
         argv = ["ch-run"]
         for i, bind in enumerate(cluster.binds):
             if not bind.startswith("/"):
@@ -106,11 +103,7 @@ class Charliecloud(Runtime):
         for m in mounts:
             argv += ["-b", self.mount(m)]
         argv += ["-b", _CWD, "--cd", _CWD, image, "--", "/bin/sh", "-c"]
-        path_lists = set(facts.load("launch")["prepend_in_container"])
-        names = [str(k) for k in (injection.get("env") or {})] + [k for k, _ in getattr(cluster, "env", ())]
-        keep = tuple(dict.fromkeys(n for n in names if n not in path_lists))
-        prepend = tuple(dict.fromkeys(n for n in names if n in path_lists))
-        return [*argv, env_prelude(keep, prepend), "shipyard-ch-env", tool]
+        return [*argv, env_prelude(env_names, inside), "shipyard-ch-env", tool]
 
     def tool_how(self) -> str:
         return f"`ch-run` (Charliecloud >= {facts.load('doctor')['ch_run_min']} on PATH)"

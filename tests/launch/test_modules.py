@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -313,3 +314,127 @@ def test_wrappers_and_modulefile_carry_host_injection():
     bad = Cluster(**{**base.__dict__, "fabric_options": {"host_injection": {"env": {"X": "a\nb"}}}})
     with pytest.raises(ShipyardError, match="host_injection.env.X"):
         modules.render_modulefile(env, bad, image, "/sw/bin")
+
+
+# ------------------------------------------------------------------------------------------ host-injected path lists
+
+INJECTED = "/opt/efa/lib"  # fabric_options.host_injection.env.LD_LIBRARY_PATH: the site's fabric libraries
+HOST_LD = "/host/lib:/other/module/lib"  # the student's shell before `module load` (other modules' paths)
+IMAGE_ENV = """Bootstrap: docker
+From: debian:12
+
+%environment
+    export PATH=/opt/image/bin:$PATH
+    export LD_LIBRARY_PATH=/opt/image/lib
+"""
+# The image's `python`: reports the library path and the variables it sees inside, then its arguments.
+IMAGE_TOOL = """#!/bin/sh
+echo "ld=$LD_LIBRARY_PATH"
+echo "fi=$FI_PROVIDER"
+for a in "$@"; do printf 'arg=[%s]\\n' "$a"; done
+"""
+
+
+def injected_cluster(**over) -> Cluster:
+    """grete with a host injection that has a path list (prepended) and a plain variable (set)."""
+    base = SHIPPED.cluster("grete")
+    inj = {"binds": over.pop("inj_binds", ["/opt/efa"]), "env": {"FI_PROVIDER": "efa", "LD_LIBRARY_PATH": INJECTED}}
+    return Cluster(**{**base.__dict__, "fabric_options": {**base.fabric_options, "host_injection": inj}, **over})
+
+
+def test_modulefile_prepends_injected_path_lists_and_sets_the_rest():
+    """setenv would replace the shell's LD_LIBRARY_PATH on load (other modules' paths lost) and unset it on unload;
+    launch.yaml's prepend_in_container names the path lists, as for launchers. clusters.NAME.env still wins."""
+    env = SHIPPED.environment("pytorch-2.3")
+    lua = modules.render_modulefile(env, injected_cluster(), "/i.sif", "/sw/bin").splitlines()
+    assert f'prepend_path("LD_LIBRARY_PATH", "{INJECTED}")' in lua and 'setenv("FI_PROVIDER", "efa")' in lua
+    assert not [ln for ln in lua if ln.startswith('setenv("LD_LIBRARY_PATH"')]
+    assert 'setenv("NCCL_IB_HCA", "mlx5")' in lua  # the cluster's env: setenv
+    own = injected_cluster(env=(("LD_LIBRARY_PATH", "/site/only"),))
+    lua = modules.render_modulefile(env, own, "/i.sif", "/sw/bin").splitlines()
+    assert [ln for ln in lua if "LD_LIBRARY_PATH" in ln] == ['setenv("LD_LIBRARY_PATH", "/site/only")']
+    text = modules.render_wrapper(env, own, "python", "/i.sif")  # nothing to prepend: the tool runs directly
+    assert shlex.split(text.splitlines()[-1])[-3:] == ["/i.sif", "python", "$@"]
+
+
+@pytest.fixture(scope="module")
+def injected_site(tmp_path_factory) -> dict:
+    """An apptainer cluster with a host injection, its module written by `invoke modules`'s writer, and at its
+    <storage>/<env>.sif a SIF with a root filesystem (the double runs the wrapper's tool inside it with Apptainer's
+    environment rules) whose %environment sets the image's own LD_LIBRARY_PATH. No docker: the double's build takes
+    the root filesystem from $SHIPYARD_DOUBLE_APPTAINER_ROOTFS (static busybox as /bin/sh)."""
+    if not LMOD_INIT.exists():
+        pytest.fail("Lmod is required: apt-get install lmod (`invoke test` installs it)")
+    busybox = shutil.which("busybox")
+    assert busybox, "busybox-static is in shipyard/data/test-packages.txt"
+    d = tmp_path_factory.mktemp("injected")
+    rootfs = d / "rootfs"
+    for sub in ("bin", "etc", "opt/image/bin"):
+        (rootfs / sub).mkdir(parents=True)
+    shutil.copy2(busybox, rootfs / "bin" / "busybox")
+    for tool in ("sh", "cat", "printf"):
+        (rootfs / "bin" / tool).symlink_to("busybox")
+    (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (rootfs / "etc" / "group").write_text("root:x:0:\n")
+    (rootfs / "opt" / "image" / "bin" / "python").write_text(IMAGE_TOOL)
+    (rootfs / "opt" / "image" / "bin" / "python").chmod(0o755)
+    (d / "storage").mkdir()
+    (d / "efa").mkdir()
+    env = SHIPPED.environment("pytorch-2.3")
+    cluster = injected_cluster(storage=str(d / "storage"), binds=(), modules=(), inj_binds=[str(d / "efa")])
+    image = modules.image_path(None, cluster, env)
+    (d / "image.def").write_text(IMAGE_ENV)
+    build_env = {k: v for k, v in os.environ.items() if k != "SHIPYARD_DOUBLE_CALLS"}
+    subprocess.run([str(DOUBLE_DIR / "apptainer"), "build", image, "image.def"], cwd=d, check=True,
+                   capture_output=True, env={**build_env, "SHIPYARD_DOUBLE_APPTAINER_ROOTFS": str(rootfs)})
+    modules.write_modules(SHIPPED, [env], cluster, d / "prefix")
+    return {"dir": d, "image": image, "cluster": cluster, "wrapper": modules.wrapper_dir(d / "prefix", env.name)}
+
+
+def _lmod_env(site: dict, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LMOD", "MODULE", "_LMFILES_", "LOADEDMODULES"))}
+    env.pop("LD_LIBRARY_PATH", None)
+    return {**env, "PATH": f"{DOUBLE_DIR}:{os.environ['PATH']}", "SHIPYARD_DOUBLE_CALLS": str(site["dir"] / "calls"),
+            **extra}
+
+
+@pytest.mark.double
+def test_lmod_load_keeps_the_shells_library_path_and_unload_restores_it(injected_site):
+    use = shlex.quote(str(injected_site["dir"] / "prefix" / "modulefiles"))
+    script = (f"set -e; source {LMOD_INIT}; module use {use}; "
+              'module load shipyard/pytorch-2.3; echo "loaded=$LD_LIBRARY_PATH|$FI_PROVIDER"; '
+              'module unload shipyard/pytorch-2.3; echo "unloaded=${LD_LIBRARY_PATH-unset}|${FI_PROVIDER-unset}"')
+    for before, after in ((HOST_LD, HOST_LD), (None, "unset")):
+        extra = {"LD_LIBRARY_PATH": before} if before else {}
+        res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                             env=_lmod_env(injected_site, **extra))
+        assert res.returncode == 0, res.stdout + res.stderr
+        lines = res.stdout.splitlines()
+        assert f"loaded={INJECTED}{':' + before if before else ''}|efa" in lines
+        assert f"unloaded={after}|unset" in lines
+
+
+@pytest.mark.double
+def test_apptainer_wrapper_puts_the_injected_path_in_front_of_the_images_inside(injected_site):
+    """Apptainer drops the host's LD_LIBRARY_PATH (an APPTAINERENV_ one would replace the image's): the wrapper runs
+    the launcher's prepend line in the container, so the tool sees the injection, then the image's own path, and
+    none of the student's shell; run directly and by name after `module load` (with other paths in the shell)."""
+    site, args = injected_site, ["two words", "$HOME", ";x", ""]
+    want = f"ld={INJECTED}:/opt/image/lib:/.singularity.d/libs"
+    wrapper = site["wrapper"] / "python"
+    assert shellcheck(wrapper.read_text(), shell="bash").returncode == 0
+    res = subprocess.run([str(wrapper), *args], capture_output=True, text=True, timeout=60, cwd=site["dir"],
+                         env=_lmod_env(site, LD_LIBRARY_PATH=f"{INJECTED}:{HOST_LD}", FI_PROVIDER="efa"))  # as loaded
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.splitlines() == [want, "fi=efa", *(f"arg=[{a}]" for a in args)]
+    script = (f"set -e; source {LMOD_INIT}; module use {shlex.quote(str(site['dir'] / 'prefix'))}/modulefiles; "
+              f"module load shipyard/pytorch-2.3; python {' '.join(shlex.quote(a) for a in args)}")
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=site["dir"],
+                         env=_lmod_env(site, LD_LIBRARY_PATH=HOST_LD))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.splitlines() == [want, "fi=efa", *(f"arg=[{a}]" for a in args)]
+    calls = [json.loads(line) for line in (site["dir"] / "calls").read_text().splitlines()]
+    assert [c["rootfs"] for c in calls] == [True, True]  # ran inside the image's root filesystem
+    efa = site["cluster"].host_injection["binds"][0]
+    assert calls[-1]["argv"][:6] == ["exec", "--nv", "--bind", f"{efa}:{efa}:ro", site["image"], "/bin/sh"]
+    assert calls[-1]["argv"][-5:] == ["python", *args]

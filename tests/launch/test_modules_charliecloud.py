@@ -5,7 +5,8 @@ make theirs) stands at the path the charliecloud runtime names, ``<storage>/<env
 writer generates the modulefile and wrappers for it; each test runs a wrapper from a student's directory (a space in
 its path) and proves, from inside the container, that it ran in the image (a file only the image has, the image's
 PATH), in that directory (``pwd`` and ch-run's bind of it in the container's mount table), with the cluster's bind,
-the module's variable over the image's, ``$USER`` set though the caller had none, and the arguments exactly as given.
+the module's variable over the image's, the host injection's library path in front of the image's (never the
+caller's own), ``$USER`` set though the caller had none, and the arguments exactly as given.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from shipyard.registry.model import Cluster
 SHIPPED = registry.load(ROOT / "registry.yaml")
 ENV = SHIPPED.environment("pytorch-2.3")
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
+INJECTED = "/opt/efa/lib"  # the site's fabric libraries (fabric_options.host_injection.env)
+HOST_LD = "/host/lib:/other/module/lib"  # the student's shell before `module load`: never inside the container
 HOSTILE = ["two words", "$(touch pwned)", "it's", '"q"', "`touch pwned2`", "*", "", "-c", "a\\b"]
 
 # The image's `python`: found only through the image's own PATH (its /etc/environment), it reports what it sees.
@@ -36,6 +39,7 @@ echo "marker=$(cat /image-only)"
 echo "cwd=$(pwd)"
 echo "site=$(cat /site/f.txt)"
 echo "nccl_debug=$NCCL_DEBUG"
+echo "ld=$LD_LIBRARY_PATH"
 echo "user=$USER"
 for a in "$@"; do printf 'arg=[%s]\\n' "$a"; done
 cat /proc/self/mountinfo
@@ -60,7 +64,8 @@ def site(tmp_path_factory) -> dict:
     (rootfs / "image-only").write_text("inside the image\n")
     (rootfs / "opt" / "image" / "bin" / "python").write_text(TOOL)
     (rootfs / "opt" / "image" / "bin" / "python").chmod(0o755)
-    (rootfs / "etc" / "environment").write_text("PATH=/opt/image/bin:/bin\nNCCL_DEBUG=from-image\n")
+    (rootfs / "etc" / "environment").write_text("PATH=/opt/image/bin:/bin\nNCCL_DEBUG=from-image\n"
+                                                  "LD_LIBRARY_PATH=/opt/image/lib\n")
     storage = d / "storage"
     storage.mkdir()
     subprocess.run(["mksquashfs", str(rootfs), str(storage / f"{ENV.name}.sqsh"), "-noappend", "-quiet", "-all-root"],
@@ -69,7 +74,9 @@ def site(tmp_path_factory) -> dict:
     (d / "site-data" / "f.txt").write_text("site data\n")
     base = SHIPPED.cluster("grete")
     cluster = Cluster(**{**base.__dict__, "name": "ch-site", "runtime": "charliecloud", "storage": str(storage),
-                         "binds": (f"{d}/site-data:/site:ro",), "env": (("NCCL_DEBUG", "WARN"),), "modules": ()})
+                         "binds": (f"{d}/site-data:/site:ro",), "env": (("NCCL_DEBUG", "WARN"),), "modules": (),
+                         "fabric_options": {**base.fabric_options,
+                                            "host_injection": {"env": {"LD_LIBRARY_PATH": INJECTED}}}})
     modules.write_modules(SHIPPED, [ENV], cluster, d / "prefix")
     student = d / "home" / "alice" / "course dir"
     student.mkdir(parents=True)
@@ -88,6 +95,7 @@ def _check_ran_inside(out: str, student: Path) -> None:
     assert "marker=inside the image" in lines, out
     assert f"cwd={student}" in lines and "site=site data" in lines
     assert "nccl_debug=WARN" in lines, "the module's variable must win over the image's /etc/environment"
+    assert f"ld={INJECTED}:/opt/image/lib" in lines, "the injected path goes in front of the image's, nothing else"
     assert "user=root" in lines, "the wrapper exports $USER (ch-run stops without it)"
     assert [ln[5:-1] for ln in lines if ln.startswith("arg=[")] == HOSTILE
     mount_points = {ln.split()[4] for ln in lines if len(ln.split()) > 4 and ln.split()[3].startswith("/")}
@@ -97,7 +105,8 @@ def _check_ran_inside(out: str, student: Path) -> None:
 
 def test_wrapper_runs_the_tool_in_the_image_in_the_students_directory_with_exact_arguments(site):
     res = subprocess.run([str(site["wrapper"]), *HOSTILE], cwd=site["student"], capture_output=True, text=True,
-                         env=_no_user_env(NCCL_DEBUG="WARN"), timeout=30)  # as the modulefile sets it
+                         env=_no_user_env(NCCL_DEBUG="WARN", LD_LIBRARY_PATH=f"{INJECTED}:{HOST_LD}"),
+                         timeout=30)  # as the modulefile sets them
     assert res.returncode == 0, res.stdout + res.stderr
     _check_ran_inside(res.stdout, site["student"])
 
@@ -107,11 +116,16 @@ def test_lmod_loads_the_module_and_the_tool_runs_by_name(site):
         pytest.fail("Lmod is required: apt-get install lmod (`invoke test` installs it)")
     script = (f"set -e; source {LMOD_INIT}; module use {shlex.quote(str(site['dir'] / 'prefix' / 'modulefiles'))}; "
               f"module load shipyard/{ENV.name}; unset USER; cd {shlex.quote(str(site['student']))}; "
-              'echo "which=$(command -v python)"; echo "image=$SHIPYARD_IMAGE"; '
-              f"python {' '.join(shlex.quote(a) for a in HOSTILE)}")
-    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=_no_user_env(), timeout=30)
+              'echo "which=$(command -v python)"; echo "image=$SHIPYARD_IMAGE"; echo "host_ld=$LD_LIBRARY_PATH"; '
+              f"python {' '.join(shlex.quote(a) for a in HOSTILE)}; "
+              f'module unload shipyard/{ENV.name}; echo "unloaded_ld=$LD_LIBRARY_PATH"')
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                         env=_no_user_env(LD_LIBRARY_PATH=HOST_LD), timeout=30)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"which={site['wrapper']}" in res.stdout.splitlines() and f"image={site['image']}" in res.stdout
+    # prepend_path: the shell's own path stays behind the injected one, and unload gives back exactly the old one
+    assert f"host_ld={INJECTED}:{HOST_LD}" in res.stdout.splitlines()
+    assert f"unloaded_ld={HOST_LD}" in res.stdout.splitlines()
     _check_ran_inside(res.stdout, site["student"])
 
 

@@ -154,20 +154,26 @@ def test_only_pyxis_and_host_cannot_wrap_tools_in_modules():
 
 
 def test_charliecloud_prelude_prepends_a_path_list_to_the_images(tmp_path):
-    """A module's host-injected LD_LIBRARY_PATH goes in front of the image's; left alone when the image has none."""
+    """A module's host-injected LD_LIBRARY_PATH goes in front of the image's, by the launcher's own line
+    (fabric.prepend_exports) run after the image's environment: the host's value (after `module load`, the other
+    modules' paths too) is replaced by the image's, never put in front of it; alone when the image has none."""
     import subprocess
 
+    from shipyard.launch.fabric import EnvVar, prepend_exports
     from shipyard.runtimes.charliecloud import env_prelude
 
     root = tmp_path / "img"
     (root / "etc").mkdir(parents=True)
     (root / "etc" / "environment").write_text("LD_LIBRARY_PATH=/opt/image/lib\n")
-    script = env_prelude(("FI_PROVIDER",), ("LD_LIBRARY_PATH",)).replace(
+    inside = "; ".join(prepend_exports([EnvVar("LD_LIBRARY_PATH", "/host/efa lib", prepend=True),
+                                        EnvVar("FI_PROVIDER", "efa")]))
+    script = env_prelude(("FI_PROVIDER",), inside).replace(
         "/ch/environment", str(root / "ch/environment")).replace("/etc/environment", str(root / "etc/environment"))
     run = ["sh", "-c", script, "shipyard-ch-env", "sh", "-c", 'echo "$LD_LIBRARY_PATH|$FI_PROVIDER"']
     out = subprocess.run(run, capture_output=True, text=True, check=True,
-                         env={"LD_LIBRARY_PATH": "/host/efa", "FI_PROVIDER": "efa"}).stdout
-    assert out == "/host/efa:/opt/image/lib|efa\n"
+                         env={"LD_LIBRARY_PATH": "/host/efa lib:/host/other", "FI_PROVIDER": "efa"}).stdout
+    assert out == "/host/efa lib:/opt/image/lib|efa\n"
     (root / "etc" / "environment").write_text("OTHER=1\n")
-    out = subprocess.run(run, capture_output=True, text=True, check=True, env={"LD_LIBRARY_PATH": "/host/efa"}).stdout
-    assert out == "/host/efa|\n"
+    out = subprocess.run(run, capture_output=True, text=True, check=True, env={}).stdout
+    assert out == "/host/efa lib|\n"
+    assert env_prelude(("A",)).endswith('export A="$shipyard_0"; exec "$@"')  # nothing to prepend: nothing run
