@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.double]
 
 DOUBLE = fb.APPTAINER_DOUBLE / "apptainer"
 NET = "shipyard-build.env.sh"
+# CI's cost: the fixture base is ~40 MB, whose gzip on 2 cores is most of a build; what is packed is not under test here
+FAST_SQUASH = "-noI -noD -noF -noX -no-duplicates"
 
 DEF = """Bootstrap: docker
 From: {base}
@@ -41,8 +43,8 @@ From: {base}
 
 %post
     . /mnt/shipyard-build.env.sh
-    echo "post: https_proxy=$https_proxy FROM_ENVIRONMENT=${{FROM_ENVIRONMENT:-unset}} HOST_ONLY=${{HOST_ONLY:-unset}}" \\
-        > /opt/post.txt
+    echo "post: https_proxy=$https_proxy FROM_ENVIRONMENT=${{FROM_ENVIRONMENT:-unset}}" \\
+        "HOST_ONLY=${{HOST_ONLY:-unset}}" > /opt/post.txt
     cat /opt/in/greeting.txt >> /opt/post.txt
     echo "org.example.from-post yes" >> "$APPTAINER_LABELS"
 
@@ -65,6 +67,7 @@ def ctx(tmp_path, docker_env, tiny_base, monkeypatch):
     monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(tmp_path / "calls.jsonl"))
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     monkeypatch.setenv("HOST_ONLY", "from-host")
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SQUASH_OPTIONS", FAST_SQUASH)
     for var in ("SHIPYARD_DOUBLE_APPTAINER_ROOTFS", "SHIPYARD_DOUBLE_APPTAINER_CACHE"):
         monkeypatch.delenv(var, raising=False)
     return tmp_path
@@ -120,16 +123,19 @@ def test_failing_test_fails_the_build_and_notest_skips_it(ctx, tiny_base):
     deftext = f"Bootstrap: docker\nFrom: {tiny_base}\n\n%post\n    touch /opt-made\n\n%test\n    exit 3\n"
     res = build(ctx, deftext, bind=False)
     assert res.returncode == 255 and not (ctx / "image.sif").exists()
-    assert res.stderr.splitlines()[-1] == "FATAL:   While performing build: failed to execute %test script: exit status 3"
+    assert res.stderr.splitlines()[-1] == \
+        "FATAL:   While performing build: failed to execute %test script: exit status 3"
     assert builds(ctx)[-1]["ran"] == ["post", "test"] and "%test" in builds(ctx)[-1]["failed"]
     res = build(ctx, deftext, "--notest", bind=False)
     assert res.returncode == 0, res.stderr
     assert builds(ctx)[-1]["ran"] == ["post"] and (ctx / "image.sif").is_file()
 
 
-def test_shipyard_build_runs_the_rendered_post_and_test(project, apptainer_double, docker_env, tiny_base):
+def test_shipyard_build_runs_the_rendered_post_and_test(project, apptainer_double, docker_env, tiny_base,
+                                                         monkeypatch):
     """`tiny` (stack: base on the fixture base): its rendered %post (pip check) and %test (the pins) run in the
     base's filesystem; `tiny-mismatch` pins a torch the base does not carry, so its %test fails the build."""
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SQUASH_OPTIONS", FAST_SQUASH)
     m = b.build(project, project.environment("tiny"))
     [call] = [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"]
     assert call["bootstrap"] == "local base" and call["ran"] == ["post", "test"]
