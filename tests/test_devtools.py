@@ -21,15 +21,16 @@ def test_package_list_is_data_and_checked_with_dpkg():
     assert devtools.missing_packages(["no-such-package-zzz"]) == ["no-such-package-zzz"]
 
 
-def test_services_run_in_two_processes_of_their_own():
-    builds, slurm, rest = devtools.phases(["-q", "-m", "not slow", "tests/launch"])
-    # dockerd's tests and the real-runtime tests (machine-wide enroot) together; the other Slurm tests beside them
-    assert builds == ["-p", "no:xdist", "-q", "-m", "(not slow) and (docker or real_runtimes)", "tests/launch"]
-    assert slurm == ["-p", "no:xdist", "-q", "-m", "(not slow) and ((slurm or docker) and not (docker or real_runtimes))",
+def test_services_run_in_three_processes_of_their_own():
+    real, docker, slurm, rest = devtools.phases(["-q", "-m", "not slow", "tests/launch"])
+    # every test of the machine-wide real runtimes in one process; docker's and the other Slurm tests beside it
+    assert real == ["-p", "no:xdist", "-q", "-m", "(not slow) and (real_runtimes)", "tests/launch"]
+    assert docker == ["-p", "no:xdist", "-q", "-m", "(not slow) and (docker and not real_runtimes)", "tests/launch"]
+    assert slurm == ["-p", "no:xdist", "-q", "-m", "(not slow) and (slurm and not (docker or real_runtimes))",
                      "tests/launch"]
     assert rest == ["-n", "2", "--dist", "loadfile", "-q", "-m", "(not slow) and (not (slurm or docker))",
                     "tests/launch"]
-    assert devtools.phases(["-x"])[0] == ["-p", "no:xdist", "-m", "docker or real_runtimes", "-x"]
+    assert devtools.phases(["-x"])[0] == ["-p", "no:xdist", "-m", "real_runtimes", "-x"]
     assert devtools.with_marks(["-mnot pypi"], "slurm") == ["-m", "(not pypi) and (slurm)"]
     # arguments that choose the workers are run as given, once
     assert devtools.phases(["-n", "4", "-q"]) == [["-n", "4", "-q"]]
@@ -45,9 +46,10 @@ def test_a_failure_in_any_run_fails_the_whole(tmp_path, capsys):
     assert devtools.run_tests(["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
                               install=False) == 1
     out = capsys.readouterr().out
-    # each test ran once, in its run; one closing line with the three runs' totals, the form CI reads
+    # each test ran once, in its run; one closing line with the four runs' totals, the form CI reads
     assert out.splitlines()[-1] == "tests: 3 passed, 1 failed"
-    assert "tests marked (slurm or docker) and not (docker or real_runtimes) (run beside the above)" in out
+    assert "tests marked slurm and not (docker or real_runtimes) (run beside the above)" in out
+    assert "tests marked docker and not real_runtimes (run beside the above)" in out
 
 
 def test_counts_read_pytests_closing_line():

@@ -57,9 +57,8 @@ def ensure_packages(packages: list[str] | None = None) -> None:
 
 
 SERVICES = "slurm or docker"  # the marks of tests that use a Slurm sandbox or dockerd
-# The tests that use dockerd or the machine-wide real enroot + pyxis install (tests/needs.py): one process for them.
-BUILDS = "docker or real_runtimes"
-
+# The tests that use the machine-wide real enroot + pyxis install (tests/needs.py): one process for them.
+REAL_RUNTIMES = "real_runtimes"
 
 def choose_workers(pytest_args: list[str]) -> bool:
     """True when the arguments already say how to run (``-n``, ``--numprocesses``, ``--dist``, ``-p no:xdist``)."""
@@ -88,22 +87,24 @@ def with_marks(pytest_args: list[str], phase: str) -> list[str]:
 
 
 def phases(pytest_args: list[str]) -> list[list[str]]:
-    """The pytest runs of `invoke test`, side by side: ``[builds, slurm, rest]``, or one run when the arguments
-    choose the workers.
+    """The pytest runs of `invoke test`, side by side: ``[real runtimes, docker, slurm, rest]``, or one run when the
+    arguments choose the workers.
 
-    A service is a session fixture, so the tests that use one run serially in a process of their own; two such
-    processes, because their time is spent differently (docker builds compute while Slurm tests mostly wait on jobs
-    and Slurm's delays) and each process starts its own sandbox (sandboxes live in their own network namespaces and
-    folders, so two coexist). What cannot be split: dockerd's tests and the real-runtime tests stay in one process,
-    the ``builds`` run, because ``real_pyxis`` installs enroot machine-wide (a docker build beside it saw enroot
-    appear mid-build and changed its formats: tried) and the install serves one sandbox at a time. The Slurm tests
-    that need neither form the ``slurm`` run. The tests that need no service run on two pytest-xdist workers, whole
-    files per worker (module fixtures and per-file bookkeeping hold as in a serial run). (xdist's ``--dist
-    loadgroup`` could do this in one run, but it cannot rename pytest 9's node ids, so it groups nothing.)"""
+    A service is a session fixture, so the tests that use one run serially in a process of their own, and the
+    service tests are split in three such processes because their time is spent differently: docker builds compute,
+    the real image mostly moves bytes, Slurm tests mostly wait on jobs and Slurm's delays. Each process starts its
+    own services (a sandbox lives in its own network namespaces and folder, a dockerd on its own socket and data
+    root, so they coexist). What cannot be split: ``real_pyxis`` installs enroot machine-wide for one sandbox, so
+    every test that uses it (``real_runtimes``, whatever else it needs) runs in one process, first in the list and
+    shown as it goes (the longest). The tests that need no service run on two pytest-xdist workers, whole files per
+    worker (module fixtures and per-file bookkeeping hold as in a serial run). (xdist's ``--dist loadgroup`` could
+    do this in one run, but it cannot rename pytest 9's node ids, so it groups nothing.)"""
     if choose_workers(pytest_args):
         return [list(pytest_args)]
-    return [["-p", "no:xdist", *with_marks(pytest_args, BUILDS)],
-            ["-p", "no:xdist", *with_marks(pytest_args, f"({SERVICES}) and not ({BUILDS})")],
+    serial = ["-p", "no:xdist"]
+    return [[*serial, *with_marks(pytest_args, REAL_RUNTIMES)],
+            [*serial, *with_marks(pytest_args, f"docker and not {REAL_RUNTIMES}")],
+            [*serial, *with_marks(pytest_args, f"slurm and not (docker or {REAL_RUNTIMES})")],
             ["-n", "2", "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")]]
 
 

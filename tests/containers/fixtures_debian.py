@@ -10,6 +10,7 @@ nothing (written to a temp name, then renamed). The image is tagged with the nam
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -60,6 +61,15 @@ def rootfs_tarball() -> Path:
     tarball = cache_dir() / f"debian-{SUITE}-{VARIANT}-{arch}-{key}.tar"
     if tarball.is_file():
         return tarball
+    # `invoke test` runs two docker sessions side by side: the second waits for the first's debootstrap
+    with open(tarball.with_name(tarball.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not tarball.is_file():
+            _debootstrap(tarball, arch, mirror)
+    return tarball
+
+
+def _debootstrap(tarball: Path, arch: str, mirror: str) -> None:
     with tempfile.TemporaryDirectory(prefix="shipyard-debootstrap-") as tmp:
         root = Path(tmp) / "root"
         res = subprocess.run(["debootstrap", f"--variant={VARIANT}", f"--arch={arch}", SUITE, str(root), mirror],
@@ -69,7 +79,6 @@ def rootfs_tarball() -> Path:
         part = tarball.with_name(tarball.name + f".tmp-{os.getpid()}")
         subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(part), "."], check=True)
         os.replace(part, tarball)
-    return tarball
 
 
 @pytest.fixture(scope="session")

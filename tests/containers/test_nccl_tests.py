@@ -74,8 +74,8 @@ def build_context(debian12_base, tmp_path_factory) -> Path:
 
 
 def _build(docker_services, debian12_base, ctx: Path, tag: str, nccl_tests: str, extra: tuple[str, ...] = ()) -> str:
-    """A docker build of the recipe's nccl-tests step for ``environments.nt.nccl_tests: NCCL_TESTS``; the layers
-    before that step are the same for every variant (docker's cache shares them)."""
+    """A docker build of the recipe's nccl-tests step for ``environments.nt.nccl_tests: NCCL_TESTS``. (The two tests
+    run in different sessions of `invoke test`, each with its own dockerd, so each builds its own layers.)"""
     env = registry.load_text(REG.replace(NCCL_TESTS_LINE, f"    nccl_tests: {nccl_tests}")).environment("nt")
     step, = recipe.nccl_tests_install(env)
     nccl = f"{env.nccl_package}=={env.nccl.value}"
@@ -143,8 +143,7 @@ def _enroot_import(image: str, dest: Path, work: Path) -> Path:
 @pytest.mark.slurm
 @pytest.mark.real_runtimes
 def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
-        docker_env, docker_services, debian12_base, build_context, nccl_tests_image, sandbox, real_pyxis, tmp_path,
-        monkeypatch):
+        docker_env, docker_services, debian12_base, build_context, sandbox, real_pyxis, tmp_path, monkeypatch):
     """Point 4 end to end, with the real enroot and pyxis on the 2-node sandbox.
 
     The image above (Open MPI, Debian 12's 4.1.4) cannot start under ``srun --mpi=pmi2``: Debian builds Open MPI
