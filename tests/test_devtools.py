@@ -5,13 +5,22 @@ from __future__ import annotations
 from shipyard.dev import testing as devtools
 
 
-def test_no_tests_collected_is_a_failure(capsys):
-    assert devtools.run_tests(["-q", "tests/registry/test_compat.py", "-k", "no_such_test_name_zzz"], install=False) == 1
+def _project(tmp_path):
+    """A tiny test project of its own (the runs below start four pytest processes: the suite's conftest each time
+    would cost seconds of CPU beside the real CI)."""
+    (tmp_path / "test_x.py").write_text("def test_ok():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: s\n    docker: d\n    real_runtimes: r\n")
+    return ["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)]
+
+
+def test_no_tests_collected_is_a_failure(tmp_path, capsys):
+    assert devtools.run_tests([*_project(tmp_path), "-k", "no_such_test_name_zzz"], install=False) == 1
     assert "collected no tests" in capsys.readouterr().err
 
 
-def test_passing_selection_passes():
-    assert devtools.run_tests(["-q", "tests/registry/test_compat.py", "-k", "valid_combination"], install=False) == 0
+def test_passing_selection_passes(tmp_path, capsys):
+    assert devtools.run_tests(_project(tmp_path), install=False) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "tests: 1 passed, 0 failed"
 
 
 def test_package_list_is_data_and_checked_with_dpkg():

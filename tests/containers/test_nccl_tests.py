@@ -8,7 +8,8 @@ compile sees exactly the NCCL a torch image holds; the %test that compares it wi
 torch and is not run here. The source is ../shared/vendor/nccl-tests-2.19.6.tar.gz (``nccl_tests.url`` overridden to
 a file:/// path, the sha256 check unchanged); the wheels come from this machine's local package index through the
 build context (no index reached from the build); Debian's packages (g++, make, Open MPI) from the base's mirror.
-One gencode (sm_90, ``NVCC_GENCODE``) instead of the release's five keeps the compile near 90 s on 2 cores.
+One gencode (sm_90, ``NVCC_GENCODE``) instead of the release's five, and one binary (all_reduce_perf, through make's
+``MAKEFLAGS``) instead of eleven, keep the compile near 30 s on 2 cores.
 
 Nothing runs on a GPU here: there is none. The compiled all_reduce_perf is run once and must stop because there is
 no CUDA driver/device, which is what a rank on a GPU-less node prints.
@@ -59,6 +60,7 @@ def _wheels(dest: Path, reqs: list[str]) -> None:
 
 
 IMAGE = "shipyard-test/nccl-tests:compile"
+ONE_BINARY = "ENV MAKEFLAGS=BIN_FILES_LIST=all_reduce"  # make's command-line override of the Makefile's list
 IMAGE_NO_MPI = "shipyard-test/nccl-tests:mpi-none"
 
 
@@ -101,20 +103,21 @@ def _build(docker_services, debian12_base, ctx: Path, tag: str, nccl_tests: str,
 
 @pytest.fixture(scope="module")
 def nccl_tests_image(docker_services, debian12_base, build_context) -> str:
-    """The compile stage as a shipyard image builds it by default (Open MPI), built once for this module."""
-    return _build(docker_services, debian12_base, build_context, IMAGE, NCCL_TESTS_VALUE)
+    """The compile stage as a shipyard image builds it by default (Open MPI), built once for this module: the
+    recipe's step as written, with make told (``MAKEFLAGS``, make's own channel) to build all_reduce_perf only. Every
+    binary compiles and links by the same rule; compiling all 11 cost CI about a minute of both cores, and which
+    binaries a release makes is checked against its Makefile (tests/definitions/test_nccl_tests_release.py)."""
+    return _build(docker_services, debian12_base, build_context, IMAGE, NCCL_TESTS_VALUE, (ONE_BINARY,))
 
 
 def test_nccl_tests_compile_from_the_recipe_step_and_link(docker_env, nccl_tests_image):
-    binaries = facts.load("nccl_tests")["releases"]["2.19.6"]["binaries"]
-    script = (f"cd /opt/nccl-tests/bin; ls; du -sm .; for b in {' '.join(binaries)}; do ldd $b | grep -q 'not found'"
-              " && echo UNRESOLVED $b; done; ldd all_reduce_perf | grep -E 'libnccl|libmpi|libcudart'; "
+    script = ("cd /opt/nccl-tests/bin; ls; ldd all_reduce_perf | grep -q 'not found' && echo UNRESOLVED; "
+              "ldd all_reduce_perf | grep -E 'libnccl|libmpi|libcudart'; "
               "mpirun --allow-run-as-root --oversubscribe -np 1 ./all_reduce_perf -b 8 -e 8 -g 1; echo rc=$?")
     out = docker_env.client().containers.run(nccl_tests_image, ["/bin/bash", "-c", script],
                                              network_mode="none", remove=True, stderr=True).decode()
     print(out)
-    for b in binaries:
-        assert b in out.split(), out
+    assert "all_reduce_perf" in out.split(), out
     assert "UNRESOLVED" not in out, out
     # torch's NCCL (the wheel's file, through the run path), Open MPI; the CUDA runtime linked statically
     assert f"{recipe.VENV}/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2" in out, out
@@ -168,7 +171,7 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
 
     image = _build(docker_services, debian12_base, build_context, IMAGE_NO_MPI,
                    '{version: "2.19.6", url: "file:///src/nccl-tests.tar.gz", mpi: none}',
-                   ("ENV MAKEFLAGS=BIN_FILES_LIST=all_reduce",))
+                   (ONE_BINARY,))
     sqsh = _enroot_import(image, tmp_path / "nccl-tests.sqsh", work)
 
     project = tmp_path / "project"
