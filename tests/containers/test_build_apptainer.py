@@ -226,7 +226,8 @@ def test_sigkill_of_builder_is_detected_and_cleaned_by_next_build(project, appta
 
 
 def test_second_build_waits_for_the_first_and_they_serialize(project, apptainer_double, monkeypatch):
-    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP", "2")
+    # the first build must still run when the second starts: a busy CI machine took over 3 s to start a task
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP", "15")
     first = _start_build(project, "--force")
     containers = project.root / "containers"
     assert _wait_for(lambda: list(containers.glob("tiny.sif.tmp-*")))
@@ -241,12 +242,15 @@ def test_second_build_waits_for_the_first_and_they_serialize(project, apptainer_
 
 
 def test_no_block_exits_clearly_while_another_build_runs(project, apptainer_double, monkeypatch):
-    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP", "3")
+    # the first build sleeps until it is stopped below: a fixed short sleep lost the race on a busy CI machine
+    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP", DOUBLE_SLEEP_S)
     first = _start_build(project)
     containers = project.root / "containers"
     assert _wait_for(lambda: list(containers.glob("tiny.sif.tmp-*")))
     res = invoke_cli("build", "tiny", "--no-block", cwd=project.root, timeout=None)
-    first.communicate(timeout=60)
+    assert first.poll() is None, "the first build ended before --no-block was tried"
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=REACT_S)
     assert res.returncode == 2
     assert res.stderr.startswith("shipyard: error: ") and "another build of this environment is running (pid" \
         in res.stderr and "Traceback" not in res.stderr
