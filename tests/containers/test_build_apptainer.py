@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -225,17 +226,32 @@ def test_sigkill_of_builder_is_detected_and_cleaned_by_next_build(project, appta
     assert mf.read_manifest(containers / "tiny.json").status == "ok"
 
 
-def test_second_build_waits_for_the_first_and_they_serialize(project, apptainer_double, monkeypatch):
-    # the first build must still run when the second starts: a busy CI machine took over 3 s to start a task
-    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_SLEEP", "15")
-    first = _start_build(project, "--force")
+def _read_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    """``proc``'s output up to the line holding ``text`` (fails after ``timeout`` seconds)."""
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline()
+            seen.append(line)
+            if text in line or not line:
+                break
+    assert any(text in line for line in seen), "".join(seen)
+    return "".join(seen)
+
+
+def test_second_build_waits_for_the_first_and_they_serialize(project, apptainer_double, monkeypatch, tmp_path):
+    # the first build holds at the double's gate until the second says it waits: no race with a fixed sleep
+    gate = tmp_path / "gate"
+    first = _start_build(project, "--force", env={**os.environ, "SHIPYARD_DOUBLE_APPTAINER_GATE": str(gate)})
     containers = project.root / "containers"
     assert _wait_for(lambda: list(containers.glob("tiny.sif.tmp-*")))
     second = _start_build(project, "--force")
+    head = _read_until(second, "waiting for the running build (pid", REACT_S)
+    gate.touch()
     out2, _ = second.communicate(timeout=60)
     out1, _ = first.communicate(timeout=60)
-    assert first.returncode == 0 and second.returncode == 0, (out1, out2)
-    assert "waiting for the running build (pid" in out2
+    assert first.returncode == 0 and second.returncode == 0, (out1, head + out2)
     builds = sorted((c for c in read_calls(apptainer_double) if c["argv"][0] == "build"), key=lambda c: c["start"])
     assert len(builds) == 2
     assert builds[0]["end"] <= builds[1]["start"]  # never two writers at once
