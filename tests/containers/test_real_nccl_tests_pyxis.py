@@ -1,0 +1,82 @@
+"""nccl-tests under the real pyxis on the 2-node sandbox (issue 18 point 3: `invoke nccl-test`'s launcher shape): the
+recipe's nccl-tests step with ``mpi: none`` built with docker (tests/containers/helpers_nccl_tests.py), imported by the
+real `enroot import dockerd://`, launched by `invoke nccl-test --runtime pyxis --submit`; every rank stops at the
+missing CUDA device and nccl-report says so. (A file of its own, after the real image in the real-runtime run's
+order: its compile is CPU-bound and runs best when the other runs of `invoke test` are done.)"""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from pathlib import Path
+
+import pytest
+from helpers_nccl_tests import IMAGE_NO_MPI, ONE_BINARY, REG, build, build_context, enroot_import
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.real_runtimes]
+
+
+@pytest.fixture(scope="module")
+def nccl_tests_context(debian12_base, tmp_path_factory):
+    return build_context(tmp_path_factory)
+
+
+def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
+        docker_env, docker_services, debian12_base, nccl_tests_context, sandbox, real_pyxis, tmp_path, monkeypatch):
+    """Point 4 end to end, with the real enroot and pyxis on the 2-node sandbox.
+
+    The compile test's image (Open MPI, Debian 12's 4.1.4) cannot start under ``srun --mpi=pmi2``: Debian builds Open MPI
+    with external PMIx only (no s1/s2 component for Slurm's PMI-1/PMI-2), so every rank stopped in MPI_Init when this
+    test tried it (docs/nccl-tests.md). Hence the sandbox runs nccl-tests' own multi-process mode (``mpi: none``:
+    one task per node, -g GPUs): the same
+    recipe step with ``nccl_tests.mpi: none`` (all_reduce_perf only, to keep it cheap), imported by ``enroot import
+    dockerd://``, launched by `invoke nccl-test --runtime pyxis --image X.sqsh --image-has-nccl-tests --submit`;
+    every task starts all_reduce_perf in the container and stops at the missing CUDA device, and nccl-report says
+    so. The image is Debian with its PATH in an ENV line only: enroot's login shell resets it (/etc/profile), and
+    the launcher puts it back from /etc/environment (Pyxis.image_path_prelude)."""
+    import yaml
+    from fixtures_launch import run_launch, wait_job
+
+    from shipyard.commands import jobs as jobs_commands
+    from shipyard.commands.context import Context
+    from shipyard.errors import ShipyardError
+    from shipyard.launch.options import NCCL_TEST
+
+    tmp_path.chmod(0o755)
+    work = tmp_path / "enroot"
+
+    image = build(docker_services, debian12_base, nccl_tests_context, IMAGE_NO_MPI,
+                   '{version: "2.19.6", url: "file:///src/nccl-tests.tar.gz", mpi: none}',
+                   (ONE_BINARY,))
+    sqsh = enroot_import(image, tmp_path / "nccl-tests.sqsh", work)
+
+    project = tmp_path / "project"
+    project.mkdir()
+    sandbox_cluster = yaml.safe_load((Path(__file__).resolve().parents[2] / "registry.yaml").read_text())
+    reg = yaml.safe_load(REG)
+    reg["clusters"] = {"sandbox": {**sandbox_cluster["clusters"]["sandbox"], "mpi": "none"}}
+    reg["defaults"] = {"environment": "nt", "cluster": "sandbox"}
+    (project / "registry.yaml").write_text(yaml.safe_dump(reg, sort_keys=False))
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
+    t1 = time.monotonic()
+    out = run_launch(kind=NCCL_TEST, submit=True, cluster="sandbox", runtime="pyxis", image=str(sqsh),
+                     image_has_nccl_tests=True, nodes=2, sizes="8:8", iters=1)
+    job = re.search(r"submitted job (\d+)", out).group(1)
+    info = wait_job(sandbox, job, timeout=300)
+    log = project / "launch" / "logs" / f"nccl-test-sandbox-{job}.out"
+    text = log.read_text(errors="replace")
+    print(f"job {job}: {time.monotonic() - t1:.0f} s, {info['JobState']} {info['ExitCode']}\n{text[-6000:]}")
+    script = (project / "launch" / "nccl-test-sandbox.sbatch").read_text()
+    assert "srun --mpi=none " in script and f"--container-image={sqsh}" in script, script
+
+    ctx = Context.load(str(project / "registry.yaml"), out=io.StringIO())
+    try:
+        jobs_commands.nccl_report(str(log), str(tmp_path / "report.png"), "sandbox", ctx)
+    except ShipyardError:
+        pass  # no result rows: exit 2, after printing what can be said
+    report = ctx.out.getvalue()
+    print(report)
+    assert "FAIL no CUDA device: 2 rank(s)" in report, report
+    assert "NCCL_DEBUG" not in report, report
