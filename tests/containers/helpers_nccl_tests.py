@@ -1,4 +1,4 @@
-"""What the two nccl-tests test files share (tests/containers/test_nccl_tests.py compiles, test_real_nccl_tests_pyxis.py
+"""What the two nccl-tests test files share (tests/containers/test_nccl_tests.py compiles, test_nccl_tests_real_pyxis.py
 runs under the real pyxis): the environment, the build context (the upstream archive and the pinned wheels), the docker
 build of the recipe's nccl-tests step, and the real enroot import. Each file runs in its own pytest process of
 `invoke test` (the pyxis one with the real runtimes), so each builds its own image."""

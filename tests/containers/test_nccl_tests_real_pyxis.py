@@ -1,8 +1,9 @@
 """nccl-tests under the real pyxis on the 2-node sandbox (issue 18 point 3: `invoke nccl-test`'s launcher shape): the
 recipe's nccl-tests step with ``mpi: none`` built with docker (tests/containers/helpers_nccl_tests.py), imported by the
 real `enroot import dockerd://`, launched by `invoke nccl-test --runtime pyxis --submit`; every rank stops at the
-missing CUDA device and nccl-report says so. (A file of its own, after the real image in the real-runtime run's
-order: its compile is CPU-bound and runs best when the other runs of `invoke test` are done.)"""
+missing CUDA device and nccl-report says so. (A file of its own, in the real-runtime run of `invoke test`: it
+runs before the real image there. The other way round, tried once, the real image's byte-heavy build and import
+overlapped the docker run's builds and took 17 min instead of 7.)"""
 
 from __future__ import annotations
 
@@ -26,15 +27,15 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
         docker_env, docker_services, debian12_base, nccl_tests_context, sandbox, real_pyxis, tmp_path, monkeypatch):
     """Point 4 end to end, with the real enroot and pyxis on the 2-node sandbox.
 
-    The compile test's image (Open MPI, Debian 12's 4.1.4) cannot start under ``srun --mpi=pmi2``: Debian builds Open MPI
-    with external PMIx only (no s1/s2 component for Slurm's PMI-1/PMI-2), so every rank stopped in MPI_Init when this
-    test tried it (docs/nccl-tests.md). Hence the sandbox runs nccl-tests' own multi-process mode (``mpi: none``:
-    one task per node, -g GPUs): the same
-    recipe step with ``nccl_tests.mpi: none`` (all_reduce_perf only, to keep it cheap), imported by ``enroot import
-    dockerd://``, launched by `invoke nccl-test --runtime pyxis --image X.sqsh --image-has-nccl-tests --submit`;
-    every task starts all_reduce_perf in the container and stops at the missing CUDA device, and nccl-report says
-    so. The image is Debian with its PATH in an ENV line only: enroot's login shell resets it (/etc/profile), and
-    the launcher puts it back from /etc/environment (Pyxis.image_path_prelude)."""
+    The compile test's image (Open MPI, Debian 12's 4.1.4) cannot start under ``srun --mpi=pmi2``: Debian builds Open
+    MPI with external PMIx only (no s1/s2 component for Slurm's PMI-1/PMI-2), so every rank stopped in MPI_Init when
+    this test tried it (docs/nccl-tests.md). Hence the sandbox runs nccl-tests' own multi-process mode (``mpi:
+    none``: one task per node, -g GPUs): the same recipe step with ``nccl_tests.mpi: none`` (all_reduce_perf only,
+    to keep it cheap), imported by ``enroot import dockerd://``, launched by `invoke nccl-test --runtime pyxis
+    --image X.sqsh --image-has-nccl-tests --submit`; every task starts all_reduce_perf in the container and stops at
+    the missing CUDA device, and nccl-report says so. The image is Debian with its PATH in an ENV line only: enroot's
+    login shell resets it (/etc/profile), and the launcher puts it back from /etc/environment
+    (Pyxis.image_path_prelude)."""
     import yaml
     from fixtures_launch import run_launch, wait_job
 
