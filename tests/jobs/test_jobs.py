@@ -182,6 +182,12 @@ def test_status_lists_only_shipyard_jobs(sandbox, project):
         "foreign": _sbatch(sandbox, f"--job-name=foreign{tag}", f"--output={out}/f-%j.out", "--wrap", "true"),
     }
     _wait_done(sandbox, ids["prefixed"])
+    # the launcher's job must have started (a busy CI machine once showed it still PENDING here: no log yet)
+    job = slurm.Job(slurm.SANDBOX, ids["launcher"], sandbox.directory)
+    deadline = time.monotonic() + 60
+    while job.state() == "PENDING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert job.state() != "PENDING", f"job {ids['launcher']} did not start within 60 s"
     buf = io.StringIO()
     assert commands.status(Context.load(out=buf), "sandbox") == 0
     text = buf.getvalue()
