@@ -35,27 +35,27 @@ from shipyard.runtimes.base import ShellWord
 TOOLS = ("python", "python3", "pip", "pip3", "torchrun")
 
 
+def _runtime(cluster: Cluster) -> runtimes.Runtime:
+    """The cluster's runtime object, its errors naming the registry key."""
+    return runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime")
+
+
 def image_path(reg: Registry | None, cluster: Cluster, env: Environment) -> str:
     """Where the cluster's runtime keeps ``env``'s image (``<cluster.storage>/<env>.sif``); a relative storage is under
     the project root, so it needs ``reg``."""
-    return runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime").image(reg.root if reg else None,
-                                                                                 env.name, cluster)
+    return _runtime(cluster).image(reg.root if reg else None, env.name, cluster)
 
 
 def require_wrapping_runtime(cluster: Cluster, reg: Registry | None = None) -> None:
     """Refuse runtimes that cannot wrap a tool (pyxis: a SPANK plugin of srun, nothing to exec on a login node;
     host), naming the clusters that would work."""
-    if runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime").wraps_tools:
+    if _runtime(cluster).wraps_tools:
         return
     ok = [c.name for c in reg.clusters.values() if runtimes.get(c.runtime).wraps_tools] if reg else []
     able = " or ".join(n for n in runtimes.NAMES if runtimes.get(n).wraps_tools)
     hint = f"use --cluster {' or '.join(ok)}" if ok else f"no cluster in the registry has runtime: {able}"
     raise ShipyardError(f"--cluster {cluster.name}: runtime is {cluster.runtime}, but module wrappers need "
                         f"runtime: {able}; {hint}")
-
-
-def _runtime(cluster: Cluster) -> runtimes.Runtime:
-    return runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime")
 
 
 def wrapper_argv(image: str, cluster: Cluster, tool: str) -> list[str]:
