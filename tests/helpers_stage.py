@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 from shipyard import registry, runtimes
 from shipyard.commands import containers as container_commands
 from shipyard.commands import stage as stage_commands
 from shipyard.commands.context import Context
+from shipyard.errors import ShipyardError
 from shipyard.registry.model import Registry
 from shipyard.staging import record
 
@@ -25,12 +27,27 @@ def build(reg, env: str, out=None, **flags) -> int:
 def stage(reg, env: str | None, cluster: str | None, out=None, **flags) -> record.StageRecord:
     """Stage through the command (exit 0 asserted); the record it left beside the image."""
     ctx = context(reg, out)
-    assert stage_commands.stage(ctx, env, cluster, **flags) == 0
+    said = (lambda: ctx.out.getvalue() if isinstance(ctx.out, io.StringIO) else "")
+    try:
+        code = stage_commands.stage(ctx, env, cluster, **flags)
+    except ShipyardError as e:  # the error as it is (tests match it), with what the command said and the job's log
+        if hasattr(e, "add_note"):  # Python 3.11+
+            e.add_note(f"{said()[-3000:]}{_job_log_tail(said())}")
+        raise
+    assert code == 0, f"invoke stage exited {code}:\n{said()[-3000:]}{_job_log_tail(said())}"
     where = ctx.cluster(cluster)
     image = runtimes.get(where.runtime).image(ctx.root, ctx.environment(env).name, where)
     rec, why = record.read_record(image)
     assert rec, why
     return rec
+
+
+def _job_log_tail(said: str) -> str:
+    """The end of the import job's log when the command named one (``log: PATH``): a failed import says why there."""
+    m = re.search(r"log: (\S+\.out)", said)
+    if not m or not Path(m.group(1)).is_file():
+        return ""
+    return f"\n--- {m.group(1)}:\n{Path(m.group(1)).read_text(errors='replace')[-3000:]}"
 
 
 def storage(reg) -> Path:

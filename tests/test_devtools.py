@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from shipyard.dev import testing as devtools
@@ -66,6 +69,8 @@ def test_a_failure_in_any_run_fails_the_whole(tmp_path, capsys):
     assert out.splitlines()[-1] == "tests: 3 passed, 1 failed"
     assert "tests marked slurm and not (docker or real_runtimes) (run beside the above)" in out
     assert "tests marked docker and not real_runtimes (run beside the above)" in out
+    # and the closing lines say which test failed, where and why, whatever CI cuts from the middle
+    assert re.search(r"\nFAILED test_bad at \S*test_x\.py:8: AssertionError\n  E +assert False\ntests: 3 passed", out)
 
 
 def test_counts_read_pytests_closing_line():
@@ -73,3 +78,16 @@ def test_counts_read_pytests_closing_line():
         {"failed": 1, "passed": 66}
     assert devtools.counts("x\n3 passed, 2 skipped, 1 error in 2.1s\n") == {"passed": 3, "skipped": 2, "failed": 1}
     assert devtools.counts("=== 1032 deselected in 3.05s ===\n") == {}
+
+
+def test_digest_says_what_failed_where_and_why_in_a_few_lines():
+    """CI keeps the start and the end of the output: the end must name each failure (tests/data/pytest/README.md)."""
+    report = (Path(__file__).parent / "data" / "pytest" / "report-failures.txt").read_text()
+    lines = devtools.digest(report)
+    assert lines[0] == "ERROR at setup of test_err at test_x.py:5: RuntimeError"
+    assert lines[1].split() == ["E", "RuntimeError:", "fixture", "broke"]
+    bad = lines.index("FAILED test_bad at test_x.py:11: AssertionError")
+    # the first 3 and the last 8 of its 32 E lines, the cut marked
+    assert [ln.split(None, 1)[1] for ln in lines[bad + 1:]] == [
+        "AssertionError: line 0", "line 1", "line 2", "[...]", *(f"line {i}" for i in range(23, 30)), "assert False"]
+    assert devtools.digest("....\n5 passed in 1.0s\n") == []

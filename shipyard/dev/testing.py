@@ -124,6 +124,49 @@ def counts(output: str) -> dict[str, int]:
     return found
 
 
+_SECTION = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
+_HEADER = re.compile(r"^_{3,} (.+?) _{3,}$")
+_WHERE = re.compile(r"^\S+\.py:\d+: \w")
+
+
+def digest(output: str, head: int = 3, tail: int = 8, width: int = 240) -> list[str]:
+    """Each failure of a pytest report in a few lines: its name, where it was raised (the last ``file.py:N: Error``
+    line of its section) and the first ``head`` and last ``tail`` of its ``E`` lines, each cut to ``width``.
+
+    CI keeps only the start and the end of a long output: the closing lines must say what failed and why, since the
+    full sections, printed run by run, may sit in the part that is cut."""
+    out: list[str] = []
+    name, where, errors, inside = None, "", [], False
+
+    def close():
+        if name is not None:
+            shown = errors if len(errors) <= head + tail else [*errors[:head], "E   [...]", *errors[-tail:]]
+            title = name if name.startswith("ERROR ") else f"FAILED {name}"
+            out.extend([title + (f" at {where}" if where else ""),
+                        *(f"  {ln[:width]}" for ln in shown)])
+
+    for line in output.splitlines():
+        if _SECTION.match(line):
+            close()
+            name, inside = None, True
+            continue
+        if inside and line.startswith("=") and line.endswith("="):
+            close()
+            name, inside = None, False
+            continue
+        if not inside:
+            continue
+        if m := _HEADER.match(line):
+            close()
+            name, where, errors = m.group(1), "", []
+        elif line.startswith("E "):
+            errors.append(line.rstrip())
+        elif _WHERE.match(line):
+            where = line.strip()
+    close()
+    return out
+
+
 def _relay(proc: subprocess.Popen, keep: list[str]) -> int:
     """Copy ``proc``'s output to ours as it comes (pytest's progress dots included), keeping it for :func:`counts`."""
     while chunk := proc.stdout.read1(4096):
@@ -188,6 +231,10 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
         for part in ("".join(shown), *reports):
             for key, n in counts(part).items():
                 totals[key] = totals.get(key, 0) + n
+        briefs = [ln for part in ("".join(shown), *reports) for ln in digest(part)]
+        if briefs:
+            print("\n" + "=" * 20 + " what failed, in short (the full reports are above) " + "=" * 20)
+            print("\n".join(briefs))
         line = f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed"
         print(f"tests: {line}" + (f", {totals['skipped']} skipped" if totals.get("skipped") else ""))
     ran = [c for c in codes if c != 5]
