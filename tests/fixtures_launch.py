@@ -150,14 +150,17 @@ def pyxis_double(sandbox):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def wait_job(sandbox, job_id: str, timeout: float = 240) -> dict:
+def wait_job(sandbox, job_id: str, timeout: float = 240, log: Path | None = None) -> dict:
     """Wait for the job's end (shipyard's own :class:`~shipyard.slurm.Job`); its scontrol fields (JobState,
-    ExitCode, ...)."""
+    ExitCode, ...). A job that does not end in time is cancelled, and the end of its ``log`` (when given) is in the
+    error: where it hung."""
     job = slurm.Job(slurm.SANDBOX, job_id, sandbox.directory)
     state = job.wait(timeout, poll=0.5)
     if job.fields.get("JobState") not in slurm.final_states():
         job.cancel()
-        raise AssertionError(f"job {job_id} did not finish in {timeout} s: {state}")
+        tail = log.read_text(errors="replace")[-3000:] if log is not None and log.is_file() else ""
+        raise AssertionError(f"job {job_id} did not finish in {timeout} s: {state}" + (f"\n--- {log}:\n{tail}"
+                                                                                        if tail else ""))
     return job.fields
 
 

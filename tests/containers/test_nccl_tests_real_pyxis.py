@@ -65,8 +65,8 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
     out = run_launch(kind=NCCL_TEST, submit=True, cluster="sandbox", runtime="pyxis", image=str(sqsh),
                      image_has_nccl_tests=True, nodes=2, sizes="8:8", iters=1)
     job = re.search(r"submitted job (\d+)", out).group(1)
-    info = wait_job(sandbox, job, timeout=300)
     log = project / "launch" / "logs" / f"nccl-test-sandbox-{job}.out"
+    info = wait_job(sandbox, job, timeout=300, log=log)
     text = log.read_text(errors="replace")
     print(f"job {job}: {time.monotonic() - t1:.0f} s, {info['JobState']} {info['ExitCode']}\n{text[-6000:]}")
     script = (project / "launch" / "nccl-test-sandbox.sbatch").read_text()

@@ -154,7 +154,8 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
         text = run_launch([str(root / "probe.py")], submit=True, registry_path=reg.path, environment="real",
                           cluster="sandbox", nodes=2, name=name)
         job = re.search(r"submitted job (\d+)", text).group(1)
-        return wait_job(sandbox, job), (root / "launch" / "logs" / f"{name}-{job}.out").read_text()
+        log = root / "launch" / "logs" / f"{name}-{job}.out"
+        return wait_job(sandbox, job, log=log), log.read_text()
 
     info, text = submit("real-bound")
     assert info["ExitCode"] == "0:0", text[-3000:]
@@ -219,7 +220,8 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch) -> dict[str, flo
         text = run_launch(["examples/train.py", "--steps", "20"], submit=True, registry_path=pyx_path,
                           environment="real", cluster="sandbox", runtime="pyxis", nodes=2, name=name)
         job = re.search(r"submitted job (\d+)", text).group(1)
-        return job, wait_job(sandbox, job, timeout=600), (root / "launch" / "logs" / f"{name}-{job}.out").read_text()
+        log = root / "launch" / "logs" / f"{name}-{job}.out"
+        return job, wait_job(sandbox, job, timeout=600, log=log), log.read_text()
 
     t0 = time.monotonic()
     job, info, text = submit("real-pyxis")
@@ -278,8 +280,9 @@ def _real_charliecloud(sandbox, root: Path, sqsh: Path, reg_path: Path) -> None:
                       environment="real", cluster="sandbox", runtime="charliecloud", nodes=2, name="real-ch",
                       image=str(image))
     job = re.search(r"submitted job (\d+)", text).group(1)
-    info = wait_job(sandbox, job, timeout=600)
-    log = (root / "launch" / "logs" / f"real-ch-{job}.out").read_text()
+    log_path = root / "launch" / "logs" / f"real-ch-{job}.out"
+    info = wait_job(sandbox, job, timeout=600, log=log_path)
+    log = log_path.read_text()
     assert info["ExitCode"] == "0:0", log[-4000:]
     assert "ch-run -b " in (root / "launch" / "real-ch.sbatch").read_text()
     result = [line for line in log.splitlines() if line.startswith("result:")]
