@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -29,6 +30,18 @@ def locked(root: Path) -> Iterator[None]:
         yield
 
 
+def _inside(inodes: set, exclude: set[int]) -> list[int]:
+    """Every process in one of the network namespaces ``inodes``, but ``exclude``."""
+    if not inodes:
+        return []
+    out = []
+    for entry in Path("/proc").iterdir():
+        pid = int(entry.name) if entry.name.isdigit() else None
+        if pid is not None and pid not in exclude and procs.netns_inode(pid) in inodes:
+            out.append(pid)
+    return out
+
+
 def stop(state: dict, root: Path) -> None:
     """Stop the sandbox's processes: first everything inside its namespaces (daemons and job steps), then munged,
     then the namespace holders. Only processes whose PID *and* start time match the record are signalled."""
@@ -40,13 +53,12 @@ def stop(state: dict, root: Path) -> None:
     inodes = {procs.netns_inode(p["pid"]) for p in live if p["role"] != "munged"}
     inodes -= {None, procs.netns_inode(os.getpid())}
     holder_pids = {p["pid"] for p in holders}
-    inside = []
-    if inodes:
-        for entry in Path("/proc").iterdir():
-            pid = int(entry.name) if entry.name.isdigit() else None
-            if pid is not None and pid not in holder_pids and procs.netns_inode(pid) in inodes:
-                inside.append(pid)
-    procs.kill(inside, stop_s)
+    procs.kill(_inside(inodes, holder_pids), stop_s)
+    # What started in there while the first ones were stopping (slurmd runs the epilog of a job it kills, a dying
+    # step may fork): again, until nothing but the holders is left, or for at most stop_s more
+    deadline = time.monotonic() + stop_s
+    while (late := _inside(inodes, holder_pids)) and time.monotonic() < deadline:
+        procs.kill(late, 1.0)
     procs.kill([p["pid"] for p in live if not p["role"].startswith("ns:") and procs.alive(p)], stop_s)
     procs.kill([p["pid"] for p in holders if procs.alive(p)], stop_s)
     state["status"] = "down"

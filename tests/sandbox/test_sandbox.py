@@ -3,6 +3,7 @@ sourcing of the env file, flag and package checks, the demo's requirement and re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -180,3 +181,47 @@ def test_demo_falls_back_to_rendering_only(tmp_path, monkeypatch, capsys):
     last = out.strip().splitlines()[-1]
     assert last.startswith("demo: rendered only") and "needs root" in last
     assert not (tmp_path / ".sandbox").exists()
+
+
+def test_stop_also_ends_what_starts_inside_while_the_first_ones_stop(tmp_path):
+    """``sandbox.down`` leaves no process in the sandbox's namespaces, including one started there *while* the first
+    ones stop (slurmd runs the epilog of a job it kills; CI15 found one left). Real processes in a real network
+    namespace: a holder, and a "daemon" in its namespace that starts a new process when it gets SIGTERM."""
+    import time
+
+    from shipyard import procs
+    from shipyard.sandbox import state as sandbox_state
+
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
+        pytest.skip("needs root, unshare and nsenter (a network namespace)")
+    holder = subprocess.Popen(["unshare", "--net", "--", "sleep", "600"])
+    late = tmp_path / "late.pid"
+    daemon = None
+    try:
+        deadline = time.monotonic() + 10
+        while procs.netns_inode(holder.pid) == procs.netns_inode(os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.02)  # unshare has not made its namespace yet
+        inode = procs.netns_inode(holder.pid)
+        assert inode != procs.netns_inode(os.getpid())
+        daemon = subprocess.Popen(["nsenter", f"--net=/proc/{holder.pid}/ns/net", "--", "sh", "-c",
+                                   f"trap 'sleep 600 & echo $! > {late}; exit 0' TERM; while :; do sleep 0.1; done"])
+        while procs.netns_inode(daemon.pid) != inode and time.monotonic() < deadline:
+            time.sleep(0.02)  # nsenter has not entered it yet
+
+        def rec(role, pid):
+            return {"role": role, "pid": pid, "start": procs.proc_stat(pid)[1]}
+
+        state = {"processes": [rec("ns:node1", holder.pid), rec("slurmd-node1", daemon.pid)]}
+        sandbox_state.stop(state, tmp_path)
+        assert late.is_file(), "the daemon did not start its process on SIGTERM"
+        pid = int(late.read_text())
+        assert procs.proc_stat(pid) is None or procs.proc_stat(pid)[0] in ("Z", "X"), "the late process lives on"
+        assert procs.netns_inode(holder.pid) is None and state["status"] == "down"
+    finally:
+        for p in (holder, daemon):
+            if p is not None:
+                p.kill()
+                p.wait()
+        if late.is_file():  # the late process, when stop missed it
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(late.read_text()), 9)
