@@ -172,9 +172,12 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
 
     pyxis_s = _real_enroot_and_pyxis(sandbox, root, m, monkeypatch)
 
-    baseline_s = _pip_download_seconds(root / "definitions" / "real.lock", tmp_path / "wheels", site_ca)
-    # pytest keeps the last runs' temp dirs: leave no multi-GB image or wheels behind
-    shutil.rmtree(tmp_path / "wheels")
+    # bench/README.md's baseline (the same lock downloaded by pip, 2.4 GB of wheels) only when asked for: a
+    # measurement, not a check, and half a minute of CI's critical path
+    baseline_s = None
+    if os.environ.get("SHIPYARD_BENCH_REAL_IMAGE") == "1":
+        baseline_s = _pip_download_seconds(root / "definitions" / "real.lock", tmp_path / "wheels", site_ca)
+        shutil.rmtree(tmp_path / "wheels")  # pytest keeps the last runs' temp dirs: leave no GBs of wheels behind
     for name in (m.docker_tag, m.docker_id):
         try:
             api.remove_image(name, force=True)
@@ -183,9 +186,10 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     api.prune_images(filters={"dangling": True})
     (root / "containers" / "real.sif").unlink()
     (root / ".sandbox" / "images" / "real.sqsh").unlink()
-    print(f"\nreal image: docker build (download stage, install, %test, SIF) {build_s:.0f} s; pip download of the "
-          f"same lock {baseline_s:.0f} s; ratio {build_s / baseline_s:.1f}; real enroot/pyxis: "
-          + ", ".join(f"{k} {v:.0f} s" for k, v in pyxis_s.items()))
+    ratio = (f"pip download of the same lock {baseline_s:.0f} s; ratio {build_s / baseline_s:.1f}" if baseline_s
+             else "baseline not measured (SHIPYARD_BENCH_REAL_IMAGE=1 measures it)")
+    print(f"\nreal image: docker build (download stage, install, %test, SIF) {build_s:.0f} s; {ratio}; real "
+          "enroot/pyxis: " + ", ".join(f"{k} {v:.0f} s" for k, v in pyxis_s.items()))
 
 
 def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch) -> dict[str, float]:
