@@ -16,7 +16,8 @@ def test_only_a_failed_service_test_carries_it(pytester):
     pytester.makeini("[pytest]\nmarkers =\n    slurm: s\n    docker: d\n")
     pytester.makepyfile("import pytest\n\n@pytest.mark.docker\ndef test_svc():\n    assert 1 == 2\n\n"
                         "def test_plain():\n    assert 1 == 3\n\n@pytest.mark.slurm\ndef test_ok():\n    pass\n")
-    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    # -rN: no short summary (under CI=true pytest prints the whole message there, note included)
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", "-rN")
     res.assert_outcomes(failed=2, passed=1)
     out = res.stdout.str()
     assert out.count("machine at the failure:") == 1
