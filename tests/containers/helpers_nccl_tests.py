@@ -1,8 +1,7 @@
-"""What the two nccl-tests test files share (tests/containers/test_nccl_tests.py compiles, test_real_pyxis_nccl_tests.py
+"""What the two nccl-tests test files share (tests/containers/test_nccl_tests.py compiles, test_nccl_tests_real_pyxis.py
 runs under the real pyxis): the environment, the build context (the upstream archive and the pinned wheels), the docker
 build of the recipe's nccl-tests step, and the real enroot import. Each file runs in its own pytest process of
-`invoke test` (the pyxis one with the real runtimes), so each builds its own image; the pyxis one starts its build in a
-thread at the first containers test of its process (tests/containers/conftest.py)."""
+`invoke test` (the pyxis one with the real runtimes), so each builds its own image."""
 
 from __future__ import annotations
 
@@ -11,9 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 
 from shipyard import facts, registry
@@ -38,56 +35,31 @@ clusters:
 """
 
 
-def wheels(dest: Path, reqs: list[str], env: dict[str, str] | None = None) -> None:
+def wheels(dest: Path, reqs: list[str]) -> None:
     """The pinned wheels from this machine's configured package index (no network for the build itself)."""
     dest.mkdir()
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "-d", str(dest), *reqs], check=True, timeout=600, env=env)
+                    "-d", str(dest), *reqs], check=True, timeout=600)
 
 
 IMAGE = "shipyard-test/nccl-tests:compile"
 ONE_BINARY = "ENV MAKEFLAGS=BIN_FILES_LIST=all_reduce"  # make's command-line override of the Makefile's list
 IMAGE_NO_MPI = "shipyard-test/nccl-tests:mpi-none"
-NO_MPI_VALUE = '{version: "2.19.6", url: "file:///src/nccl-tests.tar.gz", mpi: none}'
 
 
 
 
-def build_beside(docker_services, debian12_base, tmp_path_factory) -> Future:
-    """The pyxis run's image (``mpi: none``, all_reduce_perf only), built in a thread of its own: its compile is
-    CPU-bound, while the real image's test, which runs meanwhile in the same process (both need the one real enroot
-    + pyxis install), mostly moves bytes. The future holds the image's tag, or the build's error; its messages."""
-    done: Future = Future()
-    said: list[str] = []
-    # the environment as it is now, at a session fixture's set-up: the test running meanwhile changes os.environ
-    # (monkeypatch: its own proxy and CA bundle), which a subprocess started later in this thread would inherit
-    env = dict(os.environ)
-
-    def work():
-        try:
-            ctx = build_context(tmp_path_factory, env)
-            done.set_result(build(docker_services, debian12_base, ctx, IMAGE_NO_MPI, NO_MPI_VALUE, (ONE_BINARY,),
-                                  say=said.append))
-        except BaseException as e:  # the test that waits for it re-raises it
-            done.set_exception(e)
-
-    done.said = said
-    threading.Thread(target=work, name="nccl-tests build", daemon=True).start()
-    return done
-
-
-def build_context(tmp_path_factory, pip_env: dict[str, str] | None = None) -> Path:
-    """The build context: the source archive and the pinned wheels (``pip_env``: pip's environment)."""
+def build_context(tmp_path_factory) -> Path:
+    """The build context: the source archive and the pinned wheels."""
     env = registry.load_text(REG).environment("nt")
     pc = facts.load("nccl_tests")["pip_compiler"]["13.0"]["packages"]
     ctx = tmp_path_factory.mktemp("nccl-tests-ctx")
     shutil.copy(VENDOR, ctx / "nccl-tests.tar.gz")
-    wheels(ctx / "wheels", [*pc, f"{env.nccl_package}=={env.nccl.value}"], pip_env)
+    wheels(ctx / "wheels", [*pc, f"{env.nccl_package}=={env.nccl.value}"])
     return ctx
 
 
-def build(docker_services, debian12_base, ctx: Path, tag: str, nccl_tests: str, extra: tuple[str, ...] = (),
-          say=print) -> str:
+def build(docker_services, debian12_base, ctx: Path, tag: str, nccl_tests: str, extra: tuple[str, ...] = ()) -> str:
     """A docker build of the recipe's nccl-tests step for ``environments.nt.nccl_tests: NCCL_TESTS``."""
     env = registry.load_text(REG.replace(NCCL_TESTS_LINE, f"    nccl_tests: {nccl_tests}")).environment("nt")
     step, = recipe.nccl_tests_install(env)
@@ -108,7 +80,7 @@ def build(docker_services, debian12_base, ctx: Path, tag: str, nccl_tests: str, 
     for chunk in api.build(path=str(ctx), tag=tag, rm=True, forcerm=True, network_mode="host", decode=True):
         log.write(chunk.get("stream", "") + (chunk.get("error", "") + "\n" if "error" in chunk else ""))
         assert "error" not in chunk, log.getvalue()[-4000:]
-    say(f"nccl-tests compile stage {tag}: {time.monotonic() - t0:.0f} s")
+    print(f"nccl-tests compile stage {tag}: {time.monotonic() - t0:.0f} s")
     return tag
 
 

@@ -218,7 +218,7 @@ def test_apptainer_double_refuses_a_missing_image(sandbox, sandbox_project, monk
 def test_sbatch_test_only_accepts_the_nccl_test_launcher_of_each_runtime(sandbox, sandbox_project, busybox_sqsh,
                                                                          runtime):
     """`invoke nccl-test --validate` for each runtime (the launchers of tests/golden/launch/nccl-test-sandbox-*.sbatch):
-    Slurm accepts the resource request. The pyxis one runs for real in tests/containers/test_real_pyxis_nccl_tests.py;
+    Slurm accepts the resource request. The pyxis one runs for real in tests/containers/test_nccl_tests_real_pyxis.py;
     the host one needs all_reduce_perf on the nodes' PATH, and Apptainer cannot be installed here (its double runs on
     the host), so those two are checked only this far."""
     from shipyard.launch.options import NCCL_TEST

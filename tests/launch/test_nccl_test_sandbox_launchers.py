@@ -1,7 +1,7 @@
 """The nccl-test launcher the sandbox gets, for each runtime (pyxis, apptainer, host): this checkout's registry.yaml
 (`clusters.sandbox`: mpi none, 2 nodes x 2 fake GPUs) rooted at a fixed fake project path. The sandbox tests
 (test_launch_sandbox.py) submit the same launchers with `sbatch --test-only`, and
-tests/containers/test_real_pyxis_nccl_tests.py runs the pyxis one for real."""
+tests/containers/test_nccl_tests_real_pyxis.py runs the pyxis one for real."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """nccl-tests under the real pyxis on the 2-node sandbox (issue 18 point 3: `invoke nccl-test`'s launcher shape): the
 recipe's nccl-tests step with ``mpi: none`` built with docker (tests/containers/helpers_nccl_tests.py), imported by the
 real `enroot import dockerd://`, launched by `invoke nccl-test --runtime pyxis --submit`; every rank stops at the
-missing CUDA device and nccl-report says so. (A file of its own, in the real-runtime run of `invoke test`, named to
-run after the real image: its docker build starts in a thread at the first containers test of that run
-(tests/containers/conftest.py), so its CPU-bound compile overlaps the real image's byte-moving test instead of
-following it on CI's critical path.)"""
+missing CUDA device and nccl-report says so. (A file of its own, in the real-runtime run of `invoke test`: it
+runs before the real image there. The other way round, tried once, the real image's byte-heavy build and import
+overlapped the docker run's builds and took 17 min instead of 7.)"""
 
 from __future__ import annotations
 
@@ -14,13 +13,18 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_nccl_tests import REG, enroot_import
+from helpers_nccl_tests import IMAGE_NO_MPI, ONE_BINARY, REG, build, build_context, enroot_import
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.real_runtimes]
 
 
+@pytest.fixture(scope="module")
+def nccl_tests_context(debian12_base, tmp_path_factory):
+    return build_context(tmp_path_factory)
+
+
 def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
-        docker_env, nccl_tests_mpi_none_build, sandbox, real_pyxis, tmp_path, monkeypatch):
+        docker_env, docker_services, debian12_base, nccl_tests_context, sandbox, real_pyxis, tmp_path, monkeypatch):
     """Point 4 end to end, with the real enroot and pyxis on the 2-node sandbox.
 
     The compile test's image (Open MPI, Debian 12's 4.1.4) cannot start under ``srun --mpi=pmi2``: Debian builds Open
@@ -43,8 +47,9 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
     tmp_path.chmod(0o755)
     work = tmp_path / "enroot"
 
-    image = nccl_tests_mpi_none_build.result(timeout=1800)  # started beside the real image (conftest.py)
-    print("\n".join(nccl_tests_mpi_none_build.said))
+    image = build(docker_services, debian12_base, nccl_tests_context, IMAGE_NO_MPI,
+                   '{version: "2.19.6", url: "file:///src/nccl-tests.tar.gz", mpi: none}',
+                   (ONE_BINARY,))
     sqsh = enroot_import(image, tmp_path / "nccl-tests.sqsh", work)
 
     project = tmp_path / "project"
