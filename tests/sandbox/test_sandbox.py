@@ -203,10 +203,14 @@ def test_stop_also_ends_what_starts_inside_while_the_first_ones_stop(tmp_path):
             time.sleep(0.02)  # unshare has not made its namespace yet
         inode = procs.netns_inode(holder.pid)
         assert inode != procs.netns_inode(os.getpid())
+        ready = tmp_path / "ready"
         daemon = subprocess.Popen(["nsenter", f"--net=/proc/{holder.pid}/ns/net", "--", "sh", "-c",
-                                   f"trap 'sleep 600 & echo $! > {late}; exit 0' TERM; while :; do sleep 0.1; done"])
-        while procs.netns_inode(daemon.pid) != inode and time.monotonic() < deadline:
-            time.sleep(0.02)  # nsenter has not entered it yet
+                                   f"trap 'sleep 600 & echo $! > {late}; exit 0' TERM; : > {ready}; "
+                                   "while :; do sleep 0.1; done"])
+        # in the namespace with its trap set (a SIGTERM before the trap would end it quietly: CI17, a busy machine)
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists() and procs.netns_inode(daemon.pid) == inode
 
         def rec(role, pid):
             return {"role": role, "pid": pid, "start": procs.proc_stat(pid)[1]}
