@@ -164,10 +164,13 @@ def _netns_members(inodes: set[int]) -> list[int]:
     return out
 
 
-def _suspect_mounts(directory: Path) -> list[str]:
-    """Mounts a sandbox could leave behind: anything under its directory, nsfs (ip netns), /etc/hosts binds."""
+def _suspect_mounts(directory: Path, inodes: set[int] = frozenset()) -> list[str]:
+    """Mounts a sandbox could leave behind: anything under its directory, /etc/hosts binds, and a bind of one of its
+    network namespaces (``inodes``; nsfs, as `ip netns` makes). Only its own namespaces: the other test runs of
+    `invoke test` go on beside this one, and their dockerd mounts namespaces of its own meanwhile (CI18)."""
+    ours = tuple(f" net:[{i}] " for i in inodes)
     return [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
-            if str(directory) in line or " nsfs " in line or " /etc/hosts " in line]
+            if str(directory) in line or " /etc/hosts " in line or (" nsfs " in line and any(o in line for o in ours))]
 
 
 @pytest.fixture
@@ -230,7 +233,7 @@ def test_crash_recovery_and_down_leaves_nothing(throwaway):
     for p in state["processes"]:  # each recorded process is gone (or its PID belongs to a new process)
         assert not procs.alive(p), p
     assert _netns_members(inodes) == []  # no process in any of the namespaces: they no longer exist
-    assert _suspect_mounts(throwaway) == mounts_before
+    assert _suspect_mounts(throwaway, inodes) == mounts_before
     assert not (throwaway / "state.json").exists() and not (throwaway / "etc").exists()
     assert not throwaway.exists()  # nothing else was in it
     assert not sb.is_up(throwaway)
