@@ -91,3 +91,15 @@ def test_digest_says_what_failed_where_and_why_in_a_few_lines():
     assert [ln.split(None, 1)[1] for ln in lines[bad + 1:]] == [
         "AssertionError: line 0", "line 1", "line 2", "[...]", *(f"line {i}" for i in range(23, 30)), "assert False"]
     assert devtools.digest("....\n5 passed in 1.0s\n") == []
+
+
+def test_a_marks_expression_that_excludes_the_services_needs_no_collection_to_say_so():
+    quick = ["-q", "-m", "not slurm and not docker and not pypi and not slow"]
+    assert devtools.selects_no_service(quick)
+    assert devtools.selects_no_service(["-mnot (slurm or docker)"])
+    assert devtools.selects_no_service(["-m", "not slow", "-m", "not slurm and not docker"])  # pytest: the last -m
+    # any expression a service test could pass is left to the collection
+    for args in (["-q"], ["-m", "not slow"], ["-m", "slurm"], ["-m", "pypi"], ["-m", "not slurm"],
+                 ["-m", "not (slurm and docker)"], ["-m", "not slurm and not docker or slow"],
+                 ["-m", "mark(x=1)"], ["-m", "not slurm and ("], ["-m", "not slurm and not docker", "-m", "slurm"]):
+        assert not devtools.selects_no_service(args), args

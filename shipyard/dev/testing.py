@@ -7,7 +7,9 @@ failure, so a suite that silently collects nothing cannot pass CI.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -87,6 +89,56 @@ def with_marks(pytest_args: list[str], phase: str) -> list[str]:
             out.append(a)
         i += 1
     return out if found else ["-m", phase, *out]
+
+
+def _marks_expressions(pytest_args: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(pytest_args):
+        a = pytest_args[i]
+        if a == "-m" and i + 1 < len(pytest_args):
+            out.append(pytest_args[i + 1])
+            i += 2
+            continue
+        if a.startswith("-m") and len(a) > 2:
+            out.append(a[2:].removeprefix("="))
+        i += 1
+    return out
+
+
+def _truth(node: ast.AST, marks: dict[str, bool]) -> bool:
+    """A marker expression (pytest's -m grammar: names, and, or, not, parentheses) under ``marks``."""
+    if isinstance(node, ast.Expression):
+        return _truth(node.body, marks)
+    if isinstance(node, ast.BoolOp):
+        values = [_truth(v, marks) for v in node.values]
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return not _truth(node.operand, marks)
+    if isinstance(node, ast.Name):
+        return marks.get(node.id, False)
+    raise ValueError(f"not a plain marker expression: {ast.dump(node)}")
+
+
+def selects_no_service(pytest_args: list[str]) -> bool:
+    """True when the ``-m`` expression cannot select a test marked slurm or docker, whatever other marks it has
+    (the quick loop's ``not slurm and not docker and ...``): then `invoke test` starts the last run only, without
+    collecting the suite once more to find out. Anything it cannot read (mark arguments, odd syntax) is False: the
+    collection decides."""
+    exprs = _marks_expressions(pytest_args)[-1:]  # pytest's -m: the last one given is the one it applies
+    if not exprs:
+        return False
+    try:
+        trees = [ast.parse(e, mode="eval") for e in exprs]
+        names = sorted({n.id for t in trees for n in ast.walk(t) if isinstance(n, ast.Name)} | {"slurm", "docker"})
+        if len(names) > 12:
+            return False
+        for combo in itertools.product((False, True), repeat=len(names)):
+            marks = dict(zip(names, combo))
+            if (marks["slurm"] or marks["docker"]) and all(_truth(t, marks) for t in trees):
+                return False
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def phases(pytest_args: list[str]) -> list[list[str]]:
@@ -198,6 +250,8 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
     runs = phases(pytest_args)
     pytest = [sys.executable, "-m", "pytest"]
     env = bytecode_env(os.environ)
+    if len(runs) > 1 and selects_no_service(pytest_args):
+        runs = runs[-1:]
     if len(runs) > 1:
         # One collection of the service tests first: when the selection holds none (the quick loop), only the last
         # run is started (each service run would collect the whole suite for nothing); and it writes the rewritten
