@@ -96,9 +96,10 @@ def render_modulefile(env: Environment, cluster: Cluster, image: str, bin_dir: s
     # fabric_options.host_injection's variables, then cluster.env, which wins, as a launcher sets them
     # (launch/fabric.py); the injected path lists are prepend_path: `module load` keeps the shell's LD_LIBRARY_PATH
     # behind them and `module unload` removes only their entries (setenv replaced it, then unset it)
-    env_vars = fabric.module_env(cluster)
-    for var in env_vars:  # origin: clusters.X.env or clusters.X.fabric_options.host_injection
-        _lmod_safe(f"{var.origin}{'.env' if var.origin.endswith('host_injection') else ''}.{var.name}", var.value)
+    for key, value in ((cluster.host_injection or {}).get("env") or {}).items():
+        _lmod_safe(f"clusters.{cluster.name}.fabric_options.host_injection.env.{key}", str(value))
+    for key, value in cluster.env:
+        _lmod_safe(f"clusters.{cluster.name}.env.{key}", value)
     _lmod_safe(f"clusters.{cluster.name}.storage", image)
     _lmod_safe("--prefix", bin_dir)
     rt = _runtime(cluster)
@@ -112,7 +113,7 @@ def render_modulefile(env: Environment, cluster: Cluster, image: str, bin_dir: s
     )
     return templating.render("shipyard.launch", "modulefile.lua.j2",
         header=_header(env, cluster), env=env, cluster=cluster, image=image, bin_dir=bin_dir, pins=pins,
-        help_text=help_text, env_vars=env_vars, how=rt.tool_how(), depends=rt.modules(cluster),
+        help_text=help_text, env_vars=fabric.module_env(cluster), how=rt.tool_how(), depends=rt.modules(cluster),
         image_kind=f"{'an' if rt.title[:1] in 'AEIOU' else 'a'} {rt.title} image",
     )
 
