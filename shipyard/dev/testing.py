@@ -70,39 +70,33 @@ def choose_workers(pytest_args: list[str]) -> bool:
     return any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in pytest_args)
 
 
-def with_marks(pytest_args: list[str], phase: str) -> list[str]:
-    """``pytest_args`` with its ``-m`` expression narrowed to ``phase`` (``-m EXPR`` -> ``-m '(EXPR) and PHASE'``);
-    without one, ``-m PHASE`` is added."""
-    args, out, found = list(pytest_args), [], False
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a == "-m" and i + 1 < len(args):
-            out += ["-m", f"({args[i + 1]}) and ({phase})"]
-            found, i = True, i + 2
-            continue
-        if a.startswith("-m") and len(a) > 2:
-            expr = a[2:].removeprefix("=")
-            out += ["-m", f"({expr}) and ({phase})"]
-            found = True
-        else:
-            out.append(a)
-        i += 1
-    return out if found else ["-m", phase, *out]
-
-
-def _marks_expressions(pytest_args: list[str]) -> list[str]:
+def _mark_options(pytest_args: list[str]) -> list[tuple[int, int, str]]:
+    """Each ``-m`` option: (its index, how many arguments it takes: 2 for ``-m EXPR``, 1 for ``-mEXPR``/``-m=EXPR``,
+    its expression)."""
     out, i = [], 0
     while i < len(pytest_args):
         a = pytest_args[i]
         if a == "-m" and i + 1 < len(pytest_args):
-            out.append(pytest_args[i + 1])
+            out.append((i, 2, pytest_args[i + 1]))
             i += 2
             continue
         if a.startswith("-m") and len(a) > 2:
-            out.append(a[2:].removeprefix("="))
+            out.append((i, 1, a[2:].removeprefix("=")))
         i += 1
     return out
+
+
+def with_marks(pytest_args: list[str], phase: str) -> list[str]:
+    """``pytest_args`` with its ``-m`` expression narrowed to ``phase`` (``-m EXPR`` -> ``-m '(EXPR) and PHASE'``);
+    without one, ``-m PHASE`` is added."""
+    options = _mark_options(pytest_args)
+    if not options:
+        return ["-m", phase, *pytest_args]
+    out, i = [], 0
+    for at, width, expr in options:
+        out += [*pytest_args[i:at], "-m", f"({expr}) and ({phase})"]
+        i = at + width
+    return out + pytest_args[i:]
 
 
 def _truth(node: ast.AST, marks: dict[str, bool]) -> bool:
@@ -124,17 +118,17 @@ def selects_no_service(pytest_args: list[str]) -> bool:
     (the quick loop's ``not slurm and not docker and ...``): then `invoke test` starts the last run only, without
     collecting the suite once more to find out. Anything it cannot read (mark arguments, odd syntax) is False: the
     collection decides."""
-    exprs = _marks_expressions(pytest_args)[-1:]  # pytest's -m: the last one given is the one it applies
-    if not exprs:
+    options = _mark_options(pytest_args)
+    if not options:
         return False
     try:
-        trees = [ast.parse(e, mode="eval") for e in exprs]
-        names = sorted({n.id for t in trees for n in ast.walk(t) if isinstance(n, ast.Name)} | {"slurm", "docker"})
+        tree = ast.parse(options[-1][2], mode="eval")  # pytest's -m: the last one given is the one it applies
+        names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {"slurm", "docker"})
         if len(names) > 12:
             return False
         for combo in itertools.product((False, True), repeat=len(names)):
             marks = dict(zip(names, combo))
-            if (marks["slurm"] or marks["docker"]) and all(_truth(t, marks) for t in trees):
+            if (marks["slurm"] or marks["docker"]) and _truth(tree, marks):
                 return False
     except (SyntaxError, ValueError):
         return False
