@@ -27,14 +27,13 @@ def build(reg, env: str, out=None, **flags) -> int:
 def stage(reg, env: str | None, cluster: str | None, out=None, **flags) -> record.StageRecord:
     """Stage through the command (exit 0 asserted); the record it left beside the image."""
     ctx = context(reg, out)
-    said = (lambda: ctx.out.getvalue() if isinstance(ctx.out, io.StringIO) else "")
     try:
         code = stage_commands.stage(ctx, env, cluster, **flags)
     except ShipyardError as e:  # the error as it is (tests match it), with what the command said and the job's log
         if hasattr(e, "add_note"):  # Python 3.11+
-            e.add_note(f"{said()[-3000:]}{_job_log_tail(said())}")
+            e.add_note(_what_it_said(ctx))
         raise
-    assert code == 0, f"invoke stage exited {code}:\n{said()[-3000:]}{_job_log_tail(said())}"
+    assert code == 0, f"invoke stage exited {code}:\n{_what_it_said(ctx)}"
     where = ctx.cluster(cluster)
     image = runtimes.get(where.runtime).image(ctx.root, ctx.environment(env).name, where)
     rec, why = record.read_record(image)
@@ -42,12 +41,14 @@ def stage(reg, env: str | None, cluster: str | None, out=None, **flags) -> recor
     return rec
 
 
-def _job_log_tail(said: str) -> str:
-    """The end of the import job's log when the command named one (``log: PATH``): a failed import says why there."""
+def _what_it_said(ctx: Context) -> str:
+    """The end of what the command printed, and of the import job's log when it named one (``log: PATH``): a failed
+    import says why there."""
+    said = ctx.out.getvalue() if isinstance(ctx.out, io.StringIO) else ""
     m = re.search(r"log: (\S+\.out)", said)
     if not m or not Path(m.group(1)).is_file():
-        return ""
-    return f"\n--- {m.group(1)}:\n{Path(m.group(1)).read_text(errors='replace')[-3000:]}"
+        return said[-3000:]
+    return f"{said[-3000:]}\n--- {m.group(1)}:\n{Path(m.group(1)).read_text(errors='replace')[-3000:]}"
 
 
 def storage(reg) -> Path:
