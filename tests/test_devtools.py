@@ -42,13 +42,16 @@ def test_package_list_is_data_and_checked_with_dpkg():
 def test_services_run_in_three_processes_of_their_own():
     real, docker, slurm, rest = devtools.phases(["-q", "-m", "not slow", "tests/launch"])
     # every test of the machine-wide real runtimes in one process; docker's and the other Slurm tests beside it
-    assert real == ["-p", "no:xdist", "-q", "-m", "(not slow) and (real_runtimes)", "tests/launch"]
-    assert docker == ["-p", "no:xdist", "-q", "-m", "(not slow) and (docker and not real_runtimes)", "tests/launch"]
-    assert slurm == ["-p", "no:xdist", "-q", "-m", "(not slow) and (slurm and not (docker or real_runtimes))",
+    short = "--tb=short"  # first, so that a --tb of the caller's comes later and wins
+    assert real == [short, "-p", "no:xdist", "-q", "-m", "(not slow) and (real_runtimes)", "tests/launch"]
+    assert docker == [short, "-p", "no:xdist", "-q", "-m", "(not slow) and (docker and not real_runtimes)",
+                      "tests/launch"]
+    assert slurm == [short, "-p", "no:xdist", "-q", "-m", "(not slow) and (slurm and not (docker or real_runtimes))",
                      "tests/launch"]
-    assert rest == ["-n", "3", "--dist", "loadfile", "-q", "-m", "(not slow) and (not (slurm or docker))",
+    assert rest == [short, "-n", "3", "--dist", "loadfile", "-q", "-m", "(not slow) and (not (slurm or docker))",
                     "tests/launch"]
-    assert devtools.phases(["-x"])[0] == ["-p", "no:xdist", "-m", "real_runtimes", "-x"]
+    assert devtools.phases(["-x", "--tb=long"])[0] == [short, "-p", "no:xdist", "-m", "real_runtimes", "-x",
+                                                       "--tb=long"]
     assert devtools.with_marks(["-mnot pypi"], "slurm") == ["-m", "(not pypi) and (slurm)"]
     # arguments that choose the workers are run as given, once
     assert devtools.phases(["-n", "4", "-q"]) == [["-n", "4", "-q"]]
@@ -91,6 +94,24 @@ def test_digest_says_what_failed_where_and_why_in_a_few_lines():
     assert [ln.split(None, 1)[1] for ln in lines[bad + 1:]] == [
         "AssertionError: line 0", "line 1", "line 2", "[...]", *(f"line {i}" for i in range(23, 30)), "assert False"]
     assert devtools.digest("....\n5 passed in 1.0s\n") == []
+
+
+def test_digest_of_a_job_log_in_a_long_message_keeps_its_error_lines():
+    """A real failure (tests/data/pytest/README.md): 160 E lines, a job log's tail, then the image's environment
+    and the launcher script. The lines that say why (the torch error, srun's task exit) sit in the middle."""
+    report = (Path(__file__).parent / "data" / "pytest" / "report-job-log.txt").read_text()
+    lines = devtools.digest(report)
+    assert lines[0].startswith("FAILED test_real_debian12_image_built_tested_staged_and_verified_by_a_job at ")
+    assert lines[0].endswith("tests/containers/test_real_image.py:245: AssertionError")
+    shown = [ln.split(None, 1)[1].strip() for ln in lines[1:]]
+    assert shown[0] == "AssertionError: n _call_store" and len(shown) <= 3 + 8 + 8
+    for why in ("RuntimeError: Broken pipe",
+                "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store "
+                "has failed. See inner exception for details.",
+                "srun: error: node2: task 1: Exited with exit code 1", "shipyard: job step exit code 1"):
+        assert why in shown, why
+    # what is not a cause: the chained-exception banner, a path with "errors" in it, the stack's plain lines
+    assert not [ln for ln in shown if "above exception" in ln or "errors/__init__.py" in ln or "sys.exit" in ln]
 
 
 def test_a_marks_expression_that_excludes_the_services_needs_no_collection_to_say_so():

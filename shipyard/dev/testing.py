@@ -150,11 +150,15 @@ def phases(pytest_args: list[str]) -> list[list[str]]:
     do this in one run, but it cannot rename pytest 9's node ids, so it groups nothing.)"""
     if choose_workers(pytest_args):
         return [list(pytest_args)]
-    serial = ["-p", "no:xdist"]
+    # Short tracebacks (one line per frame, then the E lines): CI keeps the start of the output, where the first
+    # run's failures are printed, and pytest's long form spends it on the failing test's whole source. A --tb in
+    # the arguments comes later and wins.
+    serial = ["--tb=short", "-p", "no:xdist"]
     return [[*serial, *with_marks(pytest_args, REAL_RUNTIMES)],
             [*serial, *with_marks(pytest_args, f"docker and not {REAL_RUNTIMES}")],
             [*serial, *with_marks(pytest_args, f"slurm and not (docker or {REAL_RUNTIMES})")],
-            ["-n", str(REST_WORKERS), "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")]]
+            ["--tb=short", "-n", str(REST_WORKERS), "--dist", "loadfile",
+             *with_marks(pytest_args, f"not ({SERVICES})")]]
 
 
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
@@ -172,12 +176,39 @@ def counts(output: str) -> dict[str, int]:
 
 _SECTION = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
 _HEADER = re.compile(r"^_{3,} (.+?) _{3,}$")
-_WHERE = re.compile(r"^\S+\.py:\d+: \w")
+_WHERE = re.compile(r"^(\S+\.py:\d+): (in \S+|\w+)$")  # long form: "f.py:8: AssertionError"; short: "f.py:8: in test"
+_RAISED = re.compile(r"^E\s+(?:(\w+(?:Error|Exception|Exit|Interrupt))\b|(assert)\b)")
+
+
+_TELLING = re.compile(r"\w(Error|Exception)\b:|(?i:\berror\b|\bfatal\b|\bkilled\b|timed out|\brefused\b|"
+                      r"\bdenied\b|\bsignal\b|exit(ed with)? code [1-9])")
+
+
+def _pick(errors: list[str], head: int, tail: int) -> list[str]:
+    """The first ``head`` E lines (the exception and its message's start), then of the rest the first ``tail`` that
+    name an error, a signal or a non-zero exit (in a job log quoted in the message, the first error is the cause and
+    the rest its consequences: "RuntimeError: Broken pipe" before "srun: error: node2: task 1: Exited with exit code
+    1"), or the last ``tail`` lines when none does (pytest's own explanation ends the message); a cut is marked."""
+    if len(errors) <= head + tail:
+        return errors
+    rest = errors[head:]
+    telling = [i for i, ln in enumerate(rest) if _TELLING.search(ln)]
+    keep = telling[:tail] if telling else list(range(len(rest)))[-tail:]
+    out, last = list(errors[:head]), -1
+    for i in keep:
+        if i != last + 1:
+            out.append("E   [...]")
+        out.append(rest[i])
+        last = i
+    if last != len(rest) - 1:
+        out.append("E   [...]")
+    return out
 
 
 def digest(output: str, head: int = 3, tail: int = 8, width: int = 240) -> list[str]:
     """Each failure of a pytest report in a few lines: its name, where it was raised (the last ``file.py:N: Error``
-    line of its section) and the first ``head`` and last ``tail`` of its ``E`` lines, each cut to ``width``.
+    line of its section, or with ``--tb=short`` its last ``file.py:N: in f`` and the error named by its first E
+    line) and a few of its ``E`` lines (:func:`_pick`), each cut to ``width``.
 
     CI keeps only the start and the end of a long output: the closing lines must say what failed and why, since the
     full sections, printed run by run, may sit in the part that is cut."""
@@ -186,9 +217,12 @@ def digest(output: str, head: int = 3, tail: int = 8, width: int = 240) -> list[
 
     def close():
         if name is not None:
-            shown = errors if len(errors) <= head + tail else [*errors[:head], "E   [...]", *errors[-tail:]]
+            shown = _pick(errors, head, tail)
             title = name if name.startswith("ERROR ") else f"FAILED {name}"
-            out.extend([title + (f" at {where}" if where else ""),
+            at = where
+            if where and not re.search(r": \w+$", where) and errors and (m := _RAISED.match(errors[0])):
+                at = f"{where}: {m.group(1) or 'AssertionError'}"
+            out.extend([title + (f" at {at}" if at else ""),
                         *(f"  {ln[:width]}" for ln in shown)])
 
     for line in output.splitlines():
@@ -207,8 +241,8 @@ def digest(output: str, head: int = 3, tail: int = 8, width: int = 240) -> list[
             name, where, errors = m.group(1), "", []
         elif line.startswith("E "):
             errors.append(line.rstrip())
-        elif _WHERE.match(line):
-            where = line.strip()
+        elif w := _WHERE.match(line):
+            where = w.group(1) if w.group(2).startswith("in ") else f"{w.group(1)}: {w.group(2)}"
     close()
     return out
 
