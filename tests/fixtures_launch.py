@@ -8,6 +8,7 @@ changes, and its root is a fixed fake path so that absolute paths in the goldens
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,25 @@ def wait_job(sandbox, job_id: str, timeout: float = 240, log: Path | None = None
         raise AssertionError(f"job {job_id} did not finish in {timeout} s: {state}" + (f"\n--- {log}:\n{tail}"
                                                                                         if tail else ""))
     return job.fields
+
+
+_STEP_LINE = re.compile(r"^rank \d+/\d+ step \d+ loss ")
+
+
+def job_story(sandbox, job_id: str, log: Path, lines: int = 60) -> str:
+    """What a failed job said, for an assertion message that CI keeps only the start of: its log without the
+    per-step ``rank R/W step S loss L`` lines (the last ``lines`` of the rest: torchrun's and the launcher's own),
+    then what each node's slurmd logged about the job (a step killed, a signal, a node's error)."""
+    text = log.read_text(errors="replace") if log.is_file() else f"(no log at {log})"
+    kept = [ln for ln in text.splitlines() if not _STEP_LINE.match(ln)]
+    parts = [f"--- job {job_id}, {log.name} without its step lines (last {lines} of {len(kept)}):",
+             *kept[-lines:]]
+    for node in sandbox.nodes:
+        slurmd = Path(sandbox.directory) / "log" / f"slurmd-{node}.log"
+        about = [ln for ln in (slurmd.read_text(errors="replace").splitlines() if slurmd.is_file() else [])
+                 if re.search(rf"\b(JobId|StepId|job|step)[= ]?{job_id}\b", ln)]
+        parts += [f"--- slurmd on {node} about job {job_id} (last 15):", *about[-15:]]
+    return "\n".join(parts)
 
 
 def wait_for_text(path: Path, needle: str, timeout: float = 180) -> str:
