@@ -132,17 +132,20 @@ def main(argv=None) -> int:
         fmt = lambda v: "none" if v is None else f"{v:.4f}"  # noqa: E731
         say(f"result: world_size={world} start_step={start} end_step={step} first_loss={fmt(first)} "
             f"last_loss={fmt(last)} checkpoint={args.checkpoint}")
-    del ddp  # DDP's reducer holds the process group: release it before the group is destroyed
-    dist.barrier()  # leave together: a rank tearing down gloo while a peer still saves can abort the peer
-    dist.destroy_process_group()
+    dist.barrier()  # leave together: no rank exits while a peer still saves or reduces
     return 0
 
 
 if __name__ == "__main__":
     rc = main()
-    # Everything is saved and the group destroyed. Skip the interpreter's C++ teardown: with torch 2.13 (CPU, gloo)
-    # a rank that exits while its peers close their connections can hit std::terminate in a static destructor
-    # (SIGABRT after a successful run, about 1 run in 10 with 4 ranks on 2 cores), which would fail the whole job.
+    # Everything is saved and every rank is past the last barrier: leave at once, without torch's teardown (no
+    # destroy_process_group, no interpreter exit); the kernel closes the sockets, the driver the GPU contexts. Both
+    # kinds of teardown failed finished jobs here, CPU and gloo on 2 busy cores (docs/launcher-rules.md, rule 12):
+    # - torch 2.0.1: destroy_process_group hung in ~ProcessGroupGloo, which joins gloo's worker thread while it
+    #   holds the GIL, and that thread needed the GIL to free the last step's tensors (a deadlock, pytorch#56297);
+    #   1 run in 3. The other node's torchrun then lost its c10d store when this node's gave up its 300 s exit
+    #   barrier, and failed the job.
+    # - torch 2.13: std::terminate in a static destructor at interpreter exit (SIGABRT), about 1 run in 10.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)
