@@ -237,18 +237,7 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_imag
         log = root / "launch" / "logs" / f"{name}-{job}.out"
         return job, wait_job(sandbox, job, timeout=600, log=log), log.read_text()
 
-    # The named container the launcher will use (point 7: --container-name=<env>-<hash>), unpacked on both nodes by
-    # pyxis first, then its GBs written back to disk (os.sync) before the training job. Otherwise the writeback runs
-    # under the job, and rank 0's checkpoint write at the end waited behind it: on a disk that stalled for minutes
-    # (CI20, this machine) torchrun's exit barrier on the other node gave up after its 300 s and the job failed
-    # after training to the end. The launcher's job then reuses the container, as chained segments do.
-    cname = f"real-{rec.sha256[:16]}"
-    t0 = time.monotonic()
-    res = sandbox.run(["srun", "-N2", "--ntasks-per-node=1", f"--container-image={sqsh}", f"--container-name={cname}",
-                       "--no-container-mount-home", "true"], client_timeout=900)
-    assert res.returncode == 0, res.stdout + res.stderr
-    os.sync()
-    times["pyxis unpack on both nodes, written back"] = time.monotonic() - t0
+    cname = f"real-{rec.sha256[:16]}"  # the launcher's named container (point 7: --container-name=<env>-<hash>)
     t0 = time.monotonic()
     job, info, text = submit("real-pyxis")
     times["2-node pyxis training job"] = time.monotonic() - t0
@@ -306,7 +295,6 @@ def _real_charliecloud(sandbox, root: Path, sqsh: Path, reg_path: Path) -> None:
     Charliecloud user's directory images take their mount points the same way)."""
     image = root / ".sandbox" / "images" / "real-ch"
     subprocess.run(["unsquashfs", "-n", "-d", str(image), str(sqsh)], check=True, stdout=subprocess.DEVNULL)
-    os.sync()  # its GBs on disk before the job, not under rank 0's checkpoint write (see the pyxis job above)
     (image / str(root).lstrip("/")).mkdir(parents=True, exist_ok=True)
     text = run_launch(["examples/train.py", "--steps", "20"], submit=True, registry_path=reg_path,
                       environment="real", cluster="sandbox", runtime="charliecloud", nodes=2, name="real-ch",
