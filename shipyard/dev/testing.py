@@ -213,15 +213,14 @@ def digest(output: str, head: int = 3, tail: int = 8, width: int = 240) -> list[
     CI keeps only the start and the end of a long output: the closing lines must say what failed and why, since the
     full sections, printed run by run, may sit in the part that is cut."""
     out: list[str] = []
-    name, where, errors, inside = None, "", [], False
+    name, where, kind, errors, inside = None, "", "", [], False
 
     def close():
         if name is not None:
             shown = _pick(errors, head, tail)
             title = name if name.startswith("ERROR ") else f"FAILED {name}"
-            at = where
-            if where and not re.search(r": \w+$", where) and errors and (m := _RAISED.match(errors[0])):
-                at = f"{where}: {m.group(1) or 'AssertionError'}"
+            raised = kind or ((m.group(1) or "AssertionError") if errors and (m := _RAISED.match(errors[0])) else "")
+            at = f"{where}: {raised}" if where and raised else where
             out.extend([title + (f" at {at}" if at else ""),
                         *(f"  {ln[:width]}" for ln in shown)])
 
@@ -238,11 +237,11 @@ def digest(output: str, head: int = 3, tail: int = 8, width: int = 240) -> list[
             continue
         if m := _HEADER.match(line):
             close()
-            name, where, errors = m.group(1), "", []
+            name, where, kind, errors = m.group(1), "", "", []
         elif line.startswith("E "):
             errors.append(line.rstrip())
-        elif w := _WHERE.match(line):
-            where = w.group(1) if w.group(2).startswith("in ") else f"{w.group(1)}: {w.group(2)}"
+        elif w := _WHERE.match(line):  # the last one is where it was raised
+            where, kind = w.group(1), ("" if w.group(2).startswith("in ") else w.group(2))
     close()
     return out
 
