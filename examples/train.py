@@ -143,8 +143,8 @@ if __name__ == "__main__":
     # kinds of teardown failed finished jobs here, CPU and gloo on 2 busy cores (docs/launcher-rules.md, rule 12):
     # - torch 2.0.1: destroy_process_group hung in ~ProcessGroupGloo, which joins gloo's worker thread while it
     #   holds the GIL, and that thread needed the GIL to free the last step's tensors (a deadlock, pytorch#56297;
-    #   1 run of 17 with two agents on 2 busy cores; twice in CI). The other node's torchrun then lost its
-    #   c10d store when this node's gave up its 300 s exit barrier, and failed the job.
+    #   1 run of 17 with two agents on 2 busy cores; twice in CI). The rendezvous host's torchrun gave up its 300 s
+    #   exit barrier and ended, and the torchrun still watching the hung rank lost the c10d store and failed the job.
     # - torch 2.13: std::terminate in a static destructor at interpreter exit (SIGABRT), about 1 run in 10.
     sys.stdout.flush()
     sys.stderr.flush()
