@@ -136,7 +136,7 @@ def verdict(t: Transport, fabric: str) -> tuple[str, str]:
 # ------------------------------------------------------------------------------------------------ the awk rendering
 
 
-def _awk_str(s: str) -> str:
+def awk_str(s: str) -> str:
     """A Python string as an awk string literal (the data's patterns have no quotes or backslashes of their own)."""
     if any(c in s for c in "\"\\'\n"):
         raise ValueError(f"pattern {s!r} cannot be rendered into the launcher's awk program")
@@ -148,11 +148,11 @@ def awk_program(fabric: str) -> str:
     same line as :func:`verdict`. It is embedded in single quotes in the launcher, so it contains none."""
     r = rules()
     exp = expectation(fabric)
-    fam_lines = "\n".join(f"  if (n ~ {_awk_str('^(' + spec['pattern'] + ')$')}) return {_awk_str(f)}"
+    fam_lines = "\n".join(f"  if (n ~ {awk_str('^(' + spec['pattern'] + ')$')}) return {awk_str(f)}"
                           for f, spec in r["families"].items())
     grabs = "\n".join(
-        f"  grab({e['strength']}, {_awk_str(e['kind'])}, {_awk_str(e['before'])}, {_awk_str(e['after'])}, "
-        f"{_awk_str('^(' + e['only'] + ')$') if e.get('only') else _awk_str('')})"
+        f"  grab({e['strength']}, {awk_str(e['kind'])}, {awk_str(e['before'])}, {awk_str(e['after'])}, "
+        f"{awk_str('^(' + e['only'] + ')$') if e.get('only') else awk_str('')})"
         for e in r["evidence"])
     label, want = exp["label"], exp.get("provider") or ""
     p = PREFIX
@@ -165,7 +165,7 @@ function grab(s, kind, before, after, only,   rest, n) {{
   rest = substr($0, RSTART + RLENGTH)
   if (!match(rest, after)) return
   n = substr(rest, 1, RSTART - 1)
-  if (n !~ {_awk_str('^(' + r['name_pattern'] + ')$')}) return
+  if (n !~ {awk_str('^(' + r['name_pattern'] + ')$')}) return
   if (only != "" && n !~ only) return
   if (s > best) {{ best = s; cnt = 0; split("", seen) }}
   if (!(n in seen)) {{ seen[n] = 1; names[++cnt] = n }}
@@ -173,9 +173,9 @@ function grab(s, kind, before, after, only,   rest, n) {{
 BEGIN {{ best = 0; cnt = 0; pc = 0 }}
 {{
 {grabs}
-  if (match($0, {_awk_str(r['provider']['before'])})) {{
+  if (match($0, {awk_str(r['provider']['before'])})) {{
     rest = substr($0, RSTART + RLENGTH)
-    if (match(rest, {_awk_str('^(' + r['provider']['pattern'] + ')')})) {{
+    if (match(rest, {awk_str('^(' + r['provider']['pattern'] + ')')})) {{
       pv = substr(rest, 1, RLENGTH)
       if (!(pv in pseen)) {{ pseen[pv] = 1; provs[++pc] = pv }}
     }}
@@ -184,7 +184,7 @@ BEGIN {{ best = 0; cnt = 0; pc = 0 }}
 END {{
   list = ""; k = 0; fams = ""; nf = 0
   for (i = 1; i <= cnt; i++) {{
-    if (best == {r['weak']['strength']} && cnt > 1 && names[i] == {_awk_str(r['weak']['name'])}) continue
+    if (best == {r['weak']['strength']} && cnt > 1 && names[i] == {awk_str(r['weak']['name'])}) continue
     list = list (k++ ? ", " : "") names[i]
     f = fam(names[i])
     if (!(f in fseen)) {{ fseen[f] = 1; nf++; fams = f }}

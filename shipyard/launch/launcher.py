@@ -29,7 +29,7 @@ from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
 from shipyard.files import atomic_write
 from shipyard import runtimes
-from shipyard.launch import options, passthrough, sweep as sweeps
+from shipyard.launch import hints, options, passthrough, sweep as sweeps
 from shipyard.staging import record as staged
 from shipyard.launch.fabric import (
     EnvVar,
@@ -91,6 +91,7 @@ class Launcher:
     srun_wait: int
     chain: int
     transport: str
+    failure_hints: str  # awk over the log of a failed step: a hint per known misleading error (launch/hints.py)
     nccl_test_binary: str
     nccl_test_mpi: str
     nccl_test_args: tuple[str, ...]
@@ -438,7 +439,8 @@ def _site_constants(cl: Cluster) -> dict:
     defaults = launch_data()["defaults"]
     return {"rdzv_port": int(defaults["rdzv_port"]), "rdzv_ports": int(defaults["rdzv_ports"]),
             "srun_wait": int(defaults["srun_wait"]),
-            "transport": expected_transport(cl.fabric)}
+            "transport": expected_transport(cl.fabric),
+            "failure_hints": hints.awk_program(hints.failure_hints())}
 
 
 def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int, in_image: bool) -> dict:
