@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,6 @@ print(f"probe rank {rec['rank']} done", flush=True)
 def pyxis_double(sandbox):
     """The pyxis SPANK test double (tests/doubles/pyxis-spank), compiled and listed in the sandbox's plugstack.conf
     for this session; removed again at the end so other areas' jobs never see it."""
-    import shutil
     import subprocess
     import tempfile
 
@@ -164,6 +164,10 @@ def wait_job(sandbox, job_id: str, timeout: float = 240, log: Path | None = None
                                                                                         if tail else ""))
     return job.fields
 
+
+# Every awk on this machine: the launchers' end-of-job programs (the NCCL transport line, the failure hints) must run
+# the same under mawk, gawk and busybox awk, whichever a compute node has.
+AWKS = [a for a in (["mawk"], ["gawk"], ["busybox", "awk"], ["awk"]) if shutil.which(a[0])]
 
 _STEP_LINE = re.compile(r"^rank \d+/\d+ step \d+ loss ")
 

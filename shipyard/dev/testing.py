@@ -153,12 +153,12 @@ def phases(pytest_args: list[str]) -> list[list[str]]:
     # Short tracebacks (one line per frame, then the E lines): CI keeps the start of the output, where the first
     # run's failures are printed, and pytest's long form spends it on the failing test's whole source. A --tb in
     # the arguments comes later and wins.
-    serial = ["--tb=short", "-p", "no:xdist"]
+    short = "--tb=short"
+    serial = [short, "-p", "no:xdist"]
     return [[*serial, *with_marks(pytest_args, REAL_RUNTIMES)],
             [*serial, *with_marks(pytest_args, f"docker and not {REAL_RUNTIMES}")],
             [*serial, *with_marks(pytest_args, f"slurm and not (docker or {REAL_RUNTIMES})")],
-            ["--tb=short", "-n", str(REST_WORKERS), "--dist", "loadfile",
-             *with_marks(pytest_args, f"not ({SERVICES})")]]
+            [short, "-n", str(REST_WORKERS), "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")]]
 
 
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped)")

@@ -4,11 +4,11 @@ this machine has). Real logs, not ones we wrote, decide whether a reading is rig
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 import yaml
+from fixtures_launch import AWKS
 from helpers_registry import ROOT
 
 from shipyard import nccl_transport as nt
@@ -17,7 +17,6 @@ from shipyard.jobs import nccl_report as nr
 REAL = ROOT / "tests" / "data" / "nccl" / "real"
 CORPUS = yaml.safe_load((REAL / "corpus.yaml").read_text())
 OURS = sorted((ROOT / "tests" / "data" / "nccl").glob("*.log"))
-AWKS = [a for a in (["mawk"], ["gawk"], ["busybox", "awk"], ["awk"]) if shutil.which(a[0])]
 
 
 def test_corpus_is_complete_and_each_log_has_a_source():

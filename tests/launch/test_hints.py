@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from fixtures_launch import AWKS
 
 from shipyard.launch import hints
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "torchrun"
-AWKS = [a for a in (["mawk"], ["gawk"], ["busybox", "awk"], ["awk"]) if shutil.which(a[0])]
 
 
 def _run(awk: list[str], text: str) -> str:
