@@ -309,14 +309,18 @@ def without_spank_plugins(sandbox):
 @pytest.mark.slurm
 def test_doctor_without_pyxis_fails_a_pyxis_cluster(sandbox, tmp_path, without_spank_plugins):
     env = _sandbox_project(tmp_path, sandbox, runtime="pyxis")
+    # enroot on /usr/bin comes and goes with the real-runtime test run beside this one (`sandbox.runtimes` installs
+    # it, `sandbox.down` removes it); the nodes share this machine's /usr/bin, so look before and after the probe.
+    had_enroot = shutil.which("enroot", path="/usr/bin:/bin")
     proc = _doctor(tmp_path, env)
+    has_enroot = shutil.which("enroot", path="/usr/bin:/bin")
     assert proc.returncode == 1
     found = _lines(proc.stdout)
     assert found[("FAIL", "login", "pyxis")].startswith("runtime pyxis, but srun --help does not list")
     node = [w for (s, w, c) in found if c == "srun"][0]
-    if shutil.which("enroot", path="/usr/bin:/bin"):  # installed by `sandbox.runtimes` for the real-pyxis tests
-        assert ("FAIL", node, "enroot") not in found, proc.stdout  # the nodes share this machine's /usr/bin
-    else:
+    if had_enroot and has_enroot:
+        assert ("FAIL", node, "enroot") not in found, proc.stdout
+    elif not had_enroot and not has_enroot:
         assert found[("FAIL", node, "enroot")].startswith("enroot not found"), proc.stdout
 
 
