@@ -235,13 +235,13 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_imag
                           environment="real", cluster="sandbox", runtime="pyxis", nodes=2, name=name)
         job = re.search(r"submitted job (\d+)", text).group(1)
         log = root / "launch" / "logs" / f"{name}-{job}.out"
-        return job, wait_job(sandbox, job, timeout=600, log=log), log.read_text()
+        return job, wait_job(sandbox, job, timeout=600, log=log), log
 
-    cname = f"real-{rec.sha256[:16]}"  # the launcher's named container (point 7: --container-name=<env>-<hash>)
     t0 = time.monotonic()
-    job, info, text = submit("real-pyxis")
+    job, info, log = submit("real-pyxis")
     times["2-node pyxis training job"] = time.monotonic() - t0
-    assert info["ExitCode"] == "0:0", job_story(sandbox, job, root / "launch" / "logs" / f"real-pyxis-{job}.out")
+    assert info["ExitCode"] == "0:0", job_story(sandbox, job, log)
+    text = log.read_text()
     assert f"image {sqsh} matches its stage record (sha256 {rec.sha256[:12]}" in text
     result = [line for line in text.splitlines() if line.startswith("result:")]
     assert len(result) == 1 and "end_step=20" in result[0], text[-4000:]
@@ -251,7 +251,8 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_imag
     # answers with the image's torch 2.0.1 under /opt/venv, which the host does not have (its venv has another)
     script = (root / "launch" / "real-pyxis.sbatch").read_text()
     name = re.search(r"--container-name=(\S+)", script)
-    assert name and name.group(1) == cname, script[:3000]
+    # the launcher's named container (point 7: --container-name=<env>-<hash>)
+    assert name and name.group(1) == f"real-{rec.sha256[:16]}", script[:3000]
     # a host may have an /opt/venv of its own (a CI machine's): the proof holds while it lacks the image's torch
     if Path("/opt/venv/bin/python").exists():
         own = subprocess.run(["/opt/venv/bin/python", "-c", "import torch; print(torch.__version__)"],
@@ -280,7 +281,8 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_imag
 
     with open(sqsh, "ab") as fh:
         fh.write(b"tampered")
-    job, info, text = submit("real-pyxis-tampered")
+    job, info, log = submit("real-pyxis-tampered")
+    text = log.read_text()
     assert info["ExitCode"] == "3:0", text[-3000:]
     assert "changed after it was staged" in text and "job step exit code" not in text
     return times

@@ -310,7 +310,8 @@ def without_spank_plugins(sandbox):
 def test_doctor_without_pyxis_fails_a_pyxis_cluster(sandbox, tmp_path, without_spank_plugins):
     env = _sandbox_project(tmp_path, sandbox, runtime="pyxis")
     # enroot on /usr/bin comes and goes with the real-runtime test run beside this one (`sandbox.runtimes` installs
-    # it, `sandbox.down` removes it); the nodes share this machine's /usr/bin, so look before and after the probe.
+    # it, `sandbox.down` removes it); the nodes share this machine's /usr/bin, so look before and after the probe:
+    # the enroot line is checked when nothing changed meanwhile (when it did, either answer is right).
     had_enroot = shutil.which("enroot", path="/usr/bin:/bin")
     proc = _doctor(tmp_path, env)
     has_enroot = shutil.which("enroot", path="/usr/bin:/bin")
