@@ -226,3 +226,24 @@ def node_registry(sandbox, docker_services):
     fwd = NamespaceForwarder(f"/proc/{pid}/ns/net", sandbox.info["controller"]["ip"], (host, int(port)))
     yield fwd
     fwd.close()
+
+
+@pytest.fixture(scope="session")
+def real_apptainer() -> Path:
+    """The bin folder of the real Apptainer 1.4.5 that shipyard installs from ../shared/vendor, configured for this
+    machine (see shipyard/sandbox/apptainer.py). Tests put it on PATH themselves (``apptainer_on_path``)."""
+    from ci_skips import in_ci
+
+    exe = Path("/opt/shipyard/apptainer-1.4.5/bin/apptainer")
+    if not exe.is_file():
+        (pytest.fail if in_ci() else pytest.skip)(f"{exe} is not installed")
+    return exe.parent
+
+
+@pytest.fixture
+def apptainer_on_path(real_apptainer, monkeypatch) -> Path:
+    """The real Apptainer first on PATH for one test (and every process it starts, Slurm jobs included)."""
+    import os
+
+    monkeypatch.setenv("PATH", f"{real_apptainer}{os.pathsep}{os.environ['PATH']}")
+    return real_apptainer

@@ -18,7 +18,8 @@ import pytest
 
 # fixture -> the mark a test using it must carry. Every docker fixture depends on docker_services, every Slurm one
 # on sandbox, and ``item.fixturenames`` is the closure, so naming the root fixture covers them all.
-SERVICE_FIXTURES = {"sandbox": "slurm", "docker_services": "docker", "real_pyxis": "real_runtimes"}
+SERVICE_FIXTURES = {"sandbox": "slurm", "docker_services": "docker", "real_pyxis": "real_runtimes",
+                    "real_apptainer": "real_apptainer"}
 NETWORK_MARK = "pypi"
 
 
