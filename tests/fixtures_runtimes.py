@@ -229,15 +229,26 @@ def node_registry(sandbox, docker_services):
 
 
 @pytest.fixture(scope="session")
-def real_apptainer() -> Path:
-    """The bin folder of the real Apptainer 1.4.5 that shipyard installs from ../shared/vendor, configured for this
-    machine (see shipyard/sandbox/apptainer.py). Tests put it on PATH themselves (``apptainer_on_path``)."""
+def real_apptainer():
+    """The bin folder of the real Apptainer 1.4.5, installed from ../shared/vendor (shipyard/sandbox/apptainer.py)
+    and held by this test process: machine-wide at the prefix compiled into it, shared with the other test processes
+    and sandboxes that hold it, removed when the last lets go. Tests put it on PATH themselves
+    (``apptainer_on_path``)."""
     from ci_skips import in_ci
 
-    exe = Path("/opt/shipyard/apptainer-1.4.5/bin/apptainer")
-    if not exe.is_file():
-        (pytest.fail if in_ci() else pytest.skip)(f"{exe} is not installed")
-    return exe.parent
+    from shipyard import sandbox as sb
+    from shipyard.sandbox import apptainer
+
+    line = missing_sources_line()
+    if line or apptainer.missing_packages():
+        (pytest.fail if in_ci() else pytest.skip)(line or f"missing packages: {apptainer.missing_packages()}")
+    running = lambda d: sb.sandbox_running(sb.read_sandbox_state(d))  # noqa: E731
+    holder = apptainer.process_holder()
+    apptainer.install(apptainer.archive_path(runtime_sources()), holder, sandbox_running=running)
+    try:
+        yield apptainer.bin_dir()
+    finally:
+        apptainer.release(holder, sandbox_running=running)
 
 
 @pytest.fixture

@@ -41,8 +41,8 @@ def exec_(argv: Sequence[str], directory=None) -> int:
 
 
 def runtimes(project_root, sources=None, directory=None, install: bool = True, out: IO[str] | None = None) -> int:
-    """`invoke sandbox.runtimes [--sources DIR]`: build (cached) and install real enroot + pyxis for the running
-    sandbox; the real pyxis goes into its plugstack.conf. ``sources`` defaults to ../shared/vendor of the project."""
+    """`invoke sandbox.runtimes [--sources DIR]`: build (cached) and install real enroot + pyxis and the real
+    Apptainer for the running sandbox; the real pyxis goes into its plugstack.conf. ``sources`` defaults to ../shared/vendor of the project."""
     if sources is None:
         sources = sandbox.default_sources(project_root)
         if sources is None:
@@ -51,6 +51,7 @@ def runtimes(project_root, sources=None, directory=None, install: bool = True, o
     r = sandbox.install_runtimes(sources, directory, install=install)
     how = "built" if r["built_now"] else "cached"
     print(f"sandbox runtimes: enroot {r['enroot']} + pyxis {r['pyxis']} for Slurm {r['slurm']} ({how} in "
-          f"{r['build']}, {r['seconds']:.1f} s); enroot installed under /usr and /etc (sandbox.down removes it); "
+          f"{r['build']}, {r['seconds']:.1f} s); enroot installed under /usr and /etc, Apptainer {r['apptainer']} "
+          f"in {r['apptainer_bin']} (the sandbox's env.sh puts it on PATH; sandbox.down removes both); "
           f"plugstack: {' '.join(r['plugstack'])}", file=out or sys.stdout)
     return 0

@@ -32,6 +32,7 @@ from typing import Sequence
 from shipyard import procs, slurm
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
+from shipyard.sandbox import apptainer as real_apptainer
 from shipyard.sandbox import runtimes as real_runtimes
 from shipyard.sandbox import start
 from shipyard.sandbox import state as record
@@ -194,6 +195,8 @@ def down(directory=None, keep: bool = False) -> str:
             record.stop(state, root)
         installed = real_runtimes.installed_for(root)
         changed = real_runtimes.uninstall(root)  # what sandbox.runtimes installed (enroot under /usr, /etc)
+        held = real_apptainer.holds(real_apptainer.sandbox_holder(root))
+        removed = real_apptainer.release(real_apptainer.sandbox_holder(root), sandbox_running=_other_running(root))
         if not keep:
             for name in _OWNED:
                 p = root / name
@@ -207,8 +210,15 @@ def down(directory=None, keep: bool = False) -> str:
             root.rmdir()  # only when nothing else (e.g. stored images) is there
     kept = f"; files kept in {root}" if keep else ""
     rt = "; removed the enroot it installed" if installed else ""
+    if held:
+        rt += "; removed Apptainer" if removed else "; left Apptainer to the others that hold it"
     rt += "".join(f"; left {c}" for c in changed)
     return f"sandbox {root}: stopped {n} process(es){rt}{kept}"
+
+
+def _other_running(root: Path):
+    """Whether a sandbox folder other than ``root`` runs (a holder of the machine's Apptainer)."""
+    return lambda d: Path(d) != Path(root) and sandbox_running(read_sandbox_state(d))
 
 
 def info_line(info: dict) -> str:
@@ -309,13 +319,17 @@ def install_runtimes(sources, directory=None, install: bool = True, use_pyxis: b
     with record.locked(root):
         real_runtimes.install(build_dir, root, nodes,
                               running=lambda d: sandbox_running(read_sandbox_state(d)))
+    archive = real_apptainer.archive_path(sources)
+    real_apptainer.install(archive, real_apptainer.sandbox_holder(root),
+                           sandbox_running=lambda d: sandbox_running(read_sandbox_state(d)))
     lib, args = real_runtimes.plugstack_entry(build_dir, root)
     if use_pyxis:
         set_plugstack([(lib, args)], root, required=True)
     f = real_runtimes.runtime_facts()
     return {"build": str(build_dir), "built_now": built, "seconds": round(time.monotonic() - t0, 2),
             "slurm": slurm_v, "enroot": f["enroot"]["version"], "pyxis": f["pyxis"]["version"],
-            "plugstack": [str(lib), *args]}
+            "plugstack": [str(lib), *args], "apptainer": real_apptainer.apptainer_facts()["version"],
+            "apptainer_bin": str(real_apptainer.bin_dir())}
 
 
 __all__ = ["up", "down", "status", "is_up", "default_directory", "client_argv", "client_env", "run_client",

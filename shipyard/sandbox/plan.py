@@ -126,6 +126,7 @@ def render_configs(plan: Plan) -> dict[str, str]:
 
 def render_env_sh(plan: Plan, netns: str, python_bin: str) -> str:
     """The env file to source: one shell function per Slurm client that enters the controller's namespace."""
-    return render("env.sh.j2", p=plan, netns=netns, python_bin=python_bin, clients=CLIENTS)
+    return render("env.sh.j2", p=plan, netns=netns, python_bin=python_bin, clients=CLIENTS,
+                  apptainer_bin=f"{facts()['runtimes']['apptainer']['prefix']}/bin")
 
 

@@ -62,11 +62,12 @@ class Sources:
 def missing_sources_reason(directory: Path) -> str | None:
     """Why ``directory`` cannot provide the runtimes' sources (one line), or None."""
     f = runtime_facts()
-    for name in ("enroot", "pyxis"):
+    for name in ("enroot", "pyxis", "apptainer"):
         p = Path(directory) / f[name]["archive"]
         if not p.is_file():
             return f"{p} is missing (enroot {f['enroot']['version']} and pyxis {f['pyxis']['version']} source " \
-                   f"archives; see shipyard/data/sandbox.yaml runtimes)"
+                   f"archives, Apptainer {f['apptainer']['version']}'s binary build; see shipyard/data/sandbox.yaml " \
+                   "runtimes)"
     return None
 
 

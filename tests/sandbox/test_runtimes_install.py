@@ -133,7 +133,7 @@ def test_sources_are_checked_by_sha256(tmp_path):
     with pytest.raises(ShipyardError, match=r"enroot-4\.1\.2\.tar\.gz is missing"):
         runtimes.find_sources(tmp_path)
     f = runtimes.runtime_facts()
-    for name in ("enroot", "pyxis"):
+    for name in ("enroot", "pyxis", "apptainer"):
         (tmp_path / f[name]["archive"]).write_bytes(b"not the archive")
     with pytest.raises(ShipyardError, match=f"has sha256 {hashlib.sha256(b'not the archive').hexdigest()}, "
                                             f"expected {f['enroot']['sha256']}"):

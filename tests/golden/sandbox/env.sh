@@ -5,6 +5,10 @@
 # Valid while this sandbox runs: `invoke sandbox.down` removes this file.
 export SHIPYARD_SANDBOX_DIR=/SANDBOX
 export SLURM_CONF=/SANDBOX/etc/slurm.conf
+# The real Apptainer, once `invoke sandbox.runtimes` installed it: jobs find it on the PATH they inherit.
+if [ -x /opt/shipyard/apptainer-1.4.5/bin/apptainer ]; then
+    case ":$PATH:" in *:/opt/shipyard/apptainer-1.4.5/bin:*) ;; *) export PATH=/opt/shipyard/apptainer-1.4.5/bin:"$PATH" ;; esac
+fi
 shipyard_sandbox() {
     nsenter --net=/proc/4242/ns/net -- env SLURM_CONF=/SANDBOX/etc/slurm.conf PATH=/opt/py/bin:"$PATH" "$@"
 }
