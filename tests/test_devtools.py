@@ -124,3 +124,28 @@ def test_a_marks_expression_that_excludes_the_services_needs_no_collection_to_sa
                  ["-m", "not (slurm and docker)"], ["-m", "not slurm and not docker or slow"],
                  ["-m", "mark(x=1)"], ["-m", "not slurm and ("], ["-m", "not slurm and not docker", "-m", "slurm"]):
         assert not devtools.selects_no_service(args), args
+
+
+def test_verdict_fails_a_killed_run_a_short_run_and_a_run_without_counts(capsys):
+    full = {"selected": 3, "ran": 3}
+    assert devtools.verdict([0, 0, 5, 0], [full, full, None, full]) == 0
+    # a run killed by a signal: Python reports -9; max() of the statuses would have been 0
+    assert devtools.verdict([-9, 0, 0, 0], [None, full, full, full]) == 1
+    assert devtools.verdict([0, 2, 0, 0], [full, full, full, full]) == 2
+    assert devtools.verdict([0, 0, 0, 0], [full, {"selected": 3, "ran": 2}, full, full]) == 1
+    assert devtools.verdict([0, 0, 0, 0], [full, full, None, full]) == 1
+    assert devtools.verdict([5, 5], [None, None]) == 1
+    err = capsys.readouterr().err
+    assert "test run 1 was killed by signal 9: failing" in err
+    assert "test run 2 ran 2 of the 3 tests it selected: failing" in err
+    assert "test run 3 ended without its counts: failing" in err
+
+
+@pytest.mark.slow  # a pytest process: seconds
+def test_a_run_that_exits_0_early_fails(tmp_path, capsys):
+    """pytest.exit(returncode=0) half-way: the process says success, the counts say test_b never ran."""
+    (tmp_path / "test_x.py").write_text("import pytest\n\ndef test_a():\n    pytest.exit('gone', returncode=0)\n\n"
+                                        "def test_b():\n    pass\n")
+    assert devtools.run_tests(["-p", "no:xdist", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                               str(tmp_path)], install=False) == 1
+    assert "ran 1 of the 2 tests it selected" in capsys.readouterr().err  # test_a started, test_b never

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import itertools
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,8 @@ from shipyard.errors import ShipyardError
 from shipyard.sandbox import runtimes
 
 CHECKOUT = Path(__file__).resolve().parents[2]
+# Where each run's plugin (tests/run_counts.py) writes how many tests it selected and ran.
+COUNTS_ENV = "SHIPYARD_TEST_COUNTS"
 
 
 def test_packages() -> list[str]:
@@ -275,7 +278,7 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
     if note and os.environ.get("CI", "").lower() not in ("true", "1"):
         print(f"shipyard: {note}", flush=True)  # in CI those tests fail instead (tests/fixtures_runtimes.py)
     runs = phases(pytest_args)
-    pytest = [sys.executable, "-m", "pytest"]
+    pytest = [sys.executable, "-m", "pytest", "-p", "shipyard.dev.run_counts"]
     env = bytecode_env(os.environ)
     if len(runs) > 1 and selects_no_service(pytest_args):
         runs = runs[-1:]
@@ -287,39 +290,81 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if probe.returncode == 5:  # pytest: no tests collected
             runs = runs[-1:]
-    if len(runs) == 1:
-        codes = [subprocess.run([*pytest, *runs[0]], env=env).returncode]
-    else:
-        shown: list[str] = []
-        reports: list[str] = []
-        with contextlib.ExitStack() as stack:
-            outs = [stack.enter_context(tempfile.TemporaryFile()) for _ in runs[1:]]
-            others = [subprocess.Popen([*pytest, *args], stdout=out, stderr=subprocess.STDOUT, env=env)
-                      for args, out in zip(runs[1:], outs)]
-            try:
-                first = subprocess.Popen([*pytest, *runs[0]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-                codes = [_relay(first, shown)]
-            finally:
-                codes += [p.wait() for p in others]
-            for out in outs:
-                out.seek(0)
-                reports.append(out.read().decode(errors="replace"))
-        for args, report in zip(runs[1:], reports):
-            title = f" tests marked {args[args.index('-m') + 1]} (run beside the above) "
-            print("\n" + "=" * 20 + title + "=" * 20)
-            sys.stdout.write(report)
-        totals: dict[str, int] = {}
-        for part in ("".join(shown), *reports):
-            for key, n in counts(part).items():
-                totals[key] = totals.get(key, 0) + n
-        briefs = [ln for part in ("".join(shown), *reports) for ln in digest(part)]
-        if briefs:
-            print("\n" + "=" * 20 + " what failed, in short (the full reports are above) " + "=" * 20)
-            print("\n".join(briefs))
-        line = f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed"
-        print(f"tests: {line}" + (f", {totals['skipped']} skipped" if totals.get("skipped") else ""))
-    ran = [c for c in codes if c != 5]
-    if not ran:
+    counts_dir = Path(tempfile.mkdtemp(prefix="shipyard-test-counts-"))
+    envs = [{**env, COUNTS_ENV: str(counts_dir / f"run-{i}.json")} for i in range(len(runs))]
+    try:
+        if len(runs) == 1:
+            codes = [subprocess.run([*pytest, *runs[0]], env=envs[0]).returncode]
+        else:
+            codes = _side_by_side(pytest, runs, envs)
+        return verdict(codes, [_read_counts(Path(e[COUNTS_ENV])) for e in envs])
+    finally:
+        shutil.rmtree(counts_dir, ignore_errors=True)
+
+
+def _read_counts(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def verdict(codes: list[int], counts_of_runs: list[dict | None]) -> int:
+    """`invoke test`'s exit status from its runs' exit statuses and counts: 0 only when every run that had tests
+    exited 0 and ran every test it selected. A run killed by a signal has a negative status (and wrote no counts);
+    pytest's 5 ("no tests collected") is no failure unless no run had a test."""
+    bad = 0
+    for i, (code, seen) in enumerate(zip(codes, counts_of_runs)):
+        if code == 5:
+            continue
+        if code < 0:
+            print(f"shipyard: test run {i + 1} was killed by signal {-code}: failing", file=sys.stderr)
+            bad = bad or 1
+        elif code:
+            bad = bad or code
+        elif seen is None:
+            print(f"shipyard: test run {i + 1} ended without its counts: failing", file=sys.stderr)
+            bad = bad or 1
+        elif seen.get("ran", 0) < seen.get("selected", 0):
+            print(f"shipyard: test run {i + 1} ran {seen['ran']} of the {seen['selected']} tests it selected: "
+                  "failing", file=sys.stderr)
+            bad = bad or 1
+    if all(c == 5 for c in codes):
         print("shipyard: pytest collected no tests: failing", file=sys.stderr)
         return 1
-    return max(ran)
+    return bad
+
+
+def _side_by_side(pytest: list[str], runs: list[list[str]], envs: list[dict]) -> list[int]:
+    """The first run shown as it goes, the others' reports after it, then the digest of failures and the totals."""
+    shown: list[str] = []
+    reports: list[str] = []
+    with contextlib.ExitStack() as stack:
+        outs = [stack.enter_context(tempfile.TemporaryFile()) for _ in runs[1:]]
+        others = [subprocess.Popen([*pytest, *args], stdout=out, stderr=subprocess.STDOUT, env=e)
+                  for args, out, e in zip(runs[1:], outs, envs[1:])]
+        try:
+            first = subprocess.Popen([*pytest, *runs[0]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=envs[0])
+            codes = [_relay(first, shown)]
+        finally:
+            codes += [p.wait() for p in others]
+        for out in outs:
+            out.seek(0)
+            reports.append(out.read().decode(errors="replace"))
+    for args, report in zip(runs[1:], reports):
+        title = f" tests marked {args[args.index('-m') + 1]} (run beside the above) "
+        print("\n" + "=" * 20 + title + "=" * 20)
+        sys.stdout.write(report)
+    totals: dict[str, int] = {}
+    for part in ("".join(shown), *reports):
+        for key, n in counts(part).items():
+            totals[key] = totals.get(key, 0) + n
+    briefs = [ln for part in ("".join(shown), *reports) for ln in digest(part)]
+    if briefs:
+        print("\n" + "=" * 20 + " what failed, in short (the full reports are above) " + "=" * 20)
+        print("\n".join(briefs))
+    line = f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed"
+    print(f"tests: {line}" + (f", {totals['skipped']} skipped" if totals.get("skipped") else ""))
+    return codes
