@@ -194,7 +194,9 @@ def down(directory=None, keep: bool = False) -> str:
             n = sum(procs.alive(p) for p in state.get("processes", []))
             record.stop(state, root)
         installed = real_runtimes.installed_for(root)
-        changed = real_runtimes.uninstall(root)  # what sandbox.runtimes installed (enroot under /usr, /etc)
+        # what sandbox.runtimes installed (enroot under /usr, /etc), unless another running sandbox holds it too
+        changed = real_runtimes.uninstall(root, running=_other_running(root))
+        installed = installed and real_runtimes.read_record() is None
         held = real_apptainer.holds(real_apptainer.sandbox_holder(root))
         removed = real_apptainer.release(real_apptainer.sandbox_holder(root), sandbox_running=_other_running(root))
         if not keep:
@@ -209,7 +211,7 @@ def down(directory=None, keep: bool = False) -> str:
         with contextlib.suppress(OSError):
             root.rmdir()  # only when nothing else (e.g. stored images) is there
     kept = f"; files kept in {root}" if keep else ""
-    rt = "; removed the enroot it installed" if installed else ""
+    rt = "; removed enroot" if installed else ""
     if held:
         rt += "; removed Apptainer" if removed else "; left Apptainer to the others that hold it"
     rt += "".join(f"; left {c}" for c in changed)

@@ -67,8 +67,9 @@ class Plan:
     munge_dir = property(lambda self: self.root / "run" / "munge")
     munge_socket = property(lambda self: self.root / "run" / "munge" / "munge.socket")
     log_dir = property(lambda self: self.root / "log")
-    # One path, a different folder on every node: the node's holder binds nodes/<name> onto node-local.
-    node_local = property(lambda self: self.root / facts()["runtimes"]["node_local"])
+    # One path, a different folder on every node: the node's holder binds nodes/<name> onto it. The same path for
+    # every sandbox (an empty folder on the host), so enroot's drop-in and pyxis's runtime_path name no sandbox.
+    node_local = property(lambda self: Path(facts()["runtimes"]["node_local"]))
 
     def node_dir(self, name: str) -> Path:
         return self.root / facts()["runtimes"]["nodes_dir"] / name

@@ -12,9 +12,12 @@ finds it, load the real pyxis through the sandbox's plugstack, and undo exactly 
   record outlives a sandbox folder that was deleted or a sandbox that died, so such a leftover is taken over (or
   removed) by the next sandbox, never mistaken for someone else's enroot; one that serves a running sandbox is
   refused.
-* Per node: inside each node's mount namespace ``<sandbox>/node-local`` is ``<sandbox>/nodes/<node>`` (the holder
-  binds it, see :mod:`shipyard.sandbox.start`), so enroot's runtime/data/cache paths and pyxis's runtime_path are one
-  text but a different folder on every node.
+* Per node: inside each node's mount namespace one fixed path (``runtimes.node_local`` in sandbox.yaml) is
+  ``<sandbox>/nodes/<node>`` (the holder binds it, see :mod:`shipyard.sandbox.start`), so enroot's runtime/data/cache
+  paths and pyxis's runtime_path are one text but a different folder on every node of every sandbox. The path names
+  no sandbox, so the files installed are the same for every sandbox: sandboxes share one install, each listed as a
+  holder, and the last one's ``sandbox.down`` removes it. enroot has to be under /usr: pyxis runs it from Slurm's
+  epilog with ``execvpe`` and no PATH, which finds only /bin and /usr/bin.
 """
 
 from __future__ import annotations
@@ -248,32 +251,32 @@ def read_record(prefix_root: Path = Path("/")) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
-def _record_for(root, prefix_root: Path = Path("/")) -> dict | None:
-    """The machine-wide record when it was made for the sandbox in ``root``, else None."""
-    rec = read_record(prefix_root)
-    return rec if rec and rec.get("sandbox") == str(Path(root)) else None
+def holders(rec: dict | None) -> list[str]:
+    """The sandbox folders an install record lists as holding it."""
+    return list((rec or {}).get("holders", []))
 
 
 def installed_for(root, prefix_root: Path = Path("/")) -> bool:
-    """Whether the machine's enroot install is the one made for the sandbox in ``root``."""
-    return _record_for(root, prefix_root) is not None
+    """Whether the sandbox in ``root`` holds the machine's enroot install."""
+    return str(Path(root)) in holders(read_record(prefix_root))
 
 
-def node_local(root: Path) -> Path:
-    return Path(root) / runtime_facts()["node_local"]
+def node_local(root: Path | None = None) -> Path:
+    """The one path that is each node's own folder inside the node (the same for every sandbox)."""
+    return Path(runtime_facts()["node_local"])
 
 
 def node_dir(root: Path, node: str) -> Path:
     return Path(root) / runtime_facts()["nodes_dir"] / node
 
 
-def _dropin_text(root: Path) -> str:
-    nl = node_local(root)
+def _dropin_text() -> str:
+    nl = node_local()
     if not _SAFE_PATH.match(str(nl)):
-        raise ShipyardError(f"sandbox directory {root}: enroot's config evaluates its paths in a shell; use a "
-                            "folder path of letters, digits and / . _ + - only")
-    return ("# Written by shipyard's `invoke sandbox.runtimes`; `invoke sandbox.down` removes it.\n"
-            "# <sandbox>/node-local is a different folder on every sandbox node (a bind mount per node).\n"
+        raise ShipyardError(f"sandbox.yaml runtimes.node_local {nl}: enroot's config evaluates its paths in a shell; "
+                            "use a folder path of letters, digits and / . _ + - only")
+    return ("# Written by shipyard's `invoke sandbox.runtimes`; the last sandbox's `invoke sandbox.down` removes it.\n"
+            f"# {nl} is a different folder on every sandbox node (a bind mount per node).\n"
             f"ENROOT_RUNTIME_PATH {nl}/enroot/runtime\n"
             f"ENROOT_CACHE_PATH {nl}/enroot/cache\n"
             f"ENROOT_DATA_PATH {nl}/enroot/data\n")
@@ -282,7 +285,7 @@ def _dropin_text(root: Path) -> str:
 def plugstack_entry(build_dir: Path, root: Path) -> tuple[Path, list[str]]:
     """The real pyxis's plugstack line: its library and arguments (runtime_path node-local, container_scope)."""
     f = runtime_facts()["pyxis"]
-    return build_dir / f["library"], [f"runtime_path={node_local(root)}/pyxis",
+    return build_dir / f["library"], [f"runtime_path={node_local()}/pyxis",
                                       f"container_scope={f['container_scope']}"]
 
 
@@ -290,18 +293,20 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
             running=lambda directory: False) -> dict:
     """Copy the staged enroot tree under ``prefix_root`` (/), write the drop-in, create each node's folders.
 
-    Records what it wrote in the machine-wide record as it goes (so a failure half-way is still undone by
-    :func:`uninstall`). An install recorded for another sandbox is taken over when ``running(that folder)`` is
-    false (a sandbox that died or whose folder is gone), and refused while it runs. Returns the record."""
+    Sandboxes share the install: the sandbox in ``root`` joins the holders of one made from the same build. One from
+    another build (another Slurm version or enroot) is replaced when no sandbox that holds it still runs
+    (``running(folder)``: a sandbox that died or whose folder is gone), and refused while one does. Records what it
+    writes as it goes (so a failure half-way is still undone by :func:`uninstall`). Returns the record."""
     root = Path(root)
     f = runtime_facts()
     old = read_record(prefix_root) or {}
-    other = old.get("sandbox")
-    if other and other != str(root) and running(Path(other)):
-        raise ShipyardError(f"sandbox.runtimes: enroot is installed for the running sandbox in {other}; stop it "
-                            f"first (shipyard sandbox.down --directory {other}); nothing was changed")
+    live = [h for h in holders(old) if h != str(root) and running(Path(h))]
+    if live and old.get("build") != str(build_dir):
+        raise ShipyardError(f"sandbox.runtimes: another enroot build ({old.get('build')}) is installed for the "
+                            f"running sandbox in {live[0]}; stop it first (shipyard sandbox.down --directory "
+                            f"{live[0]}); nothing was changed")
     ours = {e["path"]: e["sha256"] for e in old.get("files", [])}
-    record = {"sandbox": str(root), "build": str(build_dir), "files": list(old.get("files", [])),
+    record = {"holders": [*live, str(root)], "build": str(build_dir), "files": list(old.get("files", [])),
               "dirs": list(old.get("dirs", []))}
     stage = build_dir / "enroot-root"
     wanted = [(p, prefix_root / p.relative_to(stage)) for p in sorted(stage.rglob("*"))]
@@ -337,6 +342,8 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
     def put(dst: Path, data: bytes, mode: int):
         ensure_dir(dst.parent)
         digest = hashlib.sha256(data).hexdigest()
+        if ours.get(str(dst)) == digest and dst.is_file() and sha256_file(dst) == digest:
+            return  # a holder's file, unchanged: a step of another sandbox may be running it
         if str(dst) not in ours:
             record["files"].append({"path": str(dst), "sha256": digest})
         else:
@@ -351,7 +358,7 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
             ensure_dir(dst)
         else:
             put(dst, src.read_bytes(), src.stat().st_mode & 0o7777)
-    put(dropin, _dropin_text(root).encode(), 0o644)
+    put(dropin, _dropin_text().encode(), 0o644)
     for node in nodes:
         for sub in ("pyxis", "enroot/runtime", "enroot/data", "enroot/cache"):
             (node_dir(root, node) / sub).mkdir(parents=True, exist_ok=True)
@@ -359,11 +366,17 @@ def install(build_dir: Path, root, nodes: list[str], prefix_root: Path = Path("/
     return record
 
 
-def uninstall(root, prefix_root: Path = Path("/")) -> list[str]:
-    """Remove exactly what :func:`install` recorded for the sandbox in ``root``: each file while its sha256 is still
-    ours, then the folders it created, when empty. Returns a line per thing left in place (changed since)."""
-    record = _record_for(root, prefix_root)
-    if record is None:
+def uninstall(root, prefix_root: Path = Path("/"), running=lambda directory: False) -> list[str]:
+    """The sandbox in ``root`` lets go of the install; when no other holder still runs (``running(folder)``), remove
+    exactly what :func:`install` recorded: each file while its sha256 is still ours, then the folders it created,
+    when empty. Returns a line per thing left in place (changed since)."""
+    record = read_record(prefix_root)
+    if record is None or str(Path(root)) not in holders(record):
+        return []
+    others = [h for h in holders(record) if h != str(Path(root)) and running(Path(h))]
+    if others:
+        record["holders"] = others
+        atomic_write(_record_path(prefix_root), json.dumps(record, indent=2) + "\n")
         return []
     kept = []
     for e in reversed(record.get("files", [])):

@@ -82,7 +82,9 @@ def _prepare_files(plan: Plan) -> None:
                                 f"its socket; chmod o+x {parent} or set ${DIR_ENV} elsewhere")
     for sub in ("etc", "log", "run", "state/slurmctld", "dev", "jobs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    plan.node_local.mkdir(exist_ok=True)
+    if plan.node_local.is_symlink():
+        raise ShipyardError(f"sandbox.up: {plan.node_local} is a symlink; not following it")
+    plan.node_local.mkdir(mode=0o755, parents=True, exist_ok=True)
     for n in plan.nodes:
         plan.node_dir(n.name).mkdir(parents=True, exist_ok=True)
     for name, text in render_configs(plan).items():
@@ -137,7 +139,7 @@ def _start_holder(plan: Plan, state: dict, name: str) -> int:
 
     The bind mounts exist only inside the new mount namespace (propagation private), so the host never sees them.
     """
-    # A node also gets its own folder at one shared path: nodes/<name> bound onto node-local (enroot's and pyxis's
+    # A node also gets its own folder at one shared path: nodes/<name> bound onto node_local (enroot's and pyxis's
     # per-node paths, see shipyard/sandbox/runtimes.py), and the sandbox's etc/ onto /etc/slurm, Slurm's compiled-in
     # configuration directory: like a real compute node, a job's own srun finds slurm.conf there even without
     # $SLURM_CONF (Snakemake's jobstep plugin drops every SLURM_* variable but a few before its srun).

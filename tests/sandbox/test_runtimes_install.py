@@ -42,7 +42,7 @@ def test_install_then_uninstall_leaves_exactly_what_was_there(tmp_path):
     rec = runtimes.install(_fake_build(tmp_path), root, ["node1", "node2"], prefix_root=prefix)
     assert (prefix / "usr/bin/enroot").stat().st_mode & 0o777 == 0o755
     dropin = prefix / "etc/enroot/enroot.conf.d/50-shipyard-sandbox.conf"
-    assert f"ENROOT_DATA_PATH {root}/node-local/enroot/data" in dropin.read_text()
+    assert "ENROOT_DATA_PATH /var/lib/shipyard/node-local/enroot/data" in dropin.read_text()
     assert {e["path"] for e in rec["files"]} == {str(prefix / p) for p in (
         "usr/bin/enroot", "usr/lib/enroot/common.sh", "etc/enroot/enroot.conf",
         "etc/enroot/enroot.conf.d/50-shipyard-sandbox.conf")}
@@ -77,25 +77,43 @@ def test_a_foreign_enroot_is_never_overwritten(tmp_path):
     assert not (prefix / "etc").exists() and runtimes.read_record(prefix) is None
 
 
-def test_a_leftover_of_a_dead_sandbox_is_taken_over_and_a_running_ones_is_refused(tmp_path):
-    # The CI failure this covers: a sandbox killed with its enroot installed, its folder gone; the next sandbox
-    # refused the files as "not installed by shipyard" because the record lived in the dead sandbox's folder.
+def test_sandboxes_share_one_install_and_the_last_running_one_removes_it(tmp_path):
+    # A test sandbox beside a developer's running sandbox with enroot installed: both hold the one install (the
+    # drop-in names no sandbox); a sandbox that died or whose folder is gone no longer counts.
+    prefix, first, second = tmp_path / "prefix", tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    build = _fake_build(tmp_path)
+    runtimes.install(build, first, [], prefix_root=prefix)
+    enroot = prefix / "usr/bin/enroot"
+    inode = enroot.stat().st_ino
+    runtimes.install(build, second, ["node1"], prefix_root=prefix, running=lambda d: d == first)
+    assert runtimes.installed_for(first, prefix) and runtimes.installed_for(second, prefix)
+    assert enroot.stat().st_ino == inode, "a running holder's files are not rewritten"
+    # the first one's down leaves the files to the second, which still runs
+    assert runtimes.uninstall(first, prefix_root=prefix, running=lambda d: d == second) == []
+    assert enroot.exists() and not runtimes.installed_for(first, prefix)
+    # a sandbox that is no holder changes nothing
+    assert runtimes.uninstall(tmp_path / "third", prefix_root=prefix) == [] and enroot.exists()
+    assert runtimes.uninstall(second, prefix_root=prefix) == []
+    assert not (prefix / "usr").exists() and not (prefix / "etc").exists() and runtimes.read_record(prefix) is None
+
+
+def test_another_build_held_by_a_running_sandbox_is_refused_and_a_dead_ones_replaced(tmp_path):
     prefix, first, second = tmp_path / "prefix", tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()
     runtimes.install(_fake_build(tmp_path), first, [], prefix_root=prefix)
-    with pytest.raises(ShipyardError, match=f"installed for the running sandbox in {first}.*sandbox.down "
+    other = _fake_build(tmp_path / "other-slurm")
+    (other / "enroot-root" / "usr" / "bin" / "enroot").write_text("#!/bin/bash\n# another build\n")
+    with pytest.raises(ShipyardError, match=f"another enroot build .* for the running sandbox in {first}.*sandbox.down "
                                             f"--directory {first}\\); nothing was changed"):
-        runtimes.install(_fake_build(tmp_path), second, [], prefix_root=prefix, running=lambda d: d == first)
-    assert runtimes.installed_for(first, prefix)
-    # another sandbox's down leaves it alone
-    assert runtimes.uninstall(second, prefix_root=prefix) == [] and (prefix / "usr/bin/enroot").exists()
-    runtimes.install(_fake_build(tmp_path), second, ["node1"], prefix_root=prefix, running=lambda d: False)
-    assert runtimes.installed_for(second, prefix)
-    dropin = prefix / "etc/enroot/enroot.conf.d/50-shipyard-sandbox.conf"
-    assert f"ENROOT_DATA_PATH {second}/node-local/enroot/data" in dropin.read_text()
-    assert runtimes.uninstall(second, prefix_root=prefix) == []
-    assert not (prefix / "usr").exists() and not (prefix / "etc").exists() and runtimes.read_record(prefix) is None
+        runtimes.install(other, second, [], prefix_root=prefix, running=lambda d: d == first)
+    assert runtimes.installed_for(first, prefix) and not runtimes.installed_for(second, prefix)
+    runtimes.install(other, second, [], prefix_root=prefix, running=lambda d: False)
+    assert (prefix / "usr/bin/enroot").read_text().endswith("# another build\n")
+    assert runtimes.read_record(prefix)["holders"] == [str(second)]
+    assert runtimes.uninstall(second, prefix_root=prefix) == [] and not (prefix / "usr").exists()
 
 
 def test_a_symlink_on_the_way_is_refused(tmp_path):
@@ -109,7 +127,7 @@ def test_a_symlink_on_the_way_is_refused(tmp_path):
 
 
 def test_enroot_dropin_golden():
-    golden(GOLD / "enroot-sandbox.conf", runtimes._dropin_text(SB))
+    golden(GOLD / "enroot-sandbox.conf", runtimes._dropin_text())
 
 
 def test_plugstack_golden(tmp_path):
@@ -119,9 +137,11 @@ def test_plugstack_golden(tmp_path):
     golden(GOLD / "plugstack.conf", (tmp_path / "etc" / "plugstack.conf").read_text())
 
 
-def test_unsafe_sandbox_path_and_plugstack_words_are_refused(tmp_path):
+def test_unsafe_sandbox_path_and_plugstack_words_are_refused(tmp_path, monkeypatch):
+    facts = {**runtimes.runtime_facts(), "node_local": "/tmp/$(reboot)"}
+    monkeypatch.setattr(runtimes, "runtime_facts", lambda: facts)
     with pytest.raises(ShipyardError, match="letters, digits"):
-        runtimes._dropin_text(Path("/tmp/$(reboot)"))
+        runtimes._dropin_text()
     (tmp_path / "etc").mkdir()
     with pytest.raises(ShipyardError, match="no spaces or #"):
         sandbox.set_plugstack([("/opt/p.so", ["runtime_path=/a b"])], tmp_path)
