@@ -26,15 +26,21 @@ class SignProject:
 
 
 @pytest.fixture
-def sign_project(make_project, tmp_path, monkeypatch, apptainer_on_path, signing_keyring, unsigned_sif):
-    """The ``course`` preset with a real, unsigned SIF in containers/, the real apptainer first on PATH, and the
-    test's own copy of the two-key test keyring selected (APPTAINER_KEYSDIR, APPTAINER_CONFIGDIR)."""
+def apptainer_keyring(apptainer_on_path, signing_keyring, tmp_path, monkeypatch) -> tuple[SigningKey, ...]:
+    """The real apptainer first on PATH and the test's own copy of the two-key test keyring selected
+    (APPTAINER_KEYSDIR, APPTAINER_CONFIGDIR in ``tmp_path/apptainer``); returns its keys, by --keyidx."""
+    for var, value in signing_keyring.copy_to(tmp_path / "apptainer").items():
+        monkeypatch.setenv(var, value)
+    return signing_keyring.keys
+
+
+@pytest.fixture
+def sign_project(make_project, tmp_path, monkeypatch, apptainer_keyring, unsigned_sif):
+    """The ``course`` preset with a real, unsigned SIF in containers/, and :func:`apptainer_keyring`."""
     reg = make_project("course", name="project", use=False).path
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(reg))
     root = reg.parent
     (root / "containers").mkdir()
     image = root / "containers" / "course.sif"
     shutil.copy2(unsigned_sif, image)
-    for var, value in signing_keyring.copy_to(tmp_path / "apptainer").items():
-        monkeypatch.setenv(var, value)
-    return SignProject(root, reg, image, signing_keyring.keys, tmp_path / "apptainer" / "keys")
+    return SignProject(root, reg, image, apptainer_keyring, tmp_path / "apptainer" / "keys")
