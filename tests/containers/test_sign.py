@@ -4,8 +4,10 @@ apptainer's output on its real samples (tests/data/apptainer-sign/, whose README
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,6 +100,33 @@ def test_sign_records_the_signature_and_keeps_other_fields(sign_project):
     assert m.signature == sig and m.signers == sig["signers"]
     assert m.docker_tag == "t" and m.backend == "apptainer", "other fields were lost"
     assert sign.signature_problem(reg, "course") is None
+
+
+SPY = """#!{python}
+import json, os, sys
+with open({log!r}, "a") as fh:
+    fh.write(json.dumps(sys.argv[1:]) + "\\n")
+os.execv({real!r}, [{real!r}, *sys.argv[1:]])
+"""
+
+
+@real
+def test_apptainer_gets_only_the_key_index_and_the_image(sign_project, apptainer_on_path, tmp_path, monkeypatch):
+    """What shipyard hands apptainer, seen by a recorder in front of the real binary: never a passphrase or key
+    material, only the index of a key in the user's own keyring."""
+    spy, log = tmp_path / "spy", tmp_path / "calls.jsonl"
+    spy.mkdir()
+    (spy / "apptainer").write_text(SPY.format(python=sys.executable, log=str(log),
+                                              real=str(apptainer_on_path / "apptainer")))
+    (spy / "apptainer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{spy}{os.pathsep}{os.environ['PATH']}")
+    reg, env = load(sign_project)
+    sign.sign(reg, env, keyidx=1)
+    sign.verify(reg, env)
+    image = str(sign_project.image)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls == [["key", "list", "--secret"], ["--version"], ["sign", "--keyidx", "1", image],
+                     ["verify", "--local", "--json", image]]
 
 
 @real
