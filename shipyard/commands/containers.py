@@ -49,12 +49,14 @@ def pull(ctx: Context, env: str | None = None, registry: str | None = None, tag:
 def sign(ctx: Context, env: str | None = None, keyidx: int = 0) -> int:
     """`invoke sign`."""
     sig = signing.sign(ctx.registry, ctx.environment(env), keyidx)
-    ctx.say(f"signed with {sig['fingerprint']} ({sig['signer']}); recorded in the build manifest")
+    new = sig["signers"][-1]
+    ctx.say(f"signed with {new['fingerprint']} ({new['signer']}); recorded in the build manifest "
+            f"({len(sig['signers'])} signature(s) of this image)")
     return 0
 
 
 def verify(ctx: Context, env: str | None = None) -> int:
-    """`invoke verify`: exit 1 (one line) unless the image verifies with the recorded signer's key."""
+    """`invoke verify`: exit 1 (one line) unless the image verifies and every key `invoke sign` recorded signed it."""
     res = signing.verify(ctx.registry, ctx.environment(env))
-    ctx.say(f"verified: signed by {', '.join(res['fingerprints'])}")
+    ctx.say(f"verified: signed by {signing.describe_signers(res['signers'])}")
     return 0

@@ -135,13 +135,17 @@ class Manifest:
 
     @property
     def signed_sha256(self) -> str | None:
-        """The sha256 the SIF had when `invoke sign` signed it (None: never signed)."""
+        """The sha256 the SIF had after the latest `invoke sign` (None: never signed)."""
         return (self.signature or {}).get("image_sha256")
 
     @property
-    def signer(self) -> str | None:
-        """The fingerprint of the key `invoke sign` used (None: never signed)."""
-        return (self.signature or {}).get("fingerprint")
+    def signers(self) -> list[dict]:
+        """One entry per `invoke sign` of the current image, oldest first, each with the key's ``fingerprint``
+        ([]: never signed). A signature recorded as one signer's fields at the top level reads as that one signer."""
+        sig = self.signature or {}
+        if "signers" in sig:
+            return list(sig["signers"])
+        return [{k: v for k, v in sig.items() if k != "image_sha256"}] if sig.get("fingerprint") else []
 
     def to_dict(self) -> dict:
         out: dict = {"schema": SCHEMA}

@@ -6,18 +6,24 @@ would be ours alone. Keys come from the user's own PGP keyring (``apptainer key 
 shipyard never reads, copies or prompts for key material or passphrases: ``apptainer sign`` inherits the terminal
 and asks for the passphrase itself, and nothing it prints is captured.
 
+Each ``apptainer sign`` *adds* a signature object to the SIF (the earlier ones stay), and ``apptainer verify`` checks
+them in turn, stopping at the first that fails: every signer's public key must be in the verifier's keyring.
+
 What is recorded in the build manifest (``containers/<env>.json``, field ``signature``, owned by this module):
-the key fingerprint and signer from ``apptainer key list --secret`` for the ``--keyidx`` used, the time, the tool
-and its version, and the sha256 of the image *after* signing (signing appends to the SIF, so a later rebuild or
-edit shows up as a different digest). The push area refuses images without this field when the registry target
-says ``require_signed: true``; :func:`signature_problem` says whether a recorded signature still matches the file.
-``invoke verify`` records ``verification`` (the fingerprints apptainer reported, the time, the result).
+``signers``, one entry per ``invoke sign`` of this image file, oldest first (the key fingerprint and user from
+``apptainer key list --secret`` for the ``--keyidx`` used, the time, the tool and its version), and
+``image_sha256``, the image's sha256 *after* the latest signing (signing appends to the SIF, so a later rebuild or
+edit shows up as a different digest, and a signing of a different file starts the list anew). The push area refuses
+images without this field when the registry target says ``require_signed: true``; :func:`signature_problem` says
+whether a recorded signature still matches the file. ``invoke verify`` records ``verification`` (the signers
+apptainer verified, the time, the result) and fails unless every recorded signer is among those apptainer verified.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -68,19 +74,32 @@ def parse_key_list(text: str) -> list[dict]:
     return [k for k in keys if k["fingerprint"]]
 
 
-def parse_verify(text: str) -> list[dict]:
-    """Signers reported by ``apptainer verify``: [{'fingerprint', 'entity', 'source'}] (source LOCAL/REMOTE)."""
-    out: list[dict] = []
-    entity = None
-    for line in text.splitlines():
-        m = re.match(r"^\s*\[(\w+)\]\s+Signing entity:\s*(.*?)\s*$", line)
-        if m:
-            entity = m.group(2)
+def parse_verify(text: str) -> dict:
+    """The report of ``apptainer verify --json``: ``{"signatures": N, "signers": [...]}``.
+
+    ``signatures`` counts the signature objects apptainer checked (it stops at the first that fails). ``signers``
+    has one entry per signing key it could identify, in the order checked: ``fingerprint`` (upper-case hex),
+    ``entity`` (the key's primary identity), ``local`` (found in the local keyring), ``verified`` and ``failed`` (the
+    data objects, by type, whose content did and did not match that signature). A signature whose key is not in the
+    keyring has no entry: it only counts in ``signatures``. Why the JSON and not the text report: the text prints an
+    "Error encountered" line after a signer's table without saying whether the error is that signer's (a changed
+    data object) or the next signature's (an unknown key); the JSON says it per object (``DataCheck``).
+    """
+    try:
+        data = json.loads(text)
+        count = int(data["Signatures"])
+        objects = [k["Signer"] for k in data["SignerKeys"] or ()]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"not a report of `apptainer verify --json` ({exc.__class__.__name__}: {exc})") from None
+    signers: dict[str, dict] = {}
+    for obj in objects:
+        fingerprint = str(obj.get("Fingerprint") or "").upper()
+        if not fingerprint:
             continue
-        m = re.match(r"^\s*\[(\w+)\]\s+Fingerprint:\s*([0-9A-Fa-f]+)\s*$", line)
-        if m:
-            out.append({"fingerprint": m.group(2).upper(), "entity": entity, "source": m.group(1)})
-    return out
+        entry = signers.setdefault(fingerprint, {"fingerprint": fingerprint, "entity": obj.get("Name"),
+                                                 "local": bool(obj.get("KeyLocal")), "verified": [], "failed": []})
+        entry["verified" if obj.get("DataCheck") else "failed"].append(obj.get("Partition"))
+    return {"signatures": count, "signers": list(signers.values())}
 
 
 def file_sha256(path: Path) -> str:
@@ -120,47 +139,81 @@ def sign(reg: Registry, env: Environment, keyidx: int = 0) -> dict:
                             "see `apptainer key list --secret`)")
     key = keys[keyidx]
     version = tool_version(apptainer)
+    mpath = project.manifest_path(reg, env.name)
+    before = read_manifest(mpath)
+    # the earlier signatures are still in the file only when it is the file the latest signing left
+    earlier = before.signers if before.signed_sha256 == file_sha256(image) else []
     # Inherit the terminal: apptainer asks for the key's passphrase itself; nothing is captured or logged.
     proc = subprocess.run([apptainer, "sign", "--keyidx", str(keyidx), str(image)])
     if proc.returncode != 0:
         raise ShipyardError(f"`apptainer sign --keyidx {keyidx} {image}` failed (exit {proc.returncode}); "
                             "see its message above", exit_code=1)
-    signature = {
+    signer = {
         "fingerprint": key["fingerprint"],
         "signer": key["user"],
         "keyidx": keyidx,
         "signed_at": _now(),
         "tool": "apptainer",
         "tool_version": version,
-        "image_sha256": file_sha256(image),
     }
-    update_manifest(project.manifest_path(reg, env.name), signature=signature)
+    signature = {"signers": [*earlier, signer], "image_sha256": file_sha256(image)}
+    update_manifest(mpath, signature=signature)
     return signature
 
 
+def describe_signers(signers: list[dict]) -> str:
+    """``FINGERPRINT (entity), ...`` of verified signers, as `invoke verify` prints them."""
+    return ", ".join(f"{s['fingerprint']} ({s['entity']})" if s.get("entity") else s["fingerprint"] for s in signers)
+
+
+def _refusal(proc: subprocess.CompletedProcess, report: dict | None, env: Environment) -> str:
+    """Why ``apptainer verify`` refused the image, in one line: apptainer's own reason (its FATAL line) with what
+    its report says about it."""
+    fatal = [ln for ln in proc.stderr.splitlines() if ln.startswith(("FATAL", "ERROR"))]
+    reason = re.sub(r"^(FATAL|ERROR):\s*", "", fatal[-1]).strip() if fatal else f"exit {proc.returncode}"
+    if report is None:
+        return f"apptainer verify failed (exit {proc.returncode}): {reason}"
+    if report["signatures"] == 0:
+        return f"not signed ({reason}); sign it with `invoke sign {env.name}`"
+    changed = [s for s in report["signers"] if s["failed"]]
+    if changed:
+        objects = ", ".join(dict.fromkeys(o for s in changed for o in s["failed"]))
+        return (f"changed after signing: data object {objects} no longer matches the signature of "
+                f"{describe_signers(changed)} ({reason})")
+    good = [s for s in report["signers"] if not s["failed"]]
+    before = f"; verified before it stopped: {describe_signers(good)}" if good else ""
+    return f"apptainer verify refused it: {reason}{before}"
+
+
 def verify(reg: Registry, env: Environment) -> dict:
-    """``apptainer verify --local`` the image; fail (exit 1) unless it verifies with the recorded signer's key."""
+    """``apptainer verify --local`` the image; fail (exit 1) unless it verifies and every key ``invoke sign``
+    recorded is among its signers."""
     apptainer = find_apptainer()
     image = _existing_image(reg, env)
-    signer = read_manifest(project.manifest_path(reg, env.name)).signer
-    proc = _run([apptainer, "verify", "--local", str(image)])
-    signers = parse_verify(proc.stdout + "\n" + proc.stderr)
+    mpath = project.manifest_path(reg, env.name)
+    recorded = [s["fingerprint"] for s in read_manifest(mpath).signers]
+    proc = _run([apptainer, "verify", "--local", "--json", str(image)])
+    try:
+        report = parse_verify(proc.stdout)
+    except ValueError:
+        report = None  # apptainer stopped before its report (e.g. not a SIF): its FATAL line says why
+    signers = [s for s in (report or {}).get("signers", []) if not s["failed"]]
     fingerprints = [s["fingerprint"] for s in signers]
-    ok = proc.returncode == 0 and bool(signers)
     problem = None
-    if not ok:
-        detail = next((ln.strip() for ln in proc.stderr.splitlines() if "FATAL" in ln or "rror" in ln), "")
-        problem = f"apptainer verify failed (exit {proc.returncode}){': ' + detail if detail else ''}"
-    elif signer and signer not in fingerprints:
-        ok = False
-        problem = (f"signed by {', '.join(fingerprints)}, but the manifest records key {signer} "
-                   "from `invoke sign`")
-    result = {"ok": ok, "fingerprints": fingerprints, "verified_at": _now(), "tool": "apptainer",
-              "image_sha256": file_sha256(image)}
+    if proc.returncode != 0 or not report or not report["signatures"]:
+        problem = _refusal(proc, report, env)
+    else:
+        missing = [fp for fp in recorded if fp not in fingerprints]
+        if missing:
+            which = "the key `invoke sign` recorded" if len(missing) == 1 else "keys `invoke sign` recorded"
+            problem = f"signed by {describe_signers(signers)}, but not by {', '.join(missing)}, {which}"
+    result = {"ok": problem is None, "fingerprints": fingerprints,
+              "signers": [{"fingerprint": s["fingerprint"], "entity": s["entity"]} for s in signers],
+              "verified_at": _now(), "tool": "apptainer", "image_sha256": file_sha256(image)}
     if problem:
         result["problem"] = problem
-    update_manifest(project.manifest_path(reg, env.name), verification=result)
-    if not ok:
+    update_manifest(mpath, verification=result)
+    if problem:
         raise ShipyardError(f"{image}: {problem}", exit_code=1)
     return result
 

@@ -1,6 +1,7 @@
 """`invoke push` / `invoke pull` against a real OCI registry (docker-registry on 127.0.0.1, started by the tests).
 
-The SIF pushed here is a real SIF file made in the test with mksquashfs and siftool (not an apptainer build).
+The SIF pushed here is a real SIF file made in the test with mksquashfs and siftool (not an apptainer build), except
+in test_oras_push_and_pull_real_sif: a SIF built and signed by the real Apptainer (tests/fixtures_sign.py).
 Auth and transient failures come from a small proxy in front of the real registry (tests/containers/fixtures_push.py).
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 import fixtures_build as fb
 import pytest
 from fixtures_invoke import invoke_cli
+from fixtures_sign import run_apptainer
 
 from shipyard import project as paths
 from shipyard import registry
@@ -23,6 +26,7 @@ from shipyard.containers import common
 from shipyard.containers import engine as b
 from shipyard.containers import manifest as mf
 from shipyard.containers import push as p
+from shipyard.containers import sign
 from shipyard.errors import ShipyardError
 from shipyard.files import now_iso
 
@@ -62,6 +66,19 @@ def built_sif(reg, env_name: str = "tiny", payload: bytes = b"weights" * 1000) -
     return sif
 
 
+def signed_sif(reg, unsigned: Path, env_name: str = "tiny") -> Path:
+    """A SIF built by the real apptainer where a build leaves it, recorded as a finished build would, then signed
+    with `invoke sign` (key 0 of the test keyring), which changes the file in place as on a user's machine."""
+    sif = paths.artifact_path(reg, env_name, "sif")
+    sif.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(unsigned, sif)
+    mf.update_manifest(paths.manifest_path(reg, env_name), environment=env_name, status="ok",
+                       input_hash=common.sha256_file(sif), finished=now_iso(),
+                       artifacts={"sif": common.file_record(reg.root, sif)})
+    sign.sign(reg, reg.environment(env_name))
+    return sif
+
+
 def registry_manifest(address: str, repo: str, tag: str) -> tuple[dict, str]:
     req = urllib.request.Request(f"http://{address}/v2/{repo}/manifests/{tag}",
                                  headers={"Accept": p.OCI_MANIFEST})
@@ -70,10 +87,12 @@ def registry_manifest(address: str, repo: str, tag: str) -> tuple[dict, str]:
         return json.loads(body), "sha256:" + hashlib.sha256(body).hexdigest()
 
 
-def test_oras_push_and_pull_real_sif(docker_services, tmp_path, monkeypatch, capsys):
+@pytest.mark.real_apptainer
+def test_oras_push_and_pull_real_sif(docker_services, apptainer_keyring, unsigned_sif, tmp_path, monkeypatch,
+                                     capsys):
     _, regd = docker_services
     reg = project_at(tmp_path, monkeypatch, regd.address)
-    sif = built_sif(reg)
+    sif = signed_sif(reg, unsigned_sif)
     original = sif.read_bytes()
     rec = p.push(reg, reg.environment("tiny"))
     tag = mf.read_manifest(paths.manifest_path(reg, "tiny")).input_hash[:12]
@@ -93,12 +112,18 @@ def test_oras_push_and_pull_real_sif(docker_services, tmp_path, monkeypatch, cap
     got = p.pull(reg, reg.environment("tiny"))
     assert sif.read_bytes() == original
     assert got["digest"] == digest
-    assert subprocess.run(["siftool", "list", str(sif)], capture_output=True, text=True).returncode == 0
+    # the pulled file still verifies: by the real apptainer itself, and through `invoke verify`
+    run_apptainer("verify", "--local", str(sif))
+    assert sign.verify(reg, reg.environment("tiny"))["fingerprints"] == [apptainer_keyring[0].fingerprint]
     m = mf.read_manifest(paths.manifest_path(reg, "tiny"))
     assert m.pulled["local"]["digest"] == digest
     assert m.artifacts["sif"].intact(reg.root) and m.artifacts["sif"].sha256 == \
         hashlib.sha256(original).hexdigest()
     assert not list((reg.root / "containers").glob("*.tmp*"))
+    # the registry that requires a signature takes it: the real signature matches the pulled file
+    signed = p.push(reg, reg.environment("tiny"), "signed-only")
+    assert signed["reference"] == f"oras://{regd.address}/signed/tiny:{tag}"
+    assert registry_manifest(regd.address, "signed/tiny", tag)[0]["layers"] == manifest["layers"]
 
 
 def test_pull_refuses_a_tag_that_now_points_elsewhere(docker_services, tmp_path, monkeypatch):
