@@ -32,6 +32,7 @@ def list_(ctx: Context) -> int:
 def show(ctx: Context, env: str | None) -> int:
     """`invoke show [ENV]`."""
     ctx.say(report.show(ctx.environment(env)))
+    ctx.say(report.facts_line())
     return 0
 
 
@@ -44,7 +45,7 @@ def check(ctx: Context, env: str | None = None, cluster: str | None = None) -> i
     n_env = 1 if env_name else len(reg.environments)
     n_clusters = 1 if cluster_name else len(reg.clusters)
     text, errors = report.table_text(reg, problems, n_env, n_clusters)
-    ctx.write(text)
+    ctx.write(text + report.facts_line() + "\n")
     return 1 if errors else 0
 
 

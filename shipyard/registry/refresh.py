@@ -248,6 +248,8 @@ def merge_entry(old: dict | None, new: dict) -> dict:
 def _scalar(v) -> str:
     if v is None:
         return "null"
+    if isinstance(v, int) and not isinstance(v, bool):  # sm_* arches are numbers in the data
+        return str(v)
     if isinstance(v, list):
         return "[" + ", ".join(_scalar(x) for x in v) + "]"
     if isinstance(v, str) and v in ("P", "S", "I"):

@@ -107,3 +107,9 @@ def test_an_index_that_lists_nothing_is_not_agreement(tmp_path, monkeypatch, cap
     assert "listed no wheel" in msg and "nothing was compared" in msg and "\n" not in msg, msg
     assert "agrees" not in capsys.readouterr().out
     assert path.read_text() == refresh.COMPAT_PATH.read_text()
+
+
+def test_arch_lists_stay_numbers_when_a_section_is_rewritten():
+    """A variant's sm_* list is written back as numbers, as compat.py compares them."""
+    assert refresh.entry_line("2.11+cu128", {"nccl": "2.28.9", "arches": [75, 80], "source": "P"}, "  ") == \
+        '  "2.11+cu128": {nccl: "2.28.9", arches: [75, 80], source: P}'
