@@ -65,6 +65,8 @@ def review() -> dict:
 def newest_known() -> dict[str, str]:
     """The newest torch release, CUDA minor and NCCL the facts know: what `show`/`check` print beside the date."""
     nccls = {str(e["nccl"]) for e in (facts().get("wheels") or {}).values() if e.get("nccl")}
+    nccls |= {str(e["version"]) for req, e in (facts().get("pypi_releases") or {}).items()
+              if req.startswith("nvidia-nccl-")}  # the NCCL releases PyPI had at the review
     return {"torch": max(known_torch_versions(), key=vtuple), "CUDA": max(facts()["cuda"], key=vtuple),
             "NCCL": max(nccls, key=vtuple)}
 
@@ -366,6 +368,9 @@ def check_environment(env: Environment) -> list[Problem]:
         err("nccl", f"NCCL {nccl} overrides the {env.nccl_default} that the {env.cuda_variant} wheel of torch "
             f"{torch} pins: the definition installs it after torch with --no-deps and pip check will report the "
             "mismatch", WARN)
+        newer = newer_than_facts("NCCL", nccl or "")
+        if newer:
+            err("nccl", f"{newer}: no NCCL release that new is in the compatibility data; not verified", WARN)
     elif wheel_nccl is None and not static:
         what = f"NCCL {nccl} is" if nccl else "no NCCL version is asserted:"
         err("nccl", f"the NCCL that the {env.cuda_variant} wheel of torch {torch} pins is not in the compatibility "

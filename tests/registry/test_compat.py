@@ -627,7 +627,17 @@ def test_newer_than_the_facts_says_so_with_the_review_date():
 def test_facts_line_names_the_review_date_the_newest_facts_and_the_refresh_command():
     line = report.facts_line()
     newest = compat.newest_known()
-    assert newest == {"torch": "2.15.0", "CUDA": "13.5", "NCCL": "2.30.7"}
+    # NCCL: the newest nvidia-nccl-cu13 on PyPI at the review, newer than any torch wheel's pin
+    assert newest == {"torch": "2.15.0", "CUDA": "13.5", "NCCL": "2.32.6"}
     assert line == (f"facts: compat.yaml reviewed {compat.review()['date']}; newest known: torch 2.15.0, CUDA 13.5, "
-                    "NCCL 2.30.7; refresh the PyPI-derived facts with: invoke compat.refresh (the others by hand: "
+                    "NCCL 2.32.6; refresh the PyPI-derived facts with: invoke compat.refresh (the others by hand: "
                     "docs/facts.md)")
+
+
+def test_an_nccl_override_newer_than_the_facts_says_so():
+    over = {"torch": '"2.14.1"', "cuda": '"13.0"', "python": '"3.12"', "os": "ubuntu24.04"}
+    msgs = [p.message for p in problems(env_over={**over, "nccl": '"2.40.1"'}) if p.key == "environments.e.nccl"]
+    assert msgs[1] == (f"NCCL 2.40.1 is newer than the facts (reviewed {compat.review()['date']}; refresh: "
+                       "docs/facts.md): no NCCL release that new is in the compatibility data; not verified")
+    msgs = [p.message for p in problems(env_over={**over, "nccl": '"2.32.6"'}) if p.key == "environments.e.nccl"]
+    assert len(msgs) == 1 and "overrides" in msgs[0]
