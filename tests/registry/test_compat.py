@@ -641,3 +641,14 @@ def test_an_nccl_override_newer_than_the_facts_says_so():
                        "docs/facts.md): no NCCL release that new is in the compatibility data; not verified")
     msgs = [p.message for p in problems(env_over={**over, "nccl": '"2.32.6"'}) if p.key == "environments.e.nccl"]
     assert len(msgs) == 1 and "overrides" in msgs[0]
+
+
+def test_ubuntu_2604_images_exist_from_cuda_134():
+    """NVIDIA publishes nvidia/cuda tags for Ubuntu 26.04 from 13.4 (tags as published, secondary); its Python is 3.14
+    and its glibc 2.43 (secondary). A CUDA with no 26.04 tag is refused by name."""
+    over = {"torch": '"2.14.1"', "cuda": '"13.4"', "python": '"3.14"', "os": "ubuntu26.04"}
+    env = env_of(**over)
+    assert env.base.value == "nvidia/cuda:13.4.2-runtime-ubuntu26.04"
+    assert errors(problems(env_over=over)) == []
+    (p,) = errors(problems(env_over={**over, "cuda": '"13.0"'}))
+    assert p.key == "environments.e.os" and "published for ubuntu22.04, ubuntu24.04, not ubuntu26.04" in p.message
