@@ -652,3 +652,17 @@ def test_ubuntu_2604_images_exist_from_cuda_134():
     assert errors(problems(env_over=over)) == []
     (p,) = errors(problems(env_over={**over, "cuda": '"13.0"'}))
     assert p.key == "environments.e.os" and "published for ubuntu22.04, ubuntu24.04, not ubuntu26.04" in p.message
+
+
+@pytest.mark.parametrize("torch,cuda,gpu,ok", [
+    ("2.12.1", "12.6", "{model: P100, arch: sm_60}", True), ("2.14.1", "12.6", "{model: V100, arch: sm_70}", True),
+    ("2.12.1", "13.2", "{model: V100, arch: sm_70}", False), ("2.14.1", "13.2", "{model: GB10, arch: sm_121}", True),
+    ("2.10.0", "13.0", "{model: P100, arch: sm_60}", False), ("2.9.1", "12.6", "{model: P100, arch: sm_60}", True),
+])
+def test_variant_arch_lists_of_the_release_matrix(torch, cuda, gpu, ok):
+    """RELEASE.md's CUDA support matrix (pytorch/pytorch #164471 for 2.9, #175253 for 2.10/2.11, #182849 and
+    #197555 for 2.12-2.14): 12.6.3 builds sm_50/60/70 and Turing to Hopper; 13.0/13.2 build Turing to Blackwell."""
+    over = {"torch": f'"{torch}"', "cuda": f'"{cuda}"', "python": '"3.12"', "os": "ubuntu24.04"}
+    ps = [p for p in problems(env_over=over, cluster=cluster(gpus=f"[{gpu}]", driver="615.20.01"))
+          if p.key == "clusters.x.gpus"]
+    assert [p.severity for p in ps] == ([] if ok else ["ERROR"]), ps
