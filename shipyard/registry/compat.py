@@ -73,7 +73,7 @@ def newest_known() -> dict[str, str]:
 
 def newer_than_facts(kind: str, version: str) -> str | None:
     """"torch 2.16.0 is newer than the facts (reviewed DATE)" when ``version`` is past the newest ``kind`` the data
-    knows ("torch" or "CUDA"): the data is behind, not the registry wrong. None otherwise."""
+    knows ("torch", "CUDA" or "NCCL"): the data is behind, not the registry wrong. None otherwise."""
     try:
         newer = vtuple(version) > vtuple(newest_known()[kind])
     except ValueError:  # not a version at all: the caller's "unknown" message says what is valid
@@ -321,7 +321,7 @@ def check_environment(env: Environment) -> list[Problem]:
         last = torch_series(end["last_series"])["patches"][-1]
         err("cuda", f"CUDA {cuda} wheels end with torch {end['last_series']}: {last} is the last release with a "
             f"{variant_tag(cuda)} wheel (the last for sm_{', sm_'.join(map(str, end['arches']))}); a later torch "
-            f"needs another variant and a Turing or newer GPU [{end['source'].split(':')[0]}]", WARN)
+            f"needs another variant, which does not run on those GPUs [{end['source'].split(':')[0]}]", WARN)
     py = env.python.value or ""
     known, pythons, _ = wheel_lookup(torch, cuda, "python")
     torch_has_py = bool(known and pythons and py in pythons)  # else the companions' Pythons are beside the point

@@ -583,7 +583,7 @@ def test_cuda_126_on_torch_214_warns_that_it_is_the_last():
     ps = [p for p in problems(env_over=over) if p.key == "environments.e.cuda"]
     assert [(p.severity, p.message) for p in ps] == [(
         "WARN", "CUDA 12.6 wheels end with torch 2.14: 2.14.1 is the last release with a cu126 wheel (the last for "
-        "sm_50, sm_60, sm_70); a later torch needs another variant and a Turing or newer GPU [P]")]
+        "sm_50, sm_60, sm_70); a later torch needs another variant, which does not run on those GPUs [P]")]
     assert [p for p in problems(env_over={**over, "torch": '"2.13.0"'}) if p.key == "environments.e.cuda"] == []
 
 
