@@ -55,6 +55,7 @@ class Plan:
     real_memory_mb: int
     def_mem_per_cpu_mb: int
     cred_expire_s: int
+    scheduler_parameters: str
     prefix_len: int
     bridge: str
 
@@ -102,6 +103,7 @@ def make_plan(directory, nodes: int | None = None, gpus_per_node: int | None = N
         real_memory_mb=int(f["node_real_memory_mb"]),
         def_mem_per_cpu_mb=int(f["def_mem_per_cpu_mb"]),
         cred_expire_s=int(f["cred_expire_s"]),
+        scheduler_parameters=str(f["scheduler_parameters"]),
         prefix_len=int(net["prefix_len"]),
         bridge=net["bridge"],
     )
