@@ -9,11 +9,13 @@ artifact's sha256 and identity stamp, status ``ok``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -29,15 +31,15 @@ From: {base}
 """
 
 
-def build_sif(bindir: Path, target: Path, source: Path, work: Path) -> Path:
-    """``apptainer build TARGET SOURCE`` with the real Apptainer in ``bindir``, its temporary and cache folders in
-    ``work``; fails the test with Apptainer's message. The SIF and its folder are left readable by every user
-    (setuid mode: an unprivileged job reads the image itself)."""
+def build_sif(bindir: Path, target: Path, source: Path, work: Path, *options: str) -> Path:
+    """``apptainer build [OPTIONS] TARGET SOURCE`` with the real Apptainer in ``bindir``, its temporary and cache
+    folders in ``work``; fails the test with Apptainer's message. The SIF and its folder are left readable by every
+    user (setuid mode: an unprivileged job reads the image itself)."""
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
     for var in ("APPTAINER_TMPDIR", "APPTAINER_CACHEDIR"):
         (work / var.lower()).mkdir(parents=True, exist_ok=True)
         env[var] = str(work / var.lower())
-    proc = subprocess.run(["apptainer", "build", str(target), str(source)], env=env, stdin=subprocess.DEVNULL,
+    proc = subprocess.run(["apptainer", "build", *options, str(target), str(source)], env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     if proc.returncode != 0:
         pytest.fail(f"apptainer build {target} {source}: exit {proc.returncode}: {proc.stderr.strip()[-2000:]}")
@@ -108,3 +110,40 @@ def record_build(reg, env_name: str, sif: Path) -> None:
                        tool_ids={t: tool_ids[t] for t in tools if t in tool_ids}, formats=["sif"],
                        pins={k: p.value for k, p in env.pins().items()}, host=socket.gethostname(), pid=None,
                        started=now_iso(), finished=now_iso(), artifacts={"sif": file_record(root, target)})
+
+
+def sized_sif(bindir: Path, target: Path, size: int, work: Path) -> Path:
+    """A real SIF of about ``size`` bytes: Debian's static busybox and ``size`` random bytes in ``/data/blob``,
+    stored uncompressed (``mksquashfs -noD``), so the file is as large as asked (a benchmark's large image)."""
+    rootfs = work / "sized-rootfs"
+    for sub in ("bin", "data", "tmp"):
+        (rootfs / sub).mkdir(parents=True)
+    shutil.copy2(shutil.which("busybox"), rootfs / "bin" / "busybox")
+    (rootfs / "bin" / "sh").symlink_to("busybox")
+    with open(rootfs / "data" / "blob", "wb") as fh:
+        for left in range(size, 0, -(1 << 20)):
+            fh.write(os.urandom(min(left, 1 << 20)))
+    try:
+        return build_sif(bindir, target, rootfs, work, "--mksquashfs-args", "-noD")
+    finally:
+        shutil.rmtree(rootfs)
+
+
+@contextlib.contextmanager
+def held_apptainer() -> Iterator[Path]:
+    """The real Apptainer installed from ../shared/vendor and held by this process for the block, as the
+    ``real_apptainer`` fixture holds it for a test session (a bench script outside pytest); its bin folder."""
+    from shipyard import sandbox as sb
+    from shipyard.sandbox import apptainer, runtimes
+
+    root = Path(__file__).resolve().parents[1]
+    line = runtimes.tests_left_out_line(root)
+    if line or apptainer.missing_packages():
+        raise SystemExit(line or f"missing packages: {apptainer.missing_packages()}")
+    running = lambda d: sb.sandbox_running(sb.read_sandbox_state(d))  # noqa: E731
+    holder = apptainer.process_holder()
+    apptainer.install(apptainer.archive_path(runtimes.test_sources(root)), holder, sandbox_running=running)
+    try:
+        yield apptainer.bin_dir()
+    finally:
+        apptainer.release(holder, sandbox_running=running)

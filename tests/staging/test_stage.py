@@ -79,6 +79,14 @@ def test_forced_build_records_the_overridden_errors_in_the_manifest(proj, apptai
     assert "WARNING: --force: build tiny-py313" in capsys.readouterr().err
 
 
+def test_the_recorded_build_is_the_one_invoke_build_computes(built):
+    """The `built` fixture records the busybox SIF as `tiny`'s build (tests/fixtures_sif.py); `invoke build tiny`
+    with the same real Apptainer on PATH finds that record current and builds nothing."""
+    out = io.StringIO()
+    assert helpers_stage.build(built.path, "tiny", out=out) == 0
+    assert out.getvalue().startswith("tiny: up to date (containers/tiny.sif; input hash"), out.getvalue()
+
+
 # ------------------------------------------------------------------------------------------------ stage
 
 
