@@ -76,9 +76,7 @@ def host_userland_mounts() -> list[str]:
     import sys
 
     venv = Path(sys.executable).parent.parent
-    top = Path(venv.parts[0], venv.parts[1])
-    assert top != Path("/usr") and top.is_dir(), f"the Python environment {venv} lies under {top}"
-    return ["/usr", str(top)]
+    return list(dict.fromkeys(["/usr", str(Path(venv.parts[0], venv.parts[1]))]))
 
 
 def record_build(reg, env_name: str, sif: Path) -> None:
