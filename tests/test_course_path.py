@@ -2,8 +2,8 @@
 through `python -m shipyard` (what the `shipyard` command runs): check, render, build as a batch job, a 2-node
 launch, its log, the student handout, and a job submitted from a copy of the handout. The build alone goes through
 the strict apptainer double on a node: the course image's base is nvidia/cuda on Docker Hub, which the real
-Apptainer cannot reach here; the launches run the host runtime. Stage is not part of it here: the course's sandbox cluster runs the host's Python, so there is no image to
-stage (staging is tested on its own, tests/staging/)."""
+Apptainer cannot reach here; the launches run the host runtime. Stage is not part of it here: the course's sandbox
+cluster runs the host's Python, so there is no image to stage (staging is tested on its own, tests/staging/)."""
 
 from __future__ import annotations
 
