@@ -55,6 +55,8 @@ def make_images(tmp: Path, size_mib: int) -> tuple[Path, Path, Path]:
     shutil.copy("/bin/busybox", rootfs / "bin" / "busybox")
     for tool in ("true", "sh"):
         (rootfs / "bin" / tool).symlink_to("busybox")
+    for f in ("passwd", "group", "hosts", "resolv.conf"):  # ch-run binds the host's over these; they must exist
+        (rootfs / "etc" / f).touch()
     with open(rootfs / "data" / "blob", "wb") as fh:
         for _ in range(size_mib):
             fh.write(os.urandom(1 << 20))

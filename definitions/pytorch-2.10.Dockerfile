@@ -33,7 +33,7 @@ LABEL org.shipyard.cudnn="9.10.2.21"
 LABEL org.shipyard.base="nvidia/cuda:12.8.2-runtime-ubuntu24.04"
 LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
-LABEL org.shipyard.lock-sha256="f99dc8004dbc9765c12b4b0e1dc0c0ff51440ae5107ca9ba0a7d34a8bb6bbcc0"
+LABEL org.shipyard.lock-sha256="200a1a00884815527cf8d8eed113325e688fddd24905114a89726b65e4e4260f"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="3527312c058e530ded6e7c4463ad85808f3817dcb025b30d28a608f703166e77"
 

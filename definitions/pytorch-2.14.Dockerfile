@@ -32,7 +32,7 @@ LABEL org.shipyard.cudnn="9.24.0.43"
 LABEL org.shipyard.base="nvidia/cuda:13.0.3-runtime-ubuntu24.04"
 LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
-LABEL org.shipyard.lock-sha256="00800ff529f34fb068e7f76c98f46d2081dec7ca98f8888ee62bb7be9d558589"
+LABEL org.shipyard.lock-sha256="99ce533eb79269ba340d9a2829e73f07f1b5ba7f67f965058da7afb06d415337"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="6534ec52a527300d0e3ce60149b0a686fd9f9602fbca4ca98884c6e8c2d009e6"
 

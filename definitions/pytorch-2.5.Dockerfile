@@ -36,7 +36,7 @@ LABEL org.shipyard.cudnn="9.1.0.70"
 LABEL org.shipyard.base="nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
-LABEL org.shipyard.lock-sha256="f5444c7fb0812024358b3fad88c50d2f08f3557ac92784b2e39136319a15fc64"
+LABEL org.shipyard.lock-sha256="f8b06e87dc4fe78d89fc61c92ebeb18f22cb37b6861f89c1fbf2c342f8917888"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="ac3f1971649d707f614adf179a9339c7ff457464cebdbc39b5ed127a21ab9ced"
 

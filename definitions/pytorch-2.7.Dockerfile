@@ -33,7 +33,7 @@ LABEL org.shipyard.cudnn="9.5.1.17"
 LABEL org.shipyard.base="nvidia/cuda:12.6.3-runtime-ubuntu24.04"
 LABEL org.shipyard.stack="shipyard"
 LABEL org.shipyard.locked="true"
-LABEL org.shipyard.lock-sha256="f2876737b3c387e90b0dc623bc5a48a54c124af4c9fcaf89246ddb5bdf6a73c5"
+LABEL org.shipyard.lock-sha256="9434e2745fa7613a047b4728b6334a10b2b1dbb6de28cf566295bd41fed01fe0"
 LABEL org.shipyard.version="0.1.0"
 LABEL org.shipyard.spec-sha256="6aa0fd58359dd10f23bb46b621ae9271595868cb9d9beafa2c9ab46a101ccf54"
 

@@ -32,6 +32,7 @@ def list_(ctx: Context) -> int:
 def show(ctx: Context, env: str | None) -> int:
     """`invoke show [ENV]`."""
     ctx.say(report.show(ctx.environment(env)))
+    ctx.say(report.facts_line())
     return 0
 
 
@@ -44,7 +45,7 @@ def check(ctx: Context, env: str | None = None, cluster: str | None = None) -> i
     n_env = 1 if env_name else len(reg.environments)
     n_clusters = 1 if cluster_name else len(reg.clusters)
     text, errors = report.table_text(reg, problems, n_env, n_clusters)
-    ctx.write(text)
+    ctx.write(text + report.facts_line() + "\n")
     return 1 if errors else 0
 
 
@@ -62,10 +63,13 @@ def compat_refresh(torch: str | None = None, write: bool = False, companions: bo
     patches = [p.strip() for p in torch.split(",")] if torch else compat.known_torch_versions()
     uv = refresh.Uv.default()
     print(f"compat refresh: reading PyPI metadata of {len(patches)} torch release(s) with uv "
-          f"({uv.platform}; default CUDA variant only)", file=out)
+          f"({uv.platform}; files uploaded before {refresh.cutoff()}, compat.yaml review.date)", file=out)
     derived = refresh.derive(patches, uv, companions=companions)
+    coverage = refresh.variant_coverage(uv, patches, derived)
+    if not torch:  # the release lists are about the data as a whole, not about the torch releases asked for
+        refresh.derive_releases(uv, committed, derived)
     new = refresh.refreshed_text(text, derived, committed)
-    for note in derived.notes + refresh.variant_coverage(uv, patches):
+    for note in derived.notes + coverage:
         print(f"note: {note}", file=out)
     if not derived.wheels:
         raise ShipyardError(f"compat refresh: the index listed no wheel of the {len(patches)} torch release(s) asked "

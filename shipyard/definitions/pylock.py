@@ -44,7 +44,10 @@ from shipyard.files import atomic_write
 from shipyard.registry.model import Environment, Registry
 
 PLATFORM = "x86_64-manylinux_2_28"
-DEFAULT_INDEX = "https://pypi.org/simple"
+# No index named: uv resolves against its own default, PyPI, and the lock says so in words (a package registry's host
+# name is never written into a user's files).
+DEFAULT_INDEX = None
+DEFAULT_INDEX_WORDS = "PyPI (uv's default index)"
 HEADER_PREFIX = "# shipyard-lock"
 _TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -173,18 +176,19 @@ def uv_argv(uv_bin: str, env: Environment, cutoff: str) -> list[str]:
 _UV_INDEX_VARS = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS")
 
 
-def uv_environ(env: Environment, index_url: str = DEFAULT_INDEX, base: dict | None = None) -> dict[str, str]:
+def uv_environ(env: Environment, index_url: str | None = DEFAULT_INDEX, base: dict | None = None) -> dict[str, str]:
     """uv's environment: ``base`` (the caller's) without its own index variables, plus the default index and, for a
     non-default CUDA variant, the PyTorch index as ``UV_DEFAULT_INDEX`` / ``UV_EXTRA_INDEX_URL``: credentials in a
     URL reach uv through its environment (readable only by the user and root), never its argv."""
     environ = {k: v for k, v in (os.environ if base is None else base).items() if k not in _UV_INDEX_VARS}
-    environ["UV_DEFAULT_INDEX"] = index_url
+    if index_url:
+        environ["UV_DEFAULT_INDEX"] = index_url
     if env.stack != "base" and env.torch_index.value:
         environ["UV_EXTRA_INDEX_URL"] = env.torch_index.value
     return environ
 
 
-def render_header(env: Environment, cutoff: str, index_url: str) -> str:
+def render_header(env: Environment, cutoff: str, index_url: str | None) -> str:
     """The comment block that makes the lock self-describing and its staleness decidable."""
     lines = [
         f"{HEADER_PREFIX} for environment {env.name}: written by `invoke lock {env.name}`; do not edit.",
@@ -192,7 +196,7 @@ def render_header(env: Environment, cutoff: str, index_url: str) -> str:
         f"# exclude-newer: {cutoff}",
         f"# python: {env.python.value}",
         f"# platform: {PLATFORM}",
-        f"# index: {redact(index_url)}",
+        f"# index: {redact(index_url) if index_url else DEFAULT_INDEX_WORDS}",
     ]
     if env.stack != "base" and env.torch_index.value:
         lines.append(f"# torch-index: {env.torch_index.value}")
@@ -213,7 +217,8 @@ def _uv_bin() -> str:
     return uv.find_uv_bin()
 
 
-def compile_lock(env: Environment, cutoff: str, index_url: str = DEFAULT_INDEX, uv_bin: str | None = None) -> str:
+def compile_lock(env: Environment, cutoff: str, index_url: str | None = DEFAULT_INDEX,
+                 uv_bin: str | None = None) -> str:
     """Resolve ``env`` with uv and return the full lock text (header + pinned, hashed requirements)."""
     if not lock_inputs(env):
         raise ShipyardError(f"environments.{env.name}: nothing to lock (stack: base and no pip packages)")

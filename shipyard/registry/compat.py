@@ -57,6 +57,47 @@ def cuda_facts(cuda: str) -> dict | None:
     return facts()["cuda"].get(cuda)
 
 
+def review() -> dict:
+    """When the facts were last checked against their sources and the command that refreshes what it can."""
+    return facts()["review"]
+
+
+def newest_known() -> dict[str, str]:
+    """The newest torch release, CUDA minor and NCCL the facts know: what `show`/`check` print beside the date."""
+    nccls = {str(e["nccl"]) for e in (facts().get("wheels") or {}).values() if e.get("nccl")}
+    nccls |= {str(e["version"]) for req, e in (facts().get("pypi_releases") or {}).items()
+              if req.startswith("nvidia-nccl-")}  # the NCCL releases PyPI had at the review
+    return {"torch": max(known_torch_versions(), key=vtuple), "CUDA": max(facts()["cuda"], key=vtuple),
+            "NCCL": max(nccls, key=vtuple)}
+
+
+def newer_than_facts(kind: str, version: str) -> str | None:
+    """"torch 2.16.0 is newer than the facts (reviewed DATE)" when ``version`` is past the newest ``kind`` the data
+    knows ("torch", "CUDA" or "NCCL"): the data is behind, not the registry wrong. None otherwise."""
+    try:
+        newer = vtuple(version) > vtuple(newest_known()[kind])
+    except ValueError:  # not a version at all: the caller's "unknown" message says what is valid
+        return None
+    if not newer:
+        return None
+    return f"{kind} {version} is newer than the facts (reviewed {review()['date']}; refresh: docs/facts.md)"
+
+
+def variant_arches(torch_version: str, cuda: str) -> tuple[list[int] | None, list[int] | None]:
+    """(SASS arches, PTX arches) of the wheel the environment installs: the series' lists for the default variant,
+    the variant's own `wheels:` entry otherwise; None where not verified (a variant never borrows the default's)."""
+    ts = torch_series(torch_version) or {}
+    if cuda == ts.get("default_cuda"):
+        return ts.get("arches"), ts.get("ptx")
+    return wheel_fact(torch_version, cuda, "arches"), wheel_fact(torch_version, cuda, "ptx")
+
+
+def driver_branch(driver: str) -> int | None:
+    """The branch of a Linux driver version: its first number ('615.20.01' -> 615); None if it has none."""
+    head = str(driver).split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
 def variant_tag(cuda: str) -> str:
     """'12.8' -> 'cu128'."""
     return "cu" + str(cuda).replace(".", "")
@@ -68,7 +109,7 @@ def variant_index(cuda: str) -> str:
 
 
 # fields of a wheel that depend on its CUDA variant: a non-default variant never inherits them from the default wheel
-VARIANT_FIELDS = ("nccl", "cudnn", "cuda_runtime")
+VARIANT_FIELDS = ("nccl", "cudnn", "cuda_runtime", "arches", "ptx")
 _ABSENT = object()
 
 
@@ -105,6 +146,12 @@ def companion_pythons(name: str, version: str) -> list[str] | None:
     """Pythons with a Linux x86_64 wheel of torchvision/torchaudio ``version``; None when not verified."""
     entry = (facts().get("companions") or {}).get(name, {}).get(str(version))
     return None if entry is None else entry.get("python")
+
+
+def companion_python_excludes(name: str, version: str) -> list[str]:
+    """Python patch releases the companion's Requires-Python excludes (e.g. '3.14.1')."""
+    entry = (facts().get("companions") or {}).get(name, {}).get(str(version)) or {}
+    return list(entry.get("python_excludes") or [])
 
 
 def arch_family_match(code: list[int], sm: int) -> int | None:
@@ -232,6 +279,16 @@ def _fmt_variants(variants: list[str]) -> str:
     return ", ".join("cu" + v.replace(".", "") for v in variants)
 
 
+def _variant_end_note(cuda: str, torch: str) -> str:
+    """'; the last torch with a cu126 wheel is 2.14.1 (...)' when the variant ended before ``torch``'s series."""
+    end = (facts().get("variant_ends") or {}).get(cuda)
+    if not end or vtuple(series(torch)) <= vtuple(end["last_series"]):
+        return ""
+    last = torch_series(end["last_series"])["patches"][-1]
+    return (f"; the last torch with a {variant_tag(cuda)} wheel is {last} "
+            f"(the last release for sm_{', sm_'.join(map(str, end['arches']))})")
+
+
 def check_environment(env: Environment) -> list[Problem]:
     """Checks that need only the environment: the wheel combination exists and the base image tag is real."""
     out: list[Problem] = []
@@ -244,7 +301,8 @@ def check_environment(env: Environment) -> list[Problem]:
     ts = torch_series(torch)
     if ts is None or torch not in ts["patches"]:
         near = [v for v in known_torch_versions() if v.startswith(series(torch) + ".")] or known_torch_versions()[-6:]
-        err("torch", f"torch {torch} is not a known release (known: {', '.join(near)})")
+        what = newer_than_facts("torch", torch) or f"torch {torch} is not a known release"
+        err("torch", f"{what} (known: {', '.join(near)})")
         return out  # everything else depends on the series
     cuda = env.cuda.value or ""
     variants = ts.get("cuda_variants")
@@ -252,9 +310,18 @@ def check_environment(env: Environment) -> list[Problem]:
         if cuda != ts["default_cuda"]:
             err("cuda", f"torch {torch} with CUDA {cuda}: only the default variant "
                 f"cu{ts['default_cuda'].replace('.', '')} is known for torch {series(torch)}; not verified", WARN)
+    elif cuda in (ts.get("cuda_variants_unadvertised") or []):
+        err("cuda", f"torch {torch}'s {variant_tag(cuda)} wheels were built in PyTorch's test channel but are not "
+            f"in its release matrix (RELEASE.md); not verified (advertised: {_fmt_variants(variants)})", WARN)
     elif cuda not in variants:
         err("cuda", f"torch {torch} has no CUDA {cuda} wheel (cu{cuda.replace('.', '')}); "
-            f"variants that exist: {_fmt_variants(variants)}")
+            f"variants that exist: {_fmt_variants(variants)}{_variant_end_note(cuda, torch)}")
+    end = (facts().get("variant_ends") or {}).get(cuda)
+    if end and series(torch) == end["last_series"] and cuda in (variants or []):
+        last = torch_series(end["last_series"])["patches"][-1]
+        err("cuda", f"CUDA {cuda} wheels end with torch {end['last_series']}: {last} is the last release with a "
+            f"{variant_tag(cuda)} wheel (the last for sm_{', sm_'.join(map(str, end['arches']))}); a later torch "
+            f"needs another variant, which does not run on those GPUs [{end['source'].split(':')[0]}]", WARN)
     py = env.python.value or ""
     known, pythons, _ = wheel_lookup(torch, cuda, "python")
     torch_has_py = bool(known and pythons and py in pythons)  # else the companions' Pythons are beside the point
@@ -288,6 +355,10 @@ def check_environment(env: Environment) -> list[Problem]:
         elif py not in pys:
             err(name, f"{name} {pin.value} has no wheel for Python {py} (it has {', '.join(pys)}); "
                 f"use one of those Pythons or set {name}: false")
+        excluded = [x for x in companion_python_excludes(name, pin.value) if series(x) == py]
+        if excluded and py in (pys or []):
+            err(name, f"{name} {pin.value} excludes Python {', '.join(excluded)} (its Requires-Python): the image's "
+                f"Python {py} must not be that patch release", WARN)
     nccl = env.nccl.value
     static = ts.get("nccl_static")
     wheel_nccl = wheel_fact(torch, cuda, "nccl")
@@ -297,13 +368,17 @@ def check_environment(env: Environment) -> list[Problem]:
         err("nccl", f"NCCL {nccl} overrides the {env.nccl_default} that the {env.cuda_variant} wheel of torch "
             f"{torch} pins: the definition installs it after torch with --no-deps and pip check will report the "
             "mismatch", WARN)
+        newer = newer_than_facts("NCCL", nccl or "")
+        if newer:
+            err("nccl", f"{newer}: no NCCL release that new is in the compatibility data; not verified", WARN)
     elif wheel_nccl is None and not static:
         what = f"NCCL {nccl} is" if nccl else "no NCCL version is asserted:"
         err("nccl", f"the NCCL that the {env.cuda_variant} wheel of torch {torch} pins is not in the compatibility "
             f"data; {what} not verified", WARN)
     cf = cuda_facts(cuda)
     if cf is None:
-        err("cuda", f"CUDA {cuda} is not in the compatibility data (known: {', '.join(sorted(facts()['cuda'], key=vtuple))})")
+        what = newer_than_facts("CUDA", cuda) or f"CUDA {cuda} is not in the compatibility data"
+        err("cuda", f"{what} (known: {', '.join(sorted(facts()['cuda'], key=vtuple))})")
     if env.base_is_cuda_image:
         derived = env.base.source == COMPAT_DERIVED
         errs, warns = _image_problems(env.base.value or "") or ([], [])
@@ -358,12 +433,13 @@ def _arch_ok(env: Environment, sm: int) -> str | None:
         if len(too_old) == len(family):
             last = max((table[a]["cuda_max"] for a in family), key=vtuple)
             return f"CUDA {cuda} no longer compiles for sm_{sm} (last: {last})"
-    if cuda == ts["default_cuda"] and arch_family_match(ts["arches"], sm) is None:
-        ptx = ts.get("ptx")
+    arches, ptx = variant_arches(env.torch.value or "", cuda)
+    if arches is not None and arch_family_match(arches, sm) is None:
         if ptx and any(p <= sm for p in ptx):
             return None  # PTX is JIT-compiled for newer GPUs; check_on_cluster warns about it
         note = "" if ptx is not None else "; PTX in the wheel not verified"
-        return (f"the torch {env.torch.value} wheel is built for sm_{', sm_'.join(map(str, ts['arches']))}, "
+        wheel = env.torch.value if cuda == ts["default_cuda"] else f"{env.torch.value}+{variant_tag(cuda)}"
+        return (f"the torch {wheel} wheel is built for sm_{', sm_'.join(map(str, arches))}, "
                 f"none of which runs on sm_{sm} (needs the same major and a minor <= {sm % 10}){note}")
     return None
 
@@ -384,20 +460,30 @@ def check_on_cluster(env: Environment, cluster: Cluster) -> list[Problem]:
             major = (env.cuda.value or "").split(".")[0]
             add(ERROR, f"{ckey}.driver", f"driver {cluster.driver} is too old for CUDA {env.cuda.value} "
                 f"(CUDA {major}.x needs >= {need})")
+        elif cf.get("driver_branch") and (driver_branch(cluster.driver) or 0) < cf["driver_branch"]:
+            add(WARN, f"{ckey}.driver", f"driver {cluster.driver} (branch R{driver_branch(cluster.driver)}) runs "
+                f"CUDA {env.cuda.value} only in minor-version compatibility: its new features and newly enabled "
+                f"platforms need an R{cf['driver_branch']} or later driver")
         elif cf.get("driver_full") and vtuple(cluster.driver) < vtuple(cf["driver_full"]):
             add(WARN, f"{ckey}.driver", f"driver {cluster.driver} runs CUDA {env.cuda.value} only in minor-version "
                 f"compatibility (full compatibility needs >= {cf['driver_full']}); PTX JIT of newer code may fail")
     elif cluster.gpus and not cluster.driver:
         add(WARN, f"{ckey}.driver", "no driver version in the cluster profile: driver compatibility not checked")
+    for gpu in cluster.gpus:  # a GPU first enabled by a CUDA whose branch the driver is below cannot run at all
+        need = (facts()["arches"].get(gpu.sm) or {}).get("driver_branch")
+        if need and cluster.driver and (driver_branch(cluster.driver) or 0) < need:
+            add(ERROR, f"{ckey}.driver", f"{gpu.model} ({gpu.arch}) is a newly enabled platform that needs an "
+                f"R{need} or later driver; the cluster has {cluster.driver} (branch R{driver_branch(cluster.driver)})")
     if ts:
+        arches, _ = variant_arches(env.torch.value or "", env.cuda.value or "")
         for gpu in cluster.gpus:
             why = _arch_ok(env, gpu.sm)
             if why:
                 add(ERROR, f"{ckey}.gpus", f"{gpu.model} ({gpu.arch}) cannot run {env.name}: {why}")
-            elif env.cuda.value != ts["default_cuda"] and arch_family_match(ts["arches"], gpu.sm) is None:
+            elif arches is None and arch_family_match(ts["arches"], gpu.sm) is None:
                 add(WARN, f"{ckey}.gpus", f"{gpu.model} ({gpu.arch}): the arch list of the {env.cuda_variant} "
                     "wheel is not verified")
-            elif env.cuda.value == ts["default_cuda"] and arch_family_match(ts["arches"], gpu.sm) is None:
+            elif arches is not None and arch_family_match(arches, gpu.sm) is None:
                 add(WARN, f"{ckey}.gpus", f"{gpu.model} ({gpu.arch}) runs {env.name} only through PTX JIT "
                     "(no SASS for its family in the wheel): slow first start, needs a driver with full compatibility")
     fabric_checks.check(env, cluster, add)  # IB/EFA userspace in the image, EFA floors

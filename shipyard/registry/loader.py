@@ -413,13 +413,13 @@ def _resolve_environment(name: str, envs: Mapping[str, dict], lines, fname: str)
     if ts is None or torch not in ts["patches"]:
         near = [v for v in compat.known_torch_versions() if v.startswith(compat.series(torch) + ".")]
         near = near or compat.known_torch_versions()[-5:]
-        raise ShipyardError(f"{at('torch')}: environments.{name}.torch: torch {torch} does not exist "
-                            f"(known: {', '.join(near)})")
+        what = compat.newer_than_facts("torch", torch) or f"torch {torch} does not exist"
+        raise ShipyardError(f"{at('torch')}: environments.{name}.torch: {what} (known: {', '.join(near)})")
     cuda = str(raw["cuda"])
     if compat.cuda_facts(cuda) is None:
         known = ", ".join(sorted(compat.facts()["cuda"], key=compat.vtuple))
-        raise ShipyardError(f"{at('cuda')}: environments.{name}.cuda: CUDA {cuda} is not a known CUDA release "
-                            f"(known: {known})")
+        what = compat.newer_than_facts("CUDA", cuda) or f"CUDA {cuda} is not a known CUDA release"
+        raise ShipyardError(f"{at('cuda')}: environments.{name}.cuda: {what} (known: {known})")
 
     def pin(key: str, default: Any, default_source: str) -> Pin:
         if key in raw:

@@ -15,6 +15,16 @@ will (markers evaluated for the target platform and Python, extras, the ``cuda-t
 and needs no registry host name in this project: its default index is PyPI. It has timeouts (``UV_HTTP_TIMEOUT``
 plus a per-run limit, both in compat.yaml ``refresh:``). The price is one uv run per question, run a few at a time.
 
+What it derives beyond the default wheels, for the variants it can reach:
+- the newest ``nvidia-nccl-cu12`` / ``-cu13`` release and the newest ``cuda-toolkit`` release of each CUDA minor in
+  compat.yaml (the ``pypi_releases:`` section): the NCCL and CUDA updates PyPI has published, whatever torch pins;
+- the NCCL pin of each non-default CUDA variant, when the PyTorch index answers (from here it does not: the refresh
+  says so and keeps the committed variant entries).
+
+Every uv run resolves at a fixed cut-off (``--exclude-newer``, compat.yaml ``review.date``), so a refresh shows
+what changed up to the review date and nothing later: moving the date is the deliberate step that lets newer
+releases in.
+
 Never a silent rewrite: the command (:func:`shipyard.commands.registry.compat_refresh`) prints a unified diff of
 compat.yaml and writes only with ``--write``. Facts it cannot read (NCCL linked statically, arches, nvidia/cuda
 images, variants on the PyTorch index when that index is unreachable) keep their committed values and source marks;
@@ -24,6 +34,7 @@ a value it confirms keeps its mark, a value it changes or adds gets P (read off 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import difflib
 import os
 import re
@@ -45,7 +56,7 @@ PIN_PACKAGES = {
     "triton": re.compile(r"^(pytorch-)?triton$"),
 }
 # field order on an entry's line; `<field>_source` follows its field
-FIELD_ORDER = ("nccl", "cudnn", "cuda_runtime", "triton", "python", "min_glibc", "torchvision", "torchaudio")
+FIELD_ORDER = ("version", "nccl", "cudnn", "cuda_runtime", "triton", "python", "min_glibc", "torchvision", "torchaudio")
 _VALUE = re.compile(r"^[0-9A-Za-z.+_-]+$")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", re.M)
 COMPANIONS = ("torchvision", "torchaudio")
@@ -53,6 +64,11 @@ COMPANIONS = ("torchvision", "torchaudio")
 
 def settings() -> dict:
     return data.load("compat")["refresh"]
+
+
+def cutoff() -> str:
+    """The upload time no file read by a refresh may be newer than: the start of the review date (UTC)."""
+    return f"{compat.review()['date']}T00:00:00Z"
 
 
 # ------------------------------------------------------------------------------------------------------------ uv
@@ -76,7 +92,8 @@ class Uv:
         except ImportError:  # pragma: no cover - uv is a declared dependency
             raise ShipyardError("the 'uv' Python package is not installed: pip install uv") from None
         s = settings()
-        return cls(uv.find_uv_bin(), s["platform"], int(s["http_timeout_s"]), int(s["command_timeout_s"]))
+        return cls(uv.find_uv_bin(), s["platform"], int(s["http_timeout_s"]), int(s["command_timeout_s"]),
+                   ("--exclude-newer", cutoff()))
 
     def argv(self, python: str, no_deps: bool = False, platform: str | None = None) -> list[str]:
         argv = [self.binary, "pip", "compile", "-", "--no-config", "--no-header", "--quiet", "--no-build",
@@ -112,6 +129,7 @@ class Derived:
 
     wheels: dict[str, dict] = field(default_factory=dict)
     companions: dict[str, dict[str, dict]] = field(default_factory=lambda: {c: {} for c in COMPANIONS})
+    releases: dict[str, dict] = field(default_factory=dict)  # pypi_releases: requirement -> {version}
     notes: list[str] = field(default_factory=list)
 
 
@@ -207,25 +225,76 @@ def derive(patches: list[str], uv: Uv | None = None, companions: bool = True,
     return out
 
 
-def variant_coverage(uv: Uv, patches: list[str]) -> list[str]:
-    """Say which non-default CUDA variants this refresh covers: probes the PyTorch index once."""
+def _on_index(uv: Uv, cuda: str, timeout_s: int | None = None) -> Uv:
+    """``uv`` reading the PyTorch index of one CUDA variant instead of PyPI (same cut-off)."""
+    return dataclasses.replace(uv, http_timeout_s=timeout_s or uv.http_timeout_s, runs=0,
+                               extra=uv.extra + ("--default-index", compat.variant_index(cuda)))
+
+
+def variant_coverage(uv: Uv, patches: list[str], derived: Derived | None = None) -> list[str]:
+    """Refresh the NCCL pin of each non-default CUDA variant of ``patches`` when the PyTorch index answers (into
+    ``derived``), and say which variants were covered; the index is probed once."""
     variants = sorted({(compat.series(p), v) for p in patches
                        for v in (compat.torch_series(p) or {}).get("cuda_variants") or []
                        if v != compat.torch_series(p)["default_cuda"]})
     if not variants:
         return []
     series_, cuda = variants[0]
-    probe = Uv(uv.binary, uv.platform, min(uv.http_timeout_s, 10), uv.command_timeout_s,
-               ("--default-index", compat.variant_index(cuda)))
     named = ", ".join(f"{s}+{compat.variant_tag(v)}" for s, v in variants)
     patch = next(p for p in patches if compat.series(p) == series_)
     try:
-        probe.compile([f"torch=={patch}"], "3.10", no_deps=True)
+        _on_index(uv, cuda, min(uv.http_timeout_s, 10)).compile([f"torch=={patch}"], "3.10", no_deps=True)
     except ShipyardError as exc:
         return [f"the PyTorch index is unreachable from here ({str(exc)[-160:]}): the non-default variants "
                 f"{named} were not refreshed; their committed facts and source marks stay"]
-    return [f"the PyTorch index answers, but this refresh reads only the PyPI wheels: the variants {named} "
-            "keep their committed facts"]
+    if derived is None:
+        return [f"the PyTorch index answers: the variants {named} were not asked for"]
+    notes = []
+    for s, cuda in variants:
+        pins = {}
+        for patch in (p for p in patches if compat.series(p) == s):
+            pys = compat.wheel_fact(patch, cuda, "python") or ["3.12"]
+            res = _on_index(uv, cuda).compile([f"torch=={patch}"], pys[-1])
+            nccl = wheel_pins(res or {}).get("nccl")
+            if nccl:
+                pins[patch] = nccl
+        if not pins:
+            notes.append(f"torch {s}+{compat.variant_tag(cuda)}: no NCCL pin read off the PyTorch index")
+        elif len(set(pins.values())) == 1:  # one pin for every patch read: the series entry
+            derived.wheels[f"{s}+{compat.variant_tag(cuda)}"] = {"nccl": next(iter(pins.values()))}
+        else:
+            for patch, nccl in pins.items():
+                derived.wheels[f"{patch}+{compat.variant_tag(cuda)}"] = {"nccl": nccl}
+    return notes + [f"the PyTorch index answers: the NCCL pins of {named} were read off it"]
+
+
+def release_requirements(committed: dict) -> list[str]:
+    """What `pypi_releases:` records: each NCCL wheel of a CUDA major, and cuda-toolkit per CUDA 12/13 minor."""
+    majors = sorted({int(m.split(".")[0]) for m in committed["cuda"]} & set(committed["cuda_image_policy"]
+                                                                            ["supported_majors"]))
+    minors = [m for m in sorted(committed["cuda"], key=compat.vtuple) if int(m.split(".")[0]) in majors]
+    return [f"nvidia-nccl-cu{m}" for m in majors] + [f"cuda-toolkit=={m}.*" for m in minors]
+
+
+def derive_releases(uv: Uv, committed: dict, derived: Derived) -> None:
+    """The newest release of each of :func:`release_requirements` on PyPI at the cut-off (into ``derived``), and a
+    note for each CUDA minor whose newest cuda-toolkit is newer than the nvidia/cuda image compat.yaml names."""
+    reqs = release_requirements(committed)
+    python = settings()["release_python"]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=int(settings()["jobs"])) as pool:
+        found = list(pool.map(lambda r: uv.compile([r], python, no_deps=True), reqs))
+    for req, res in zip(reqs, found):
+        name = req.split("==")[0]
+        if not res or name not in res:
+            derived.notes.append(f"{req}: no release on the index at the cut-off {cutoff()}; its entry stays")
+            continue
+        version = res[name].split("+")[0]
+        derived.releases[req] = {"version": version}
+        minor = req.partition("==")[2].removesuffix(".*")
+        image = (committed["cuda"].get(minor) or {}).get("image") if minor else None
+        if minor and (image is None or compat.vtuple(version) > compat.vtuple(image)):
+            derived.notes.append(f"cuda-toolkit {version} is on PyPI; compat.yaml's nvidia/cuda image for CUDA "
+                                 f"{minor} is {image or 'none'}: check NVIDIA's tags by hand (docs/facts.md)")
 
 
 # ------------------------------------------------------------------------------------------------------------ merge
@@ -248,6 +317,8 @@ def merge_entry(old: dict | None, new: dict) -> dict:
 def _scalar(v) -> str:
     if v is None:
         return "null"
+    if isinstance(v, int) and not isinstance(v, bool):  # sm_* arches are numbers in the data
+        return str(v)
     if isinstance(v, list):
         return "[" + ", ".join(_scalar(x) for x in v) + "]"
     if isinstance(v, str) and v in ("P", "S", "I"):
@@ -273,9 +344,10 @@ def _sort_key(key: str):
     return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.-]", head) if p != ""), variant
 
 
-def render_sections(wheels: dict, companions: dict) -> dict[str, str]:
-    """The text of the `wheels:` and `companions:` sections (one flow mapping per line, sorted by version)."""
+def render_sections(wheels: dict, companions: dict, releases: dict | None = None) -> dict[str, str]:
+    """The text of the `wheels:`, `companions:` and `pypi_releases:` sections (one flow mapping per line)."""
     w = ["wheels:"] + [entry_line(k, wheels[k], "  ") for k in sorted(wheels, key=_sort_key)]
+    r = ["pypi_releases:"] + [entry_line(k, (releases or {})[k], "  ") for k in (releases or {})]
     c = ["companions:"]
     for name in COMPANIONS:
         entries = companions.get(name) or {}
@@ -284,7 +356,10 @@ def render_sections(wheels: dict, companions: dict) -> dict[str, str]:
             continue
         c.append(f"  {name}:")
         c += [entry_line(v, entries[v], "    ") for v in sorted(entries, key=compat.vtuple)]
-    return {"wheels": "\n".join(w) + "\n", "companions": "\n".join(c) + "\n"}
+    out = {"wheels": "\n".join(w) + "\n", "companions": "\n".join(c) + "\n"}
+    if releases is not None:
+        out["pypi_releases"] = "\n".join(r) + "\n"
+    return out
 
 
 def replace_section(text: str, name: str, new: str) -> str:
@@ -308,7 +383,10 @@ def refreshed_text(text: str, derived: Derived, committed: dict) -> str:
     for name, entries in derived.companions.items():
         for ver, new in entries.items():
             comps[name][ver] = merge_entry(comps[name].get(ver), new)
-    sections = render_sections(wheels, comps)
+    releases = {k: dict(v) for k, v in (committed.get("pypi_releases") or {}).items()}
+    for req, new in derived.releases.items():
+        releases[req] = merge_entry(releases.get(req), new)
+    sections = render_sections(wheels, comps, releases if "pypi_releases" in committed or releases else None)
     for name, body in sections.items():
         text = replace_section(text, name, body)
     return text

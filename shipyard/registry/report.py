@@ -70,6 +70,13 @@ def nccl_tests_line(env: Environment) -> str:
             + (f"; {mpi_mb} MB {nt.mpi} packages" if mpi_mb else "") + f"; source {nt.source})")
 
 
+def facts_line() -> str:
+    """When the compatibility facts were last reviewed, the newest of them, and what refreshes them."""
+    newest = ", ".join(f"{k} {v}" for k, v in compat.newest_known().items())
+    return (f"facts: compat.yaml reviewed {compat.review()['date']}; newest known: {newest}; refresh the "
+            f"PyPI-derived facts with: {compat.review()['refresh']} (the others by hand: docs/facts.md)")
+
+
 def select(problems, env_name: str | None, cluster_name: str | None) -> list:
     """The problems about ``env_name`` (and environment-less ones) on ``cluster_name`` (and cluster-less ones),
     ERRORs first: what `invoke check ENV --cluster C` shows and what the enforcing commands judge."""

@@ -44,7 +44,10 @@ def test_uv_argv_contract(lock_project):
     assert pairs["--python-version"] == "3.11"
     assert pairs["--exclude-newer"] == CUTOFF
     assert "--default-index" not in argv, "index URLs (credentials) go through uv's environment, not argv"
-    assert lock.uv_environ(reg.environment("nccl-override"), base={})["UV_DEFAULT_INDEX"] == "https://pypi.org/simple"
+    # no index named: uv's own default (PyPI); a site mirror given with --index-url goes through the environment
+    assert "UV_DEFAULT_INDEX" not in lock.uv_environ(reg.environment("nccl-override"), base={"UV_DEFAULT_INDEX": "x"})
+    assert lock.uv_environ(reg.environment("nccl-override"), "https://mirror.example/simple",
+                           base={})["UV_DEFAULT_INDEX"] == "https://mirror.example/simple"
     assert pairs["--override"] == "overrides.txt"
     assert "--generate-hashes" in argv and "--no-config" in argv
     assert "--extra-index-url" not in argv, "the default CUDA variant comes from PyPI alone"
@@ -55,7 +58,7 @@ def test_non_default_cuda_variant_adds_the_pytorch_index(lock_project):
     argv = lock.uv_argv("uv", env, CUTOFF)
     pairs = dict(zip(argv, argv[1:]))
     assert lock.uv_environ(env, base={"UV_INDEX": "x"}) == {
-        "UV_DEFAULT_INDEX": "https://pypi.org/simple", "UV_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cu118"}
+        "UV_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cu118"}
     assert pairs["--index-strategy"] == "unsafe-best-match"
     assert pairs["--python-version"] == "3.10"
 

@@ -61,6 +61,23 @@ def test_show_lists_sources():
     assert "default (companion of torch 2.3.1)" in res.stdout and "explicit" in res.stdout
 
 
+def test_show_and_check_print_when_the_facts_were_reviewed():
+    from shipyard.registry import report
+
+    for task in (["show", "pytorch-2.3"], ["check"]):
+        res = run(*task)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.rstrip("\n").splitlines()[-1] == report.facts_line(), task
+
+
+def test_a_torch_newer_than_the_facts_is_named_so(tmp_path):
+    reg = tmp_path / "r.yaml"
+    reg.write_text((DATA / "minimal.yaml").read_text().replace('torch: "2.3.1"', 'torch: "2.16.0"'))
+    res = run("check", registry=reg)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "torch 2.16.0 is newer than the facts (reviewed " in res.stderr
+
+
 def test_render_writes_into_the_registry_project(tmp_path):
     shutil.copy(DATA / "features.yaml", tmp_path / "registry.yaml")
     res = run("render", "--all", cwd=tmp_path)

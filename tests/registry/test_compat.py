@@ -8,6 +8,7 @@ import pytest
 from helpers_registry import DATA
 
 from shipyard import registry
+from shipyard.errors import ShipyardError
 from shipyard.registry import compat, pcluster, report
 
 BASE = (DATA / "minimal.yaml").read_text()
@@ -79,7 +80,12 @@ def test_nccl_override_warns_and_static_nccl_fails():
     assert any("statically" in p.message for p in ps)
 
 
-def test_unknown_variant_list_warns_not_guesses():
+def test_unknown_variant_list_warns_not_guesses(monkeypatch):
+    import copy
+
+    data = copy.deepcopy(compat.facts())
+    data["torch"]["2.15"]["cuda_variants"] = None  # a series whose variants no source lists
+    monkeypatch.setattr(compat, "facts", lambda: data)
     ps = problems(env_over={"torch": '"2.15.0"', "cuda": '"13.0"', "python": '"3.12"', "os": "ubuntu24.04"})
     # the variant itself and the NCCL its wheel pins: both unknown, neither guessed from the cu130 wheel
     assert [(p.severity, p.key.rsplit(".", 1)[1]) for p in ps] == [("WARN", "cuda"), ("WARN", "nccl")]
@@ -403,14 +409,15 @@ def test_p5_preset_needs_cuda_12_on_the_shipped_p5_cluster():
 
 @pytest.mark.parametrize("torch,cuda,ok", [
     ("2.12.1", "12.8", False), ("2.13.0", "12.8", False), ("2.14.1", "12.9", False),
-    ("2.12.1", "13.2", True), ("2.13.0", "12.6", True), ("2.14.1", "13.4", True),
+    ("2.12.1", "13.2", True), ("2.13.0", "12.6", True), ("2.14.1", "13.4", True), ("2.15.0", "12.6", False),
 ])
 def test_torch_212_to_214_variants_exist_or_are_refused(torch, cuda, ok):
     ps = problems(env_over={"torch": f'"{torch}"', "cuda": f'"{cuda}"', "python": '"3.12"', "os": "ubuntu24.04"})
     bad = [p for p in errors(ps) if p.key == "environments.e.cuda" and "has no CUDA" in p.message]
     assert (bad == []) is ok, ps
     if not ok:
-        assert "variants that exist: cu126, cu130, cu132" in bad[0].message
+        have = "cu130, cu132" if torch == "2.15.0" else "cu126, cu130, cu132"
+        assert f"variants that exist: {have}" in bad[0].message
 
 
 def test_cuda_132_update_2_image_and_driver_floor_in_show():
@@ -486,3 +493,176 @@ def test_efa_installer_versions_compare_as_versions():
     assert errors(known) == []  # its bundled aws-ofi-nccl 1.16.1 is known, as for "1.43.0"
     assert compat.vtuple("1.29") == compat.vtuple("1.29.0") < compat.vtuple("1.29.1")
     assert compat.vtuple("2.3.0rc1") < compat.vtuple("2.3.0") and compat.vtuple("470.57.02") > compat.vtuple("470.57")
+
+
+# ------------------------------------------------------------------------------ facts v4: each case names its source
+
+
+def test_cuda_131_image_exists_with_update_1_driver_floor():
+    """13.1.2 tags are published (13.1 Update 1; driver >= 590.48.01 for full compatibility, CUDA 13.1 Update 1
+    release notes); a torch wheel for 13.1 is a different question (none is built)."""
+    assert compat.check_cuda_image("nvidia/cuda:13.1.2-cudnn-runtime-ubuntu24.04") == []
+    cf = compat.cuda_facts("13.1")
+    assert (cf["image"], cf["driver_full"], cf["driver_full_for"]) == ("13.1.2", "590.48.01", "13.1.2")
+    assert "use nvidia/cuda:13.1.2-runtime-ubuntu24.04" in compat.cuda_image_eol("nvidia/cuda:13.1.1-runtime-ubuntu24.04")
+
+
+def test_cuda_117_floor_is_labelled_update_1():
+    """515.48.07 is 11.7 Update 1's floor (11.7 GA's is 515.43.04): NVIDIA's CUDA release notes driver table."""
+    cf = compat.cuda_facts("11.7")
+    assert (cf["image"], cf["driver_full"], cf["driver_full_for"]) == ("11.7.1", "515.48.07", "11.7.1")
+
+
+def test_cuda_134_on_a_580_driver_warns_r615_or_later():
+    """CUDA 13.4 "requires an R615 or later driver" for its new features (13.4 Update 1 release notes, driver table);
+    a 580-branch driver runs it in minor-version compatibility only."""
+    over = {"torch": '"2.14.1"', "cuda": '"13.4"', "python": '"3.12"', "os": "ubuntu24.04"}
+    ps = [p for p in problems(env_over=over, cluster=cluster(driver="580.95.05")) if p.cluster]
+    assert [(p.severity, p.key, p.message) for p in ps] == [(
+        "WARN", "clusters.x.driver", "driver 580.95.05 (branch R580) runs CUDA 13.4 only in minor-version "
+        "compatibility: its new features and newly enabled platforms need an R615 or later driver")]
+    assert [p for p in problems(env_over=over, cluster=cluster(driver="615.20.01")) if p.cluster] == []
+    assert errors(problems(env_over=over, cluster=cluster(driver="575.57.08")))  # below 580: no 13.x at all
+
+
+def test_cuda_133_needs_the_r610_branch_and_135_refuses_what_is_not_known():
+    """13.3 -> R610 (the same driver table); 13.5's branch and tags are not in any source read: null, named."""
+    assert compat.cuda_facts("13.3")["driver_branch"] == 610
+    ps = [p for p in problems(env_over={"torch": '"2.14.1"', "cuda": '"13.3"', "python": '"3.12"',
+                                        "os": "ubuntu24.04", "base": "nvidia/cuda:13.3.1-cudnn-runtime-ubuntu24.04"},
+                              cluster=cluster(driver="595.71.05")) if p.key == "clusters.x.driver"]
+    assert "need an R610 or later driver" in ps[0].message
+    cf = compat.cuda_facts("13.5")
+    assert cf["image"] is None and cf["driver_branch"] is None
+
+
+def test_rubin_needs_cuda_134_and_the_r615_branch():
+    """Rubin is compute capability 10.7, first compiled for by CUDA 13.4; a newly enabled platform needs R615."""
+    assert compat.facts()["arches"][107]["cuda_min"] == "13.4"
+    rubin = "[{model: Rubin, arch: sm_107}]"
+    over = {"torch": '"2.14.1"', "cuda": '"13.0"', "python": '"3.12"', "os": "ubuntu24.04"}
+    (p,) = errors(problems(env_over=over, cluster=cluster(gpus=rubin, driver="610.43.02")))
+    assert (p.key, p.message) == ("clusters.x.driver", "Rubin (sm_107) is a newly enabled platform that needs an "
+                                  "R615 or later driver; the cluster has 610.43.02 (branch R610)")
+    assert errors(problems(env_over=over, cluster=cluster(gpus=rubin, driver="615.20.01"))) == []
+
+
+def test_torch_211_cu128_on_v100_is_an_error_from_the_variants_own_arch_list():
+    """torch 2.11's CUDA 12.8 build dropped Volta (pytorch/pytorch #175253, RELEASE.md): an ERROR, not "not
+    verified"; its cu126 build keeps sm_70."""
+    v100 = "[{model: V100, arch: sm_70}]"
+    over = {"torch": '"2.11.0"', "cuda": '"12.8"', "python": '"3.12"', "os": "ubuntu24.04"}
+    (p,) = errors(problems(env_over=over, cluster=cluster(gpus=v100, driver="575.57.08")))
+    assert (p.key, p.message) == ("clusters.x.gpus", "V100 (sm_70) cannot run e: the torch 2.11.0+cu128 wheel is "
+                                  "built for sm_75, sm_80, sm_86, sm_90, sm_100, sm_120, none of which runs on sm_70 "
+                                  "(needs the same major and a minor <= 0); PTX in the wheel not verified")
+    cu126 = {**over, "cuda": '"12.6"'}
+    assert [p for p in problems(env_over=cu126, cluster=cluster(gpus=v100, driver="575.57.08"))
+            if p.key.endswith(".gpus")] == []
+
+
+def test_variant_without_an_arch_list_still_warns_not_verified():
+    over = {"torch": '"2.8.0"', "cuda": '"12.6"', "python": '"3.12"', "os": "ubuntu24.04"}
+    ps = [p for p in problems(env_over=over, cluster=cluster(gpus="[{model: P100, arch: sm_60}]",
+                                                               driver="575.57.08")) if p.key.endswith(".gpus")]
+    assert [(p.severity, p.message) for p in ps] == [
+        ("WARN", "P100 (sm_60): the arch list of the cu126 wheel is not verified")]
+
+
+def test_torch_215_has_no_cuda_126_and_names_the_last_release():
+    """PyTorch removed the 12.6 builds for 2.15 (pytorch/test-infra #8739, pytorch/pytorch #196249, RFC #190385)."""
+    over = {"torch": '"2.15.0"', "cuda": '"12.6"', "python": '"3.12"', "os": "ubuntu24.04"}
+    msgs = [p.message for p in errors(problems(env_over=over)) if p.key == "environments.e.cuda"]
+    assert msgs == ["torch 2.15.0 has no CUDA 12.6 wheel (cu126); variants that exist: cu130, cu132; the last torch "
+                    "with a cu126 wheel is 2.14.1 (the last release for sm_50, sm_60, sm_70)"]
+    assert compat.torch_series("2.15.0")["cuda_variants"] == ["13.0", "13.2"]
+
+
+def test_cuda_126_on_torch_214_warns_that_it_is_the_last():
+    over = {"torch": '"2.14.1"', "cuda": '"12.6"', "python": '"3.12"', "os": "ubuntu24.04"}
+    ps = [p for p in problems(env_over=over) if p.key == "environments.e.cuda"]
+    assert [(p.severity, p.message) for p in ps] == [(
+        "WARN", "CUDA 12.6 wheels end with torch 2.14: 2.14.1 is the last release with a cu126 wheel (the last for "
+        "sm_50, sm_60, sm_70); a later torch needs another variant, which does not run on those GPUs [P]")]
+    assert [p for p in problems(env_over={**over, "torch": '"2.13.0"'}) if p.key == "environments.e.cuda"] == []
+
+
+def test_torch_214_cu134_is_marked_unadvertised_not_vouched_for():
+    """The 2.14 cu134 wheels are absent from 2.14's RELEASE.md row: WARN "not verified", neither ERROR nor silence."""
+    over = {"torch": '"2.14.1"', "cuda": '"13.4"', "python": '"3.12"', "os": "ubuntu24.04"}
+    ps = [p for p in problems(env_over=over) if p.key == "environments.e.cuda"]
+    assert [(p.severity, p.message) for p in ps] == [(
+        "WARN", "torch 2.14.1's cu134 wheels were built in PyTorch's test channel but are not in its release matrix "
+        "(RELEASE.md); not verified (advertised: cu126, cu130, cu132)")]
+
+
+def test_cu126_nccl_pins_are_primary():
+    """Stated by PyTorch's own release-matrix PRs (pytorch/pytorch #190386, #187075, #194367)."""
+    wheels = compat.facts()["wheels"]
+    assert {wheels[f"{s}+cu126"]["source"] for s in ("2.10", "2.12", "2.13", "2.14")} == {"P"}
+
+
+def test_torchvision_0292_excludes_python_3141():
+    """torchvision 0.29.2's Requires-Python excludes 3.14.1 (PyPI metadata, as copied): a WARN on Python 3.14."""
+    over = {"torch": '"2.15.0"', "cuda": '"13.2"', "python": '"3.14"', "os": "ubuntu24.04"}
+    ps = [p for p in problems(env_over=over) if p.key == "environments.e.torchvision"]
+    assert [(p.severity, p.message) for p in ps] == [(
+        "WARN", "torchvision 0.29.2 excludes Python 3.14.1 (its Requires-Python): the image's Python 3.14 must not "
+        "be that patch release")]
+    assert [p for p in problems(env_over={**over, "python": '"3.13"'}) if p.key == "environments.e.torchvision"] == []
+
+
+def test_newer_than_the_facts_says_so_with_the_review_date():
+    date = compat.review()["date"]
+    assert compat.newer_than_facts("torch", "2.16.0") == (
+        f"torch 2.16.0 is newer than the facts (reviewed {date}; refresh: docs/facts.md)")
+    assert compat.newer_than_facts("torch", "2.15.0") is None and compat.newer_than_facts("CUDA", "13.2") is None
+    assert compat.newer_than_facts("CUDA", "14.0").startswith("CUDA 14.0 is newer than the facts")
+    with pytest.raises(ShipyardError, match=r"torch 2\.16\.0 is newer than the facts \(reviewed"):
+        problems(env_over={"torch": '"2.16.0"'})
+    with pytest.raises(ShipyardError, match=r"torch 2\.3\.9 does not exist"):
+        problems(env_over={"torch": '"2.3.9"'})
+
+
+def test_facts_line_names_the_review_date_the_newest_facts_and_the_refresh_command():
+    line = report.facts_line()
+    newest = compat.newest_known()
+    # NCCL: the newest nvidia-nccl-cu13 on PyPI at the review, newer than any torch wheel's pin
+    assert newest == {"torch": "2.15.0", "CUDA": "13.5", "NCCL": "2.32.6"}
+    assert line == (f"facts: compat.yaml reviewed {compat.review()['date']}; newest known: torch 2.15.0, CUDA 13.5, "
+                    "NCCL 2.32.6; refresh the PyPI-derived facts with: invoke compat.refresh (the others by hand: "
+                    "docs/facts.md)")
+
+
+def test_an_nccl_override_newer_than_the_facts_says_so():
+    over = {"torch": '"2.14.1"', "cuda": '"13.0"', "python": '"3.12"', "os": "ubuntu24.04"}
+    msgs = [p.message for p in problems(env_over={**over, "nccl": '"2.40.1"'}) if p.key == "environments.e.nccl"]
+    assert msgs[1] == (f"NCCL 2.40.1 is newer than the facts (reviewed {compat.review()['date']}; refresh: "
+                       "docs/facts.md): no NCCL release that new is in the compatibility data; not verified")
+    msgs = [p.message for p in problems(env_over={**over, "nccl": '"2.32.6"'}) if p.key == "environments.e.nccl"]
+    assert len(msgs) == 1 and "overrides" in msgs[0]
+
+
+def test_ubuntu_2604_images_exist_from_cuda_134():
+    """NVIDIA publishes nvidia/cuda tags for Ubuntu 26.04 from 13.4 (tags as published, secondary); its Python is 3.14
+    and its glibc 2.43 (secondary). A CUDA with no 26.04 tag is refused by name."""
+    over = {"torch": '"2.14.1"', "cuda": '"13.4"', "python": '"3.14"', "os": "ubuntu26.04"}
+    env = env_of(**over)
+    assert env.base.value == "nvidia/cuda:13.4.2-runtime-ubuntu26.04"
+    assert errors(problems(env_over=over)) == []
+    (p,) = errors(problems(env_over={**over, "cuda": '"13.0"'}))
+    assert p.key == "environments.e.os" and "published for ubuntu22.04, ubuntu24.04, not ubuntu26.04" in p.message
+
+
+@pytest.mark.parametrize("torch,cuda,gpu,ok", [
+    ("2.12.1", "12.6", "{model: P100, arch: sm_60}", True), ("2.14.1", "12.6", "{model: V100, arch: sm_70}", True),
+    ("2.12.1", "13.2", "{model: V100, arch: sm_70}", False), ("2.14.1", "13.2", "{model: GB10, arch: sm_121}", True),
+    ("2.10.0", "13.0", "{model: P100, arch: sm_60}", False), ("2.9.1", "12.6", "{model: P100, arch: sm_60}", True),
+])
+def test_variant_arch_lists_of_the_release_matrix(torch, cuda, gpu, ok):
+    """RELEASE.md's CUDA support matrix (pytorch/pytorch #164471 for 2.9, #175253 for 2.10/2.11, #182849 and
+    #197555 for 2.12-2.14): 12.6.3 builds sm_50/60/70 and Turing to Hopper; 13.0/13.2 build Turing to Blackwell."""
+    over = {"torch": f'"{torch}"', "cuda": f'"{cuda}"', "python": '"3.12"', "os": "ubuntu24.04"}
+    ps = [p for p in problems(env_over=over, cluster=cluster(gpus=f"[{gpu}]", driver="615.20.01"))
+          if p.key == "clusters.x.gpus"]
+    assert [p.severity for p in ps] == ([] if ok else ["ERROR"]), ps

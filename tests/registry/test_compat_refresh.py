@@ -6,6 +6,7 @@ committed compat.yaml: a stale or wrong fact there fails them. They need PyPI (C
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import pytest
@@ -97,7 +98,7 @@ def test_an_index_that_lists_nothing_is_not_agreement(tmp_path, monkeypatch, cap
     (tmp_path / "simple").mkdir()
     monkeypatch.setenv("UV_DEFAULT_INDEX", (tmp_path / "simple").as_uri())
     monkeypatch.setenv("UV_OFFLINE", "1")
-    monkeypatch.setattr(refresh, "variant_coverage", lambda uv, patches: [])
+    monkeypatch.setattr(refresh, "variant_coverage", lambda *args: [])
     monkeypatch.setitem(refresh.settings(), "pythons", ["3.11"])
     path = tmp_path / "compat.yaml"
     path.write_text(refresh.COMPAT_PATH.read_text())
@@ -107,3 +108,74 @@ def test_an_index_that_lists_nothing_is_not_agreement(tmp_path, monkeypatch, cap
     assert "listed no wheel" in msg and "nothing was compared" in msg and "\n" not in msg, msg
     assert "agrees" not in capsys.readouterr().out
     assert path.read_text() == refresh.COMPAT_PATH.read_text()
+
+
+def test_arch_lists_stay_numbers_when_a_section_is_rewritten():
+    """A variant's sm_* list is written back as numbers, as compat.py compares them."""
+    assert refresh.entry_line("2.11+cu128", {"nccl": "2.28.9", "arches": [75, 80], "source": "P"}, "  ") == \
+        '  "2.11+cu128": {nccl: "2.28.9", arches: [75, 80], source: P}'
+
+
+@dataclasses.dataclass
+class ScriptedUv(refresh.Uv):
+    """A Uv whose answers are a table (index or "pypi", requirement) -> resolution: no network, no uv binary."""
+
+    answers: dict = dataclasses.field(default_factory=dict)
+    reachable: bool = True
+
+    @classmethod
+    def of(cls, answers: dict, reachable: bool = True) -> "ScriptedUv":
+        return cls("uv", "x86_64-manylinux_2_28", 20, 120, ("--exclude-newer", refresh.cutoff()),
+                   answers=answers, reachable=reachable)
+
+    def compile(self, reqs, python, no_deps=False, platform=None):
+        index = self.extra[-1] if "--default-index" in self.extra else "pypi"
+        if index != "pypi" and not self.reachable:
+            raise ShipyardError("uv pip compile: dns error")
+        return self.answers.get((index, reqs[0]))
+
+
+def test_every_refresh_run_resolves_at_the_review_date_cut_off():
+    assert refresh.cutoff() == f"{compat.review()['date']}T00:00:00Z"
+    uv = refresh.Uv.default()
+    assert uv.argv("3.12")[-2:] == ["--exclude-newer", refresh.cutoff()]
+
+
+def test_releases_are_the_nccl_wheels_and_cuda_toolkit_per_minor():
+    reqs = refresh.release_requirements(compat.facts())
+    assert reqs[:2] == ["nvidia-nccl-cu12", "nvidia-nccl-cu13"]
+    assert "cuda-toolkit==13.4.*" in reqs and "cuda-toolkit==11.8.*" not in reqs  # CUDA 11 images are end-of-life
+
+
+def test_a_newer_toolkit_than_the_image_is_a_note_and_the_release_a_diff():
+    uv = ScriptedUv.of({("pypi", "nvidia-nccl-cu13"): {"nvidia-nccl-cu13": "2.33.1"},
+                     ("pypi", "cuda-toolkit==13.4.*"): {"cuda-toolkit": "13.4.3"}})
+    text = refresh.COMPAT_PATH.read_text()
+    committed = yaml.safe_load(text)
+    derived = refresh.Derived()
+    refresh.derive_releases(uv, committed, derived)
+    assert derived.releases == {"nvidia-nccl-cu13": {"version": "2.33.1"}, "cuda-toolkit==13.4.*": {"version": "13.4.3"}}
+    assert ("cuda-toolkit 13.4.3 is on PyPI; compat.yaml's nvidia/cuda image for CUDA 13.4 is 13.4.2: check "
+            "NVIDIA's tags by hand (docs/facts.md)") in derived.notes
+    d = refresh.diff(text, refresh.refreshed_text(text, derived, committed))
+    assert '+  "nvidia-nccl-cu13": {version: "2.33.1", source: P}' in d and d.count("\n+  ") == 1
+
+
+def test_variant_nccl_pins_are_read_when_the_pytorch_index_answers():
+    index = compat.variant_index("12.6")
+    pins = {"torch": "2.14.1", "nvidia-nccl-cu12": "2.29.4"}
+    uv = ScriptedUv.of({(index, "torch==2.14.1"): pins, (compat.variant_index("13.2"), "torch==2.14.1"): pins})
+    derived = refresh.Derived()
+    notes = refresh.variant_coverage(uv, ["2.14.1"], derived)
+    assert derived.wheels["2.14+cu126"] == {"nccl": "2.29.4"} and "were read off it" in notes[-1]
+    unreachable = refresh.Derived()
+    (note,) = refresh.variant_coverage(ScriptedUv.of({}, reachable=False), ["2.14.1"], unreachable)
+    assert "unreachable from here" in note and unreachable.wheels == {}
+
+
+@pytest.mark.pypi
+def test_pypi_releases_agree_with_the_committed_ones():
+    derived = refresh.Derived()
+    committed = compat.facts()
+    refresh.derive_releases(refresh.Uv.default(), committed, derived)
+    assert derived.releases == {k: {"version": v["version"]} for k, v in committed["pypi_releases"].items()}

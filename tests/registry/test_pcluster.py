@@ -13,7 +13,7 @@ from shipyard import registry
 from shipyard.commands import registry as registry_commands
 from shipyard.errors import ShipyardError
 from shipyard.launch import launcher as launch
-from shipyard.registry import pcluster
+from shipyard.registry import compat, pcluster
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "pcluster"
 REPO = Path(__file__).resolve().parents[2]
@@ -208,7 +208,6 @@ clusters:
         a100:
         b200: {gpus: [{model: B200, arch: sm_100}], fabric: efa}
 """
-    from shipyard.registry import compat
 
     problems = compat.check_all(registry.load_text(text))
     errors = {(p.key, p.severity) for p in problems if p.severity == compat.ERROR}
@@ -231,3 +230,19 @@ def test_blackwell_instances_p6_and_g7e_are_known():
         "b300": (8, [{"model": "B300", "arch": "sm_103"}], 192, "efa", 6400),
         "g7e": (8, [{"model": "RTX PRO 6000", "arch": "sm_120"}], 192, "efa", 1600),
     }
+
+
+def test_g7_queues_import_with_the_rtx_pro_4500_and_their_network():
+    """AWS's G7 (What's New 2026-06 and the G7 page, secondary copy): RTX PRO 4500 Blackwell (sm_120), 8 GPUs, 192
+    vCPUs and 700 Gbps EFA on g7.48xlarge; 2 GPUs and 175 Gbps on g7.12xlarge."""
+    queues = "".join(
+        f"    - Name: {name}\n      Networking: {{SubnetIds: [subnet-12345678]}}\n      ComputeResources:\n"
+        f"        - Name: {name}-cr\n          InstanceType: {itype}\n          Efa: {{Enabled: true}}\n"
+        for name, itype in (("big", "g7.48xlarge"), ("mid", "g7.12xlarge")))
+    text = ("HeadNode:\n  InstanceType: c5.xlarge\n  Networking: {SubnetId: subnet-12345678}\n"
+            "Scheduling:\n  Scheduler: slurm\n  SlurmQueues:\n" + queues)
+    got = {n: (q["gpus_per_node"], q["gpus"], q["cpus_per_node"], q["fabric"], q["line_rate_gbps"])
+           for n, q in parts(pcluster.profile(text, "c.yaml", "pyxis")).items()}
+    g = [{"model": "RTX PRO 4500", "arch": "sm_120"}]
+    assert got == {"big": (8, g, 192, "efa", 700), "mid": (2, g, 48, "efa", 175)}
+    assert "RTX PRO 4500" in compat.facts()["arches"][120]["gpus"]

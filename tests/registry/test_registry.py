@@ -86,7 +86,7 @@ def test_wrong_type():
 
 def test_wrong_enum():
     msg = err(MINIMAL.replace("os: ubuntu22.04", "os: ubuntu20.04"))
-    assert msg == "reg.yaml:6: environments.e.os: 'ubuntu20.04' is not one of: ubuntu22.04, ubuntu24.04, debian12"
+    assert msg == "reg.yaml:6: environments.e.os: 'ubuntu20.04' is not one of: ubuntu22.04, ubuntu24.04, ubuntu26.04, debian12"
 
 
 def test_unknown_environment_name():

@@ -4,6 +4,7 @@ owner, tries against `invoke stage` and the job's pre-srun image check. Each tes
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -132,18 +133,39 @@ def test_the_temp_copy_has_the_final_mode_from_the_start_and_a_dead_stagers_temp
     stale = dest.parent / f".tiny.sif.stage.{os.uname().nodename}.999999999.abcdef"
     stale.write_bytes(b"partial")
     seen = {}
-    real = shutil.copyfileobj
+    real = stage_module._copy_hashing
 
     def spy(fin, fout, *a):
         st = os.fstat(fout.fileno())
         seen["mode"], seen["name"] = st.st_mode & 0o777, os.readlink(f"/proc/self/fd/{fout.fileno()}")
         seen["dir"] = os.stat(os.path.dirname(seen["name"])).st_mode & 0o777
         return real(fin, fout, *a)
-    monkeypatch.setattr(shutil, "copyfileobj", spy)
+    monkeypatch.setattr(stage_module, "_copy_hashing", spy)
     out = io.StringIO()
     helpers_stage.stage(built, "tiny", "lab", out=out)
     assert seen["mode"] == 0o640 and seen["dir"] == 0o700 and Path(seen["name"]).parent.parent == dest.parent
     assert not stale.exists() and f"removed {stale}" in out.getvalue()
+
+
+def test_a_copy_is_hashed_as_it_is_written_and_not_read_again(built, monkeypatch):
+    """One pass: the bytes are hashed on their way to the storage and fsync'ed; the record's sha256 is theirs."""
+    reads = []
+    monkeypatch.setattr(stage_module, "sha256_fd", lambda fd: reads.append(fd) or "0" * 64)
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    assert reads == [] and rec.sha256 == hashlib.sha256(dest.read_bytes()).hexdigest()
+
+
+def test_bytes_that_differ_from_the_manifest_on_the_way_are_refused(built, monkeypatch):
+    real = stage_module._copy_hashing
+
+    def flip(fin, fout):
+        dev, ino, _ = real(fin, fout)
+        return dev, ino, "f" * 64  # what a bad read of the source would hash to
+    monkeypatch.setattr(stage_module, "_copy_hashing", flip)
+    with pytest.raises(ShipyardError, match="the staged copy hashes to sha256 f{64}, the source says"):
+        helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    assert not (storage(built) / "tiny.sif").exists()
 
 
 def test_two_stages_of_one_image_are_serialised(built):
