@@ -1,7 +1,8 @@
 """No-op `invoke build` (cache hit) with a 2 GiB artifact present, against baselines measured in the same run.
 
-Only through the CLI, as a user runs it: the build tool is the strict apptainer double (tests/doubles/apptainer,
-which grows the SIF sparsely to the size asked), so the no-op path stats a large file it never reads.
+Only through the CLI, as a user runs it, with the real Apptainer (installed from ../shared/vendor and held for the
+run): `tiny`'s image is a real SIF of the size asked (random bytes stored uncompressed) recorded as its build
+(tests/fixtures_sif.py), and the timed `invoke build tiny` finds it current, so it stats a large file it never reads.
 Usage: python bench/build_noop.py [--runs N] [--size-mib N] [--out DIR]
 """
 
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import fixtures_build as fb  # noqa: E402
+import fixtures_sif as fs  # noqa: E402
 
 INVOKE = [sys.executable, "-m", "invoke", "-r", str(REPO)]
 
@@ -38,13 +40,16 @@ def timed(argv, env, runs: int) -> float:
     return statistics.median(times)
 
 
-def project_with_artifact(base: Path, size: int, env: dict) -> dict:
-    """A project whose `tiny` SIF (built through the CLI; the double grows it sparsely to ``size``) is current.
-    Returns the environment that points the CLI at it."""
+def project_with_artifact(base: Path, size: int, env: dict, bindir: Path) -> dict:
+    """A project whose `tiny` SIF (a real SIF of ``size`` bytes, recorded as its build) is current. Returns the
+    environment that points the CLI at it."""
+    from shipyard import registry
+
     root = fb.make_project(base)
     penv = {**env, "SHIPYARD_REGISTRY": str(root / "registry.yaml")}
-    subprocess.run(INVOKE + ["build", "tiny"], env={**penv, "SHIPYARD_DOUBLE_APPTAINER_SIZE": str(size)},
-                   check=True, capture_output=True, cwd=root)
+    sif = fs.sized_sif(bindir, base / "image.sif", size, base)
+    fs.record_build(registry.load(root / "registry.yaml"), "tiny", sif)
+    sif.unlink()
     return penv
 
 
@@ -56,6 +61,23 @@ def machine() -> dict:
     return {"nproc": os.cpu_count(), "ram_gib": round(mem, 1), "cpu": cpu, "python": platform.python_version()}
 
 
+def measure(args, tmp: Path, env: dict, bindir: Path) -> dict[str, float]:
+    """Median wall times of the baselines and of the no-op build with a 1 MiB and a large artifact."""
+    big = project_with_artifact(tmp / "big", args.size_mib << 20, env, bindir)
+    small = project_with_artifact(tmp / "small", 1 << 20, env, bindir)
+    build = INVOKE + ["build", "tiny"]
+    res = {
+        "python -c pass": timed([sys.executable, "-c", "pass"], env, args.runs),
+        "invoke --list (CLI start)": timed(INVOKE + ["--list"], env, args.runs),
+        "no-op build, 1 MiB artifact": timed(build, small, args.runs),
+        f"no-op build, {args.size_mib} MiB artifact": timed(build, big, args.runs),
+    }
+    for penv in (small, big):
+        out = subprocess.run(build, env=penv, capture_output=True, text=True).stdout
+        assert "up to date" in out, out  # it really was the cache hit, never a build
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10)
@@ -64,22 +86,13 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="shipyard-bench-"))
     try:
-        env = {**os.environ, "PATH": f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}",
-               "APPTAINER_TMPDIR": str(tmp), "APPTAINER_CACHEDIR": str(tmp)}
-        big = project_with_artifact(tmp / "big", args.size_mib << 20, env)
-        small = project_with_artifact(tmp / "small", 1 << 20, env)
-        build = INVOKE + ["build", "tiny"]
-        large = f"no-op build, {args.size_mib} MiB artifact"
-        res = {
-            "python -c pass": timed([sys.executable, "-c", "pass"], env, args.runs),
-            "invoke --list (CLI start)": timed(INVOKE + ["--list"], env, args.runs),
-            "no-op build, 1 MiB artifact": timed(build, small, args.runs),
-            large: timed(build, big, args.runs),
-        }
-        out = subprocess.run(build, env=big, capture_output=True, text=True).stdout
-        assert "up to date" in out, out  # it really was the cache hit
+        with fs.held_apptainer() as bindir:
+            os.environ["PATH"] = f"{bindir}{os.pathsep}{os.environ['PATH']}"  # recording asks its version
+            env = {**os.environ, "APPTAINER_TMPDIR": str(tmp), "APPTAINER_CACHEDIR": str(tmp)}
+            res = measure(args, tmp, env, bindir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    large = f"no-op build, {args.size_mib} MiB artifact"
     noop = res[large]
     report = {"machine": machine(), "median_s": {k: round(v, 3) for k, v in res.items()},
               "ratios": {f"{args.size_mib} MiB / 1 MiB artifact": round(noop / res["no-op build, 1 MiB artifact"], 2),

@@ -2,9 +2,9 @@
 run.
 
 Goal (issue 11): <= 0.3 s including interpreter start, independent of the image's size: the no-op path stats the
-image and reads its small record, never the image. Only through the CLI, as a user runs it: the image is built
-by `invoke build` through the strict apptainer double (tests/doubles/apptainer, which grows it sparsely to the size
-asked) and staged once with `invoke stage --link` (a copy of a sparse file would write 2 GiB).
+image and reads its small record, never the image. Only through the CLI, as a user runs it: the image is a real
+SIF of the size asked, made by the real Apptainer (installed from ../shared/vendor and held for the run) and recorded
+as `tiny`'s build (tests/fixtures_sif.py), and is staged once with `invoke stage --link` (no second copy).
 Usage: python bench/stage_noop.py [--runs N] [--size-gib G]
 """
 
@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import fixtures_build as fb  # noqa: E402
+import fixtures_sif as fs  # noqa: E402
 
 CLUSTER = """\
   lab:
@@ -49,9 +50,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--size-gib", type=float, default=2.0)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, fs.held_apptainer() as bindir:
         tmp = Path(tmp)
-        env = {**os.environ, "PATH": f"{fb.APPTAINER_DOUBLE}:{os.environ['PATH']}", "APPTAINER_TMPDIR": str(tmp),
+        env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "APPTAINER_TMPDIR": str(tmp),
                "APPTAINER_CACHEDIR": str(tmp / "cache"), "PYTHONPATH": str(REPO)}
         os.environ.update(env)
         root = fb.make_project(tmp / "proj")
@@ -64,9 +65,11 @@ def main() -> None:
         # every run recompile shipyard from source)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         py = sys.executable
-        size = str(int(args.size_gib * 2**30))
-        subprocess.run([py, "-m", "invoke", "-r", str(REPO), "build", "tiny"], check=True, capture_output=True,
-                       cwd=root, env={**env, "SHIPYARD_DOUBLE_APPTAINER_SIZE": size})
+        from shipyard import registry
+
+        sif = fs.sized_sif(bindir, tmp / "image.sif", int(args.size_gib * 2**30), tmp)
+        fs.record_build(registry.load(root / "registry.yaml"), "tiny", sif)
+        sif.unlink()
         subprocess.run([py, "-m", "invoke", "-r", str(REPO), "stage", "tiny", "--cluster", "lab", "--link"],
                        check=True, capture_output=True, cwd=root, env=env)
         base = timed([py, "-m", "invoke", "-r", str(REPO), "--list"], env, args.runs, root)

@@ -1,8 +1,9 @@
 """The instructor's path of the READMEs, end to end on the Slurm sandbox, from a course folder outside the checkout
-through `python -m shipyard` (what the `shipyard` command runs): check, render, build as a batch job (the apptainer
-double builds on a node), a 2-node launch, its log, the student handout, and a job submitted from a copy of the
-handout. Stage is not part of it here: the course's sandbox cluster runs the host's Python, so there is no image to
-stage (staging is tested on its own, tests/staging/)."""
+through `python -m shipyard` (what the `shipyard` command runs): check, render, build as a batch job, a 2-node
+launch, its log, the student handout, and a job submitted from a copy of the handout. The build alone goes through
+the strict apptainer double on a node: the course image's base is nvidia/cuda on Docker Hub, which the real
+Apptainer cannot reach here; the launches run the host runtime. Stage is not part of it here: the course's sandbox
+cluster runs the host's Python, so there is no image to stage (staging is tested on its own, tests/staging/)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ BENCH = ROOT / "bench"
 # script -> (tiny arguments, what its output shows, marks). {tmp} is the test's temporary folder.
 SMOKE = {
     "bench_lock.py": (["--runs", "1", "--no-baseline"], "invoke lock, uv cache warm", [pytest.mark.pypi]),
-    "build_noop.py": (["--runs", "1", "--size-mib", "4", "--out", "{tmp}"], "no-op build, 4 MiB artifact", []),
+    "build_noop.py": (["--runs", "1", "--size-mib", "4", "--out", "{tmp}"], "no-op build, 4 MiB artifact",
+                      [pytest.mark.real_apptainer]),
     "image_check.py": (["--runs", "1", "--size-gib", "0.001", "--out", "{tmp}"], "every later job", []),
     "launch_generation.py": (["--runs", "1"], "invoke nccl-test --dry-run", []),
     "launch_overhead.py": (["--rounds", "1"], "shipyard launch, host runtime", [pytest.mark.slurm, pytest.mark.slow]),
@@ -32,7 +33,7 @@ SMOKE = {
     "container_start.py": (["--size-mib", "4", "--repeat", "1"], "x Apptainer",
                            [pytest.mark.slurm, pytest.mark.real_runtimes, pytest.mark.slow]),
     "sandbox_bench.py": (["--repeat", "1", "--steps", "2"], "demo job", [pytest.mark.slurm, pytest.mark.slow]),
-    "stage_noop.py": (["--runs", "1", "--size-gib", "0.001"], "identical image staged", []),
+    "stage_noop.py": (["--runs", "1", "--size-gib", "0.001"], "identical image staged", [pytest.mark.real_apptainer]),
     "start_time.py": (["--runs", "1", "--no-reference", "--json", "{tmp}/start.json"], "invoke render --all", []),
     "sweep_submit.py": (["--runs", "1", "--combinations", "20"], "--sweep-file (20 combinations)",
                         [pytest.mark.slurm, pytest.mark.slow]),

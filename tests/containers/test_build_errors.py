@@ -14,8 +14,6 @@ from shipyard.containers import manifest as mf
 from shipyard.containers import docker
 from shipyard.errors import ShipyardError
 
-pytestmark = pytest.mark.double
-
 
 def one_line(exc, *needles):
     msg = str(exc)
@@ -53,6 +51,7 @@ def test_malformed_artifacts_are_one_line(artifacts, tmp_path):
     one_line(ei.value, str(path), "corrupt build manifest", "invoke build ENV --force")
 
 
+@pytest.mark.double  # two builds of tiny, whose base is an image on a registry
 def test_build_is_not_up_to_date_for_an_artifact_outside_containers(project, apptainer_double, capsys):
     """A manifest rewritten to name another file (registry.yaml, with its real hash and stamp) must not make `build`
     say "up to date": the image is containers/ENV.sif and nothing else."""
@@ -69,9 +68,13 @@ def test_build_is_not_up_to_date_for_an_artifact_outside_containers(project, app
     assert m2.input_hash == m.input_hash
 
 
-def test_a_full_disk_during_a_build_is_one_line(project, apptainer_double, tmp_path):
+@pytest.mark.real_apptainer
+def test_a_full_disk_during_a_build_is_one_line(project, apptainer_on_path, tmp_path, monkeypatch):
     """A real full filesystem (a 64 KiB tmpfs as containers/): the log, the manifest or the image's copy hits
-    ENOSPC; one line naming the file, no traceback."""
+    ENOSPC; one line naming the file, no traceback. The real Apptainer passes the preflight and says its version;
+    the build stops before it runs."""
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "apptainer-cache"))
     containers = project.root / "containers"
     containers.mkdir(exist_ok=True)
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(containers)], capture_output=True)

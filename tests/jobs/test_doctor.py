@@ -1,5 +1,5 @@
-"""invoke doctor: the probe script (shellcheck, real bash, strict doubles for the GPU/container tools), the pure
-evaluation of probe results (golden reports), and the report through invoke."""
+"""invoke doctor: the probe script (shellcheck, real bash, strict doubles for nvidia-smi and enroot, the real
+Apptainer), the pure evaluation of probe results (golden reports), and the report through invoke."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from shipyard import registry
 from shipyard.jobs import doctor
 
 DATA = ROOT / "tests" / "data" / "doctor"
-# the nvidia-smi double of the doctor probe, and the one enroot and one apptainer double every area shares
-DOUBLES = os.pathsep.join(str(ROOT / "tests" / "doubles" / d) for d in ("doctor", "enroot", "apptainer"))
+# the nvidia-smi double of the doctor probe, and the one enroot double every area shares (Apptainer is the real one:
+# the apptainer_on_path fixture)
+DOUBLES = os.pathsep.join(str(ROOT / "tests" / "doubles" / d) for d in ("doctor", "enroot"))
 REG = registry.load(ROOT / "registry.yaml")
 
 
@@ -123,9 +124,18 @@ def _run_probe(tmp_path, storage: str, marker: str, extra_env: dict, path_first:
     return res, doctor.parse_probe(res.stdout)
 
 
+def _real_apptainer_version() -> str:
+    """What the real Apptainer shipyard installs says to ``--version`` (shipyard/data/sandbox.yaml)."""
+    from shipyard.sandbox import apptainer
+
+    return f"apptainer version {apptainer.apptainer_facts()['version']}"
+
+
 @pytest.mark.double
-def test_probe_against_strict_doubles(tmp_path):
-    """Real bash runs the probe; nvidia-smi, apptainer and enroot are the strict doubles (no real ones exist here)."""
+@pytest.mark.real_apptainer
+def test_probe_against_strict_doubles(tmp_path, apptainer_on_path):
+    """Real bash runs the probe; nvidia-smi and enroot are the strict doubles (no GPU, no enroot here), apptainer
+    is the real one."""
     store = tmp_path / "images"
     store.mkdir()
     (store / "marker").write_text("x")
@@ -133,7 +143,7 @@ def test_probe_against_strict_doubles(tmp_path):
     res, p = _run_probe(tmp_path, str(store), "marker", {"SHIPYARD_DOUBLE_GPUS": gpus}, [str(DOUBLES)])
     assert "double: unexpected" not in res.stderr, res.stderr
     assert p["gpu"] == ["NVIDIA A100-SXM4-80GB, 550.54.15, 8.0"] * 2
-    assert p["apptainer"] == ["apptainer version 1.3.6"]
+    assert p["apptainer"] == [_real_apptainer_version()]
     assert p["enroot"] == ["3.5.0"]
     assert p["storage"] == ["present"] and p["storage_writable"] == ["yes"] and p["storage_shared"] == ["yes"]
     assert int(p["storage_free_kb"][0]) > 0
@@ -264,6 +274,20 @@ def test_doctor_sees_gpus_on_the_node_through_srun(sandbox, tmp_path):
     assert detail.startswith("1 x NVIDIA H100 80GB HBM3, driver 520.61.05, sm_90: driver 520.61.05 is too old for "
                              "CUDA 12.4")
     assert proc.returncode == 1
+
+
+@pytest.mark.slurm
+@pytest.mark.real_apptainer
+def test_doctor_finds_the_real_apptainer_on_login_and_node(sandbox, tmp_path, apptainer_on_path):
+    """An apptainer cluster: the real Apptainer, first on the test's PATH and so on the job's, answers the probe on
+    the login node and through srun on a compute node."""
+    env = _sandbox_project(tmp_path, sandbox, runtime="apptainer")
+    proc = _doctor(tmp_path, env)
+    found = _lines(proc.stdout)
+    node = [w for (s, w, c) in found if c == "srun"][0]
+    assert node in sandbox.nodes, proc.stdout
+    for where in ("login", node):
+        assert found.get(("PASS", where, "apptainer")) == _real_apptainer_version(), proc.stdout + proc.stderr
 
 
 @pytest.mark.slurm

@@ -1,17 +1,13 @@
 """Fixtures of the staging tests: a project with apptainer and pyxis clusters whose storage is a directory of the
-test, and `tiny` built into it through the apptainer double."""
+test, and `tiny` in its containers/ as a real SIF (made by the real Apptainer) with its build manifest."""
 
 from __future__ import annotations
 
-import io
-
 import pytest
 from fixtures_build import PROJECT_REGISTRY
+from fixtures_sif import record_build
 
 from shipyard import registry
-from shipyard.commands.context import Context
-from shipyard.commands.definitions import render as render_cmd
-from shipyard.containers import engine
 
 # The build tests' registry plus: an apptainer cluster whose storage is a directory of the test, one whose driver is
 # too old for CUDA 12 (so environment x cluster fails `invoke check`), and an environment whose Python has no torch
@@ -61,8 +57,9 @@ def proj(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def built(proj, apptainer_double):
-    """`tiny` built through the apptainer double (a real SIF file holding the definition)."""
-    render_cmd(Context(proj, out=io.StringIO()), "tiny")
-    engine.build(proj, proj.environment("tiny"), out=io.StringIO())
+def built(proj, busybox_sif, apptainer_on_path):
+    """`tiny` in containers/: the busybox SIF (tests/fixtures_sif.py) recorded as its finished build. Staging needs
+    an image and its manifest; the build of `tiny` itself is tested in tests/containers. The real Apptainer stays
+    first on PATH, so a test can run the image it staged."""
+    record_build(proj, "tiny", busybox_sif)
     return proj

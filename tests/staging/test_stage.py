@@ -1,7 +1,9 @@
 """The pipeline's joints without a Slurm cluster: the checks enforced by render, build, stage, launch, modules and
 shell (each refusal, and --force recorded), `invoke stage` into a real directory (atomic, record, permissions,
 no-op, one-line storage errors on real read-only and full filesystems), the launcher's binding header, the chain
-script, and doctor's image findings. Builds go through the strict apptainer double (not apptainer)."""
+script, and doctor's image findings. The image is a real SIF made by the real Apptainer and recorded as `tiny`'s
+build (the `built` fixture); a staged copy is run with it. The forced build alone still goes through the strict
+apptainer double: it needs `invoke build` of an environment whose base is on a registry."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from shipyard.jobs import doctor
 from shipyard.staging import record as staged
 from shipyard.staging import stage as stage_module
 
-pytestmark = pytest.mark.double
+pytestmark = pytest.mark.real_apptainer
 
 # ------------------------------------------------------------------------------------------------ check and locks
 
@@ -68,12 +70,21 @@ def test_cli_build_refuses_before_building_and_exits_2(proj, invoke):
     assert not (proj.root / "containers").exists()
 
 
+@pytest.mark.double
 def test_forced_build_records_the_overridden_errors_in_the_manifest(proj, apptainer_double, capsys):
     assert helpers_stage.build(proj.path, "tiny-py313", force=True, out=io.StringIO()) == 0
     m = mf.read_manifest(proj.root / "containers" / "tiny-py313.json")
     assert m.status == "ok"
     assert any("Python 3.13" in f for f in m.forced_checks)
     assert "WARNING: --force: build tiny-py313" in capsys.readouterr().err
+
+
+def test_the_recorded_build_is_the_one_invoke_build_computes(built):
+    """The `built` fixture records the busybox SIF as `tiny`'s build (tests/fixtures_sif.py); `invoke build tiny`
+    with the same real Apptainer on PATH finds that record current and builds nothing."""
+    out = io.StringIO()
+    assert helpers_stage.build(built.path, "tiny", out=out) == 0
+    assert out.getvalue().startswith("tiny: up to date (containers/tiny.sif; input hash"), out.getvalue()
 
 
 # ------------------------------------------------------------------------------------------------ stage
@@ -92,6 +103,10 @@ def test_stage_copies_verifies_and_writes_a_readable_record(built, capsys):
     assert staged.image_changed(dest, rec) is None
     assert not list(storage(built).glob("*.tmp-*"))  # nothing left beside it
     assert os.stat(dest).st_ino != os.stat(built.root / "containers" / "tiny.sif").st_ino  # a copy, not a link
+    # the staged copy is an image the real Apptainer runs: a command only the image holds
+    ran = subprocess.run(["apptainer", "exec", str(dest), "/opt/image/bin/image-tool"], capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 0 and ran.stdout == "image-tool ran\n", (ran.stdout, ran.stderr)
 
 
 def test_identical_restage_is_a_no_op_and_mode_world_restages(built):

@@ -15,7 +15,7 @@ from helpers_stage import storage
 from shipyard import registry
 from shipyard.errors import ShipyardError
 
-pytestmark = pytest.mark.double
+pytestmark = pytest.mark.real_apptainer
 
 
 class Registry:
@@ -66,6 +66,7 @@ def one_line(exc, *needles):
     return msg
 
 
+@pytest.mark.double  # the registry is this file's stand-in that hangs or answers 404
 @pytest.mark.parametrize("mode", ["hang", "404"])
 def test_registry_failures_during_stage_are_the_registrys(built, mode, monkeypatch):
     monkeypatch.setenv("SHIPYARD_CONNECT_TIMEOUT", "1")

@@ -26,7 +26,7 @@ from shipyard.files import sha256_file
 from shipyard.staging import record as staged
 from shipyard.staging import stage as stage_module
 
-pytestmark = pytest.mark.double
+pytestmark = pytest.mark.real_apptainer
 
 
 def _check_block(text: str) -> str:

@@ -1,9 +1,10 @@
 """The whole path on the real 2-node Slurm sandbox: check -> render -> build -> stage -> launch -> the job verifies the
 staged image's record before srun; tampering with the staged image stops the next job before srun.
 
-The build and the job's `apptainer exec` go through the strict apptainer double (apptainer cannot be installed
-here): it writes a real SIF file and runs the command on the host, so the Slurm side, the stage record and the
-launcher's check are real."""
+The job's `apptainer exec` is the real Apptainer's (first on PATH; Slurm copies PATH into the job), and so is the
+image: the host-userland SIF of tests/fixtures_sif.py, recorded as `tiny`'s build, with the host's /usr and Python
+environment bound in at launch (this machine's torch is the host's). Each rank's probe runs inside the staged image
+on its node and says so (Apptainer's APPTAINER_CONTAINER)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import re
 import pytest
 from fixtures_build import PROJECT_REGISTRY
 from fixtures_launch import PROBE, run_launch, wait_job
+from fixtures_sif import host_userland_mounts, record_build
 
 from shipyard import registry
 import helpers_stage
@@ -23,13 +25,14 @@ from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.commands.definitions import render as render_cmd
 
-pytestmark = [pytest.mark.slurm, pytest.mark.double]
+pytestmark = [pytest.mark.slurm, pytest.mark.real_apptainer]
 
 
 @pytest.fixture
-def flow_project(sandbox, tmp_path, monkeypatch, apptainer_double):
+def flow_project(sandbox, tmp_path, monkeypatch, apptainer_on_path, host_userland_sif):
     """The build tests' project with its `sandbox` cluster switched to the apptainer runtime (storage under the
-    project), the apptainer double on PATH (Slurm copies PATH into the job) and the sandbox as the cluster."""
+    project), the real Apptainer first on PATH (Slurm copies PATH into the job), the sandbox as the cluster, and the
+    host-userland SIF at hand for `tiny`'s build."""
     root = tmp_path / "proj"
     root.mkdir()
     text = PROJECT_REGISTRY.format(registry="127.0.0.1:9").replace(
@@ -40,27 +43,26 @@ def flow_project(sandbox, tmp_path, monkeypatch, apptainer_double):
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
-    return registry.load(root / "registry.yaml"), apptainer_double  # the double's call log
+    return registry.load(root / "registry.yaml"), host_userland_sif
 
 
 def _submit(reg, name: str) -> tuple[str, str]:
     out = run_launch([str(reg.root / "probe.py")], submit=True, registry_path=reg.path, environment="tiny",
-                     cluster="sandbox", nodes=2, name=name)
+                     cluster="sandbox", nodes=2, name=name, mounts=",".join(host_userland_mounts()))
     job = re.search(r"submitted job (\d+)", out).group(1)
     return job, str(reg.root / "launch" / "logs" / f"{name}-{job}.out")
 
 
-def _execs(calls) -> list[dict]:
-    if not calls.exists():
-        return []
-    return [c for c in map(json.loads, calls.read_text().splitlines()) if c.get("command") == "exec"]
+def _probes(reg, job: str) -> list[dict]:
+    """What each rank of ``job`` recorded (fixtures_launch.PROBE)."""
+    return [json.loads(p.read_text()) for p in sorted((reg.root / "probe-out").glob(f"{job}-*.json"))]
 
 
 def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project):
-    reg, calls = flow_project
+    reg, sif = flow_project
     assert registry_commands.check(Context(reg, out=io.StringIO()), "tiny", "sandbox") == 0
     assert render_cmd(Context(reg, out=io.StringIO()), "tiny") == 0
-    assert helpers_stage.build(reg.path, "tiny", out=io.StringIO()) == 0
+    record_build(reg, "tiny", sif)
     rec = helpers_stage.stage(reg, "tiny", "sandbox", out=io.StringIO())
     image = reg.root / ".sandbox" / "images" / "tiny.sif"
     assert image.is_file() and rec.sha256 == mf.read_manifest(reg.root / "containers" / "tiny.json").artifacts[
@@ -71,8 +73,9 @@ def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project
     text = open(log).read()
     assert info["ExitCode"] == "0:0", text[-3000:]
     assert f"image {image} matches its stage record (sha256 {rec.sha256[:12]}" in text
-    execs = _execs(calls)
-    assert sorted(c["host"] for c in execs) == ["node1", "node2"] and all(c["image"] == str(image) for c in execs)
+    probes = _probes(reg, job)  # one rank per node, each inside the staged image
+    assert sorted(p["node"] for p in probes) == ["node1", "node2"], text[-3000:]
+    assert all(p["env"].get("APPTAINER_CONTAINER") == str(image) for p in probes), probes
 
     # tamper: the bytes change in place (size and mtime with them); the next job must stop before srun
     with open(image, "ab") as fh:
@@ -83,12 +86,13 @@ def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project
     assert info["ExitCode"] == "3:0", text[-3000:]
     assert "changed after it was staged" in text and rec.sha256 in text
     assert "job step exit code" not in text  # srun never ran
-    assert len(_execs(calls)) == 2  # no new apptainer exec
+    assert _probes(reg, job) == []  # no rank started
 
     # restaged from containers/ (an identical image again): the same launcher's check passes
     helpers_stage.stage(reg, "tiny", "sandbox", out=io.StringIO())
     job, log = _submit(reg, "restaged")
     assert wait_job(sandbox, job)["ExitCode"] == "0:0", open(log).read()[-3000:]
+    assert sorted(p["node"] for p in _probes(reg, job)) == ["node1", "node2"]
 
     # issue 19: other bytes of the same size with the mtime set back (the owner's `touch -d`): the ctime moved
     st = image.stat()
@@ -102,7 +106,7 @@ def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project
     text = open(log).read()
     errors = [ln for ln in text.splitlines() if "shipyard: error:" in ln]
     assert info["ExitCode"] == "3:0" and len(errors) == 1 and "changed after it was staged" in errors[0], text[-3000:]
-    assert len(_execs(calls)) == 4  # srun never ran
+    assert _probes(reg, job) == []  # srun never ran
 
 
 def test_chain_script_submits_the_whole_chain_on_the_sandbox(sandbox, flow_project):
