@@ -21,9 +21,6 @@ from invoke import Collection, Program, task
 
 from shipyard import __version__
 from shipyard.cli import argv_after_dashdash, install_parser_hooks, set_program, task_guard
-from shipyard.commands import launch as launch_commands
-from shipyard.commands import registry as registry_commands
-from shipyard.commands.context import Context
 
 # the launch/nccl-test flags: invoke needs their help before any task runs (the module loads no registry)
 from shipyard.launch import options as launch_options
@@ -37,6 +34,8 @@ install_parser_hooks()
 @task_guard
 def list_(c):
     """List environments and clusters as tables."""
+    from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(registry_commands.list_(Context.load()))
 
 
@@ -44,6 +43,8 @@ def list_(c):
 @task_guard
 def show(c, env=None):
     """Show an environment's fully resolved pins and where each came from."""
+    from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(registry_commands.show(Context.load(), env))
 
 
@@ -51,6 +52,8 @@ def show(c, env=None):
 @task_guard
 def check(c, env=None, cluster=None):
     """Check every environment against the compatibility data, its clusters and its lock; exit 1 on any ERROR."""
+    from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(registry_commands.check(Context.load(), env, cluster))
 
 
@@ -66,6 +69,7 @@ def check(c, env=None, cluster=None):
 @task_guard
 def render(c, env=None, all=False, check=False, force=False):
     """Render definitions/<env>.def (and .Dockerfile) from registry.yaml; refuses what `invoke check` refuses."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import definitions as definitions_commands  # lazy: start-up of every task
 
     raise SystemExit(definitions_commands.render(Context.load(), env, all_envs=all, check=check, force=force))
@@ -82,6 +86,7 @@ def render(c, env=None, all=False, check=False, force=False):
 @task_guard
 def compat_refresh(c, torch="", write=False, no_companions=False):
     """Derive compat.yaml's wheel facts from PyPI metadata (uv, metadata only) and show them as a diff."""
+    from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
     raise SystemExit(registry_commands.compat_refresh(torch or None, write=write, companions=not no_companions))
 
 
@@ -121,6 +126,7 @@ def nccl_report(c, log, out=None, cluster=None, partition=None):
 @task_guard
 def usage(c, jobid, out=None, cluster=None):
     """Summarise a job's --monitor CSVs per node (CPU, RAM, GPU) and plot them over time."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
     raise SystemExit(jobs_commands.usage(Context.load(), jobid, out, cluster=cluster))
@@ -135,6 +141,7 @@ def usage(c, jobid, out=None, cluster=None):
 @task_guard
 def status(c, cluster=None, since="now-2days"):
     """Table of your shipyard jobs: queued/running (squeue) and finished (sacct)."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
     raise SystemExit(jobs_commands.status(Context.load(), cluster, since))
@@ -152,6 +159,7 @@ def status(c, cluster=None, since="now-2days"):
 @task_guard
 def logs(c, jobid, follow=False, num_lines=20, cluster=None):
     """Print the tail of a job's output file (found via scontrol show job, else launch/logs/*-JOBID.out)."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
     raise SystemExit(jobs_commands.logs(Context.load(), jobid, follow=follow, lines=num_lines, cluster=cluster))
@@ -179,6 +187,8 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
 def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, time=None, runtime=None, force=False,
           partition=None, sbatch=None):
     """Interactive srun --pty shell inside the environment's container on the cluster's interactive partition."""
+    from shipyard.commands import launch as launch_commands  # lazy: start-up of every task
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(launch_commands.shell(Context.load(), env, cluster, dry_run=dry_run, command=command, gpus=gpus,
                                            time=time, runtime=runtime, force=force, partition=partition,
                                            sbatch=sbatch))
@@ -194,6 +204,7 @@ def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, tim
 @task_guard
 def doctor(c, cluster=None, env=None, partition=None):
     """Preflight: Slurm, pyxis, apptainer/enroot, fakeroot, GPUs and driver, shared storage; PASS/WARN/FAIL + fix."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
     raise SystemExit(jobs_commands.doctor(Context.load(), cluster, env, partition=partition))
@@ -242,6 +253,8 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
            submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
     opts = _options(locals())
+    from shipyard.commands import launch as launch_commands  # lazy: start-up of every task
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv)))
 
 
@@ -255,6 +268,8 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
               submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     opts = _options(locals())
+    from shipyard.commands import launch as launch_commands  # lazy: start-up of every task
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(launch_commands.launch(Context.load(registry), opts, argv_after_dashdash(sys.argv),
                                             kind=launch_options.NCCL_TEST))
 
@@ -280,6 +295,7 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
 def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_per_node=None, partition=None,
                    time=None, name=None, account=None, registry=None, force=False):
     """Write a student folder: a launcher with no instructor path (per-user logs, checkpoints), STUDENTS.md."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import course as course_commands  # lazy: start-up of every task
 
     opts = launch_options.Options(environment=environment, cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
@@ -297,6 +313,8 @@ course_tasks = Collection("course", course_handout)
 @task_guard
 def sweep_status(c, name):
     """One row per combination of a sweep: index, done or not, run directory, values (issue 24)."""
+    from shipyard.commands import launch as launch_commands  # lazy: start-up of every task
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(launch_commands.sweep_status(Context.load(), name))
 
 
@@ -307,6 +325,8 @@ def sweep_status(c, name):
 @task_guard
 def snakemake_profile(c, cluster=None, env=None, check=False):
     """Write snakemake/<cluster>/: a Snakemake profile and the Slurm plugin's partition file, from the registry."""
+    from shipyard.commands import launch as launch_commands  # lazy: start-up of every task
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(launch_commands.snakemake_profile(Context.load(), cluster, env, check=check))
 
 
@@ -331,6 +351,7 @@ _SANDBOX_DIR_HELP = "sandbox directory (default: $SHIPYARD_SANDBOX_DIR, else /va
 @task_guard
 def sandbox_up(c, nodes=None, gpus_per_node=None, directory=None, no_install=False):
     """Start a real local Slurm cluster (munged, slurmctld, one slurmd per node) as root; idempotent."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import sandbox as sandbox_commands  # lazy: start-up of every task
 
     raise SystemExit(sandbox_commands.up(Context.load(), nodes, gpus_per_node, directory, install=not no_install))
@@ -391,6 +412,7 @@ sandbox_tasks = Collection("sandbox", sandbox_up, sandbox_down, sandbox_status, 
 @task_guard
 def remote_login(c, cluster):
     """Open the shared ssh connection to CLUSTER's login node once (may prompt: passphrase, one-time code)."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import remote as remote_commands  # lazy: start-up of every task
 
     raise SystemExit(remote_commands.login(Context.load(), cluster))
@@ -400,6 +422,7 @@ def remote_login(c, cluster):
 @task_guard
 def remote_sync(c, cluster):
     """Ship the project (tracked files and locks) to REMOTE_ROOT/<project> through the shared connection."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import remote as remote_commands  # lazy: start-up of every task
 
     raise SystemExit(remote_commands.sync(Context.load(), cluster))
@@ -409,6 +432,7 @@ def remote_sync(c, cluster):
 @task_guard
 def remote_logout(c, cluster):
     """Close the shared ssh connection to CLUSTER's login node (ssh -O exit)."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import remote as remote_commands  # lazy: start-up of every task
 
     raise SystemExit(remote_commands.logout(Context.load(), cluster))
@@ -427,6 +451,7 @@ remote_tasks = Collection("remote", remote_login, remote_sync, remote_logout)
 @task_guard
 def demo(c, steps=60, timeout=600, no_install=False):
     """Sandbox up, render the default environment, run a 2-node torchrun job on it, print the training result."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import demo as demo_commands  # lazy: start-up of every task
 
     raise SystemExit(demo_commands.demo(Context.load(), steps=int(steps), timeout=float(timeout),
@@ -448,6 +473,7 @@ def demo(c, steps=60, timeout=600, no_install=False):
 @task_guard
 def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False, runtime=""):
     """Turn a ParallelCluster config into a cluster profile in registry.yaml (each queue a partition); shows the diff."""
+    from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
     raise SystemExit(registry_commands.import_pcluster(config, name, registry, dry_run=dry_run, yes=yes,
                                                        runtime=runtime))
 
@@ -480,6 +506,7 @@ cluster_tasks = Collection("cluster", cluster_import_pcluster)
 def build(c, env=None, backend="", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
           cluster="", partition="", wait=False):
     """Build containers/ENV.sif (and .sqsh / a docker image) when its inputs changed; record containers/ENV.json."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
     raise SystemExit(container_commands.build(
@@ -499,6 +526,7 @@ def build(c, env=None, backend="", fakeroot=False, force=False, formats="", no_b
 @task_guard
 def push(c, env=None, registry="", tag=""):
     """Push ENV's image and verify the pushed digest by reading the manifest back; record it in containers/ENV.json."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
     raise SystemExit(container_commands.push(Context.load(), env, registry, tag))
@@ -516,6 +544,7 @@ def push(c, env=None, registry="", tag=""):
 @task_guard
 def pull(c, env=None, registry="", tag="", force=False):
     """Fetch ENV's image from a registry and verify its digest (SIF lands in containers/ENV.sif)."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
     raise SystemExit(container_commands.pull(Context.load(), env, registry, tag, force=force))
@@ -538,6 +567,7 @@ def pull(c, env=None, registry="", tag="", force=False):
 @task_guard
 def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="", link=False, force=False):
     """Put ENV's image into the cluster's storage atomically, verified, with a record launchers check."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import stage as stage_commands  # lazy: the build backends cost ~0.1 s
 
     raise SystemExit(stage_commands.stage(Context.load(), env, cluster, source=from_, registry=registry, tag=tag,
@@ -560,6 +590,7 @@ def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="",
 @task_guard
 def lock_(c, env=None, exclude_newer=None, index_url=None):
     """Write definitions/<env>.lock: the full dependency closure, pinned with sha256 hashes (uv pip compile)."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import definitions as definitions_commands  # lazy: start-up of every task
 
     raise SystemExit(definitions_commands.lock(Context.load(), env, exclude_newer, index_url))
@@ -579,6 +610,8 @@ def lock_(c, env=None, exclude_newer=None, index_url=None):
 def modules(c, env=None, cluster=None, prefix=None, force=False):
     """Write Lmod modulefiles shipyard/<env>.lua and wrappers (python, torchrun, pip, ...) that run each tool in the
     image: `apptainer exec --nv` or Charliecloud's `ch-run`, as the cluster's runtime says."""
+    from shipyard.commands import launch as launch_commands  # lazy: start-up of every task
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(launch_commands.modules(Context.load(), env, cluster, prefix, force=force))
 
 
@@ -592,6 +625,7 @@ def modules(c, env=None, cluster=None, prefix=None, force=False):
 @task_guard
 def sign(c, env=None, keyidx=0):
     """Sign containers/<env>.sif with apptainer sign (your keyring) and record the signature in the manifest."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
     raise SystemExit(container_commands.sign(Context.load(), env, int(keyidx)))
@@ -601,6 +635,7 @@ def sign(c, env=None, keyidx=0):
 @task_guard
 def verify(c, env=None):
     """Verify containers/<env>.sif with apptainer verify --local against the key recorded by invoke sign."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
     raise SystemExit(container_commands.verify(Context.load(), env))

@@ -4,6 +4,8 @@ and imports at the top of each module unless a comment says why one is deliberat
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -230,3 +232,13 @@ def test_the_pipeline_goes_one_way(package):
                  if package_of(name) == package
                  for hits in [from_above(imported(path, known), NEVER_ABOVE[package])] if hits]
     assert offenders == []
+
+
+def test_tasks_load_no_command_module_until_a_task_runs():
+    """`invoke --list` and every task's --help load tasks.py only: the command modules (the registry loader,
+    jsonschema, Jinja2, the launcher) are imported inside each task, so no task pays for another's start-up."""
+    code = ("import sys, shipyard.tasks; "
+            "print(sorted(m for m in sys.modules if m.startswith(('shipyard.commands', 'shipyard.registry', "
+            "'jsonschema', 'jinja2'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", f"tasks.py imports at load time: {out.strip()}"
