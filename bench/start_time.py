@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--before", help="directory with an older shipyard/ package to measure in the same rounds")
     ap.add_argument("--json", default=str(OUT / "start_time.json"))
     ap.add_argument("--no-reference", action="store_true",
-                    help="skip hpccm (its venv needs the network on first use); ratios are then against python -c pass")
+                    help="skip hpccm (its venv needs the network on first use); ratios are then against invoke's floor")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     hpccm = None if args.no_reference else hpccm_bin()
@@ -92,9 +92,14 @@ def main() -> None:
             shutil.copytree(ROOT / name, proj / name)
         recipe = proj / "recipe.py"
         recipe.write_text(RECIPE)
+        floor = proj / "floor"  # invoke's own start: a tasks.py of one empty task
+        floor.mkdir()
+        (floor / "tasks.py").write_text("from invoke import task\n\n\n@task\ndef hello(c):\n    pass\n")
         rows = [
             ("hpccm --recipe R --format singularity (reference)", [str(hpccm), "--recipe", str(recipe),
                                                                    "--format", "singularity"]),
+            ("invoke --list of a one-task tasks.py (invoke's floor)",
+             [py, "-m", "invoke", "--search-root", str(floor), "--list"]),
             ("python -c pass", [py, "-c", "pass"]),
             ("invoke --list", [py, "-m", "shipyard", "--list"]),
             ("invoke render --all", [py, "-m", "shipyard", "render", "--all"]),
@@ -104,7 +109,7 @@ def main() -> None:
         ]
         if args.no_reference:
             rows = rows[1:]
-        commands = [r for r in rows if r[0].startswith("invoke ") and r[0] != "invoke --list"]
+        commands = [r for r in rows if r[0].startswith("invoke ") and r[0] != "invoke --list" and "floor" not in r[0]]
         envs = {label: env for label, _ in rows}
         if args.before:
             before_env = dict(env, PYTHONPATH=str(Path(args.before).resolve()))
@@ -124,7 +129,7 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"CPU time (user+sys) of each process, median of {args.runs} interleaved runs\n")
-    print(f"| command | median CPU s | x {rows[0][0].split()[0]} |")
+    print(f"| command | median CPU s | x {'hpccm' if rows[0][0].startswith('hpccm') else 'invoke floor'} |")
     print("|---|---|---|")
     for label, _ in rows:
         print(f"| {label} | {med[label]:.3f} | {med[label] / ref:.2f} |")
