@@ -241,6 +241,18 @@ def as_user(u) -> list[str]:
             f"USER={u.pw_name}", f"LOGNAME={u.pw_name}"]
 
 
+def searchable_for_others(paths) -> list[tuple[Path, int]]:
+    """Add o+x to every ancestor of ``paths`` that lacks it; returns (dir, old mode) to restore."""
+    changed = []
+    for p in paths:
+        for d in [*reversed(Path(p).parents)]:
+            mode = d.stat().st_mode & 0o7777
+            if not mode & 0o001 and d not in [c[0] for c in changed]:
+                changed.append((d, mode))
+                d.chmod(mode | 0o001)
+    return changed
+
+
 def make_sif(path: Path) -> Path:
     """A real SIF file that holds only a definition (siftool), as the apptainer double requires. With no root
     filesystem partition the double runs the command on the host: these are tests of the launcher's plumbing with

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fixtures_launch import as_user, make_user, wait_job
+from fixtures_launch import as_user, make_user, searchable_for_others, wait_job
 
 from shipyard.commands import demo
 
@@ -27,18 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 COURSE = ROOT / "examples" / "course"
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
-
-def _searchable_for_others(paths) -> list[tuple[Path, int]]:
-    """Add o+x to every ancestor of ``paths`` that lacks it; returns (dir, old mode) to restore."""
-    changed = []
-    for p in paths:
-        for d in [*reversed(Path(p).parents)]:
-            mode = d.stat().st_mode & 0o7777
-            if not mode & 0o001 and d not in [c[0] for c in changed]:
-                changed.append((d, mode))
-                d.chmod(mode | 0o001)
-    return changed
 
 
 def test_two_students_run_the_same_handout_at_once(sandbox):
@@ -50,7 +38,7 @@ def test_two_students_run_the_same_handout_at_once(sandbox):
     names = [f"sy-stu-a{tag}", f"sy-stu-b{tag}"]
     python = Path(sys.executable).resolve()
     # sys.prefix itself too (its bin/ is the argument): CI's virtual environment is a mktemp -d folder, mode 0700
-    restore = _searchable_for_others([python, Path(sys.prefix) / "bin",
+    restore = searchable_for_others([python, Path(sys.prefix) / "bin",
                                       Path(shutil.which("torchrun") or sys.executable)])
     course = base / "course"
     shutil.copytree(COURSE, course, ignore=shutil.ignore_patterns("launch", "containers", "train.py"))
