@@ -146,8 +146,9 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
         network_mode="none", remove=True).decode()
     assert scan.split() == ["grep-exit=1"], f"site settings in the image's files: {scan}"
 
-    # stage the SIF the real Apptainer made from that image; a job verifies its record before its step and trains
-    rec = helpers_stage.stage(reg, "real", "sandbox", out=io.StringIO())
+    # stage the SIF the real Apptainer made from that image (readable by every user: an unprivileged user's job
+    # runs it below); a job verifies its record before its step and trains
+    rec = helpers_stage.stage(reg, "real", "sandbox", out=io.StringIO(), mode="world")
     staged = root / ".sandbox" / "images" / "real.sif"
     assert rec.sha256 == m.artifacts["sif"].sha256 and staged.is_file()
     (root / "containers" / "real.sif").unlink()  # GBs: the staged copy is the one that runs
