@@ -221,6 +221,38 @@ def stage_record(image: Path, input_hash: str = "b" * 64) -> Path:
                                                          st.ctime_ns))
 
 
+def make_user(name: str, home: Path):
+    """A Unix user ``name`` with its home at ``home`` (created here, as `useradd` does; the caller removes it with
+    `userdel --remove`): the pwd entry."""
+    import pwd
+    import subprocess
+
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--home-dir", str(home), "--create-home", "--shell", "/bin/bash", name],
+                       check=True, capture_output=True)
+        return pwd.getpwnam(name)
+
+
+def as_user(u) -> list[str]:
+    """The argv prefix that runs a command as user ``u`` (a pwd entry), with its own HOME/USER/LOGNAME."""
+    return ["setpriv", f"--reuid={u.pw_uid}", f"--regid={u.pw_gid}", "--init-groups", "env", f"HOME={u.pw_dir}",
+            f"USER={u.pw_name}", f"LOGNAME={u.pw_name}"]
+
+
+def searchable_for_others(paths) -> list[tuple[Path, int]]:
+    """Add o+x to every ancestor of ``paths`` that lacks it; returns (dir, old mode) to restore."""
+    changed = []
+    for p in paths:
+        for d in [*reversed(Path(p).parents)]:
+            mode = d.stat().st_mode & 0o7777
+            if not mode & 0o001 and d not in [c[0] for c in changed]:
+                changed.append((d, mode))
+                d.chmod(mode | 0o001)
+    return changed
+
+
 def make_sif(path: Path) -> Path:
     """A real SIF file that holds only a definition (siftool), as the apptainer double requires. With no root
     filesystem partition the double runs the command on the host: these are tests of the launcher's plumbing with

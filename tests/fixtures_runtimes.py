@@ -94,6 +94,15 @@ def debian_profile_recipe_sqsh(tmp_path_factory) -> Path:
 
 
 def _busybox_image(d: Path, profile: str | None = None, run_in_root: tuple[str, ...] = ()) -> Path:
+    rootfs = _busybox_rootfs(d, profile, run_in_root)
+    out = d / "busybox.sqsh"
+    subprocess.run(["mksquashfs", str(rootfs), str(out), "-noappend", "-quiet", "-all-root"], check=True,
+                   stdout=subprocess.DEVNULL)
+    out.chmod(0o644)
+    return out
+
+
+def _busybox_rootfs(d: Path, profile: str | None = None, run_in_root: tuple[str, ...] = ()) -> Path:
     busybox = shutil.which("busybox")
     assert busybox, "busybox-static is in shipyard/data/test-packages.txt"
     d.chmod(0o755)
@@ -122,11 +131,72 @@ def _busybox_image(d: Path, profile: str | None = None, run_in_root: tuple[str, 
             (rootfs / "bin" / tool).symlink_to("busybox")
     for command in run_in_root:
         subprocess.run(["chroot", str(rootfs), "/bin/sh", "-c", command], check=True)
-    out = d / "busybox.sqsh"
-    subprocess.run(["mksquashfs", str(rootfs), str(out), "-noappend", "-quiet", "-all-root"], check=True,
-                   stdout=subprocess.DEVNULL)
+    return rootfs
+
+
+# A torchrun stand-in for launcher tests in a real container: what this node's torchrun received, one file per fact
+# under <workdir>/probe-out/<job>-<node>/ (argv and environment NUL-separated, so no word can garble another).
+TORCHRUN_STAND_IN = r"""#!/bin/bash
+opts=()
+while [[ $1 == --* ]]; do opts+=("$1"); shift; done
+d="$PWD/probe-out/$SLURM_JOB_ID-$SLURM_NODEID"
+mkdir -p "$d"
+printf '%s\0' "${opts[@]}" > "$d/options"
+printf '%s\0' "$@" > "$d/argv"
+for k in $(compgen -e); do printf '%s=%s\0' "$k" "${!k}"; done > "$d/env"
+pwd > "$d/cwd"
+hostname > "$d/host"
+id -u > "$d/uid"
+cat /proc/self/mountinfo > "$d/mounts"
+cat /data/in.txt > "$d/data" 2>&1
+echo "torchrun stand-in on $(hostname) done"
+"""
+
+# The image's own environment, as a definition's %environment sets it (Apptainer keeps it in
+# /.singularity.d/env/90-environment.sh): the same facts as the SquashFS image's /etc/environment, and FOO, which a
+# launcher's override must win over.
+SIF_ENVIRONMENT = """    export LD_LIBRARY_PATH=/opt/image/lib
+    export IMAGE_ONLY=from-image FOO=from-image
+    export PATH=/opt/image/bin:/bin
+"""
+
+
+def build_sif(apptainer_bin: Path, rootfs: Path, out: Path, environment: str = SIF_ENVIRONMENT) -> Path:
+    """``apptainer build OUT`` from ``rootfs`` (a directory) through a definition with ``environment`` as its
+    %environment: a real SIF, a fraction of a second for the busybox root filesystem."""
+    import os
+
+    deffile = out.with_suffix(".def")
+    deffile.write_text(f"Bootstrap: localimage\nFrom: {rootfs}\n\n%environment\n{environment}")
+    env = {**os.environ, "PATH": f"{apptainer_bin}{os.pathsep}{os.environ['PATH']}"}
+    res = subprocess.run(["apptainer", "build", "--force", str(out), str(deffile)], capture_output=True, text=True,
+                         env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
     out.chmod(0o644)
     return out
+
+
+@pytest.fixture(scope="session")
+def busybox_sif_rootfs(tmp_path_factory) -> Path:
+    """The busybox root filesystem with a few more busybox tools and the torchrun stand-in at /opt/image/bin."""
+    d = tmp_path_factory.mktemp("busybox-sif")
+    rootfs = _busybox_rootfs(d)
+    for tool in ("mkdir", "id", "grep", "sleep"):
+        (rootfs / "bin" / tool).symlink_to("busybox")
+    (rootfs / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    stand_in = rootfs / "opt" / "image" / "bin" / "torchrun"
+    stand_in.write_text(TORCHRUN_STAND_IN)
+    stand_in.chmod(0o755)
+    return rootfs
+
+
+@pytest.fixture(scope="session")
+def busybox_sif(real_apptainer, busybox_sif_rootfs, tmp_path_factory) -> Path:
+    """A real SIF built by the real Apptainer: static busybox, the host's bash, the torchrun stand-in and the image
+    environment of :data:`SIF_ENVIRONMENT`."""
+    d = tmp_path_factory.mktemp("busybox-sif-image")
+    d.chmod(0o755)
+    return build_sif(real_apptainer, busybox_sif_rootfs, d / "busybox.sif")
 
 
 class NamespaceForwarder:

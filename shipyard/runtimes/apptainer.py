@@ -1,7 +1,8 @@
-"""Apptainer: ``apptainer exec --nv --bind ... --pwd <project> <storage>/<env>.sif`` starts the command on the node.
+"""Apptainer: ``apptainer exec --nv --no-home --bind ... --pwd <project> <storage>/<env>.sif`` starts the command on the node.
 
 Why these words (launcher-rules.md rule 8): ``--nv`` is not optional (without it CUDA silently sees no GPU); no
-``--contain``/``--containall`` (they hide /dev/infiniband and give a 64 MiB tmpfs HOME and /tmp). The image's
+``--contain``/``--containall`` (they hide /dev/infiniband and give a 64 MiB tmpfs HOME and /tmp); ``--no-home`` for
+batch steps (Apptainer mounts the user's home by default; ``invoke shell`` keeps it). The image's
 variables win over the host's, so the batch script exports ``APPTAINERENV_<NAME>`` for every variable it sets.
 Apptainer usually comes as a site module: the cluster's modules are loaded before srun.
 """
@@ -21,8 +22,9 @@ class Apptainer(Runtime):
     wraps_tools = True
 
     def _words(self, verb: str, p: Placement) -> list[str]:
-        return ["apptainer", verb, "--nv", "--bind", ",".join(self.mount(m) for m in p.mounts), "--pwd", p.workdir,
-                p.image]
+        # Apptainer mounts the user's home by default: a batch step gets --no-home (Placement.home)
+        return ["apptainer", verb, "--nv", *(() if p.home else ("--no-home",)), "--bind",
+                ",".join(self.mount(m) for m in p.mounts), "--pwd", p.workdir, p.image]
 
     def exec_words(self, p: Placement) -> list[str]:
         return self._words("exec", p)

@@ -1,7 +1,8 @@
-"""nccl-tests under the real pyxis on the 2-node sandbox (issue 18 point 3: `invoke nccl-test`'s launcher shape): the
-recipe's nccl-tests step with ``mpi: none`` built with docker (tests/containers/helpers_nccl_tests.py), imported by the
-real `enroot import dockerd://`, launched by `invoke nccl-test --runtime pyxis --submit`; every rank stops at the
-missing CUDA device and nccl-report says so. (A file of its own, in the real-runtime run of `invoke test`: it
+"""nccl-tests under the real pyxis and the real Apptainer on the 2-node sandbox (`invoke nccl-test`'s launcher shape):
+the recipe's nccl-tests step with ``mpi: none`` built with docker (tests/containers/helpers_nccl_tests.py), imported by
+the real `enroot import dockerd://` and built into a SIF by the real `apptainer build docker-daemon://`, launched by
+`invoke nccl-test --runtime pyxis|apptainer --submit`; every rank stops at the missing CUDA device and nccl-report
+says so. (A file of its own, in the real-runtime run of `invoke test`: it
 runs before the real image there. The other way round, tried once, the real image's byte-heavy build and import
 overlapped the docker run's builds and took 17 min instead of 7.)"""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -23,19 +25,17 @@ def nccl_tests_context(debian12_base, tmp_path_factory):
     return build_context(tmp_path_factory)
 
 
-def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
-        docker_env, docker_services, debian12_base, nccl_tests_context, sandbox, real_pyxis, tmp_path, monkeypatch):
-    """Point 4 end to end, with the real enroot and pyxis on the 2-node sandbox.
+@pytest.fixture(scope="module")
+def nccl_tests_image(docker_services, debian12_base, nccl_tests_context) -> str:
+    """The recipe's nccl-tests step with ``mpi: none`` (all_reduce_perf only, to keep it cheap), built once for both
+    runtimes: its docker tag."""
+    return build(docker_services, debian12_base, nccl_tests_context, IMAGE_NO_MPI,
+                 '{version: "2.19.6", url: "file:///src/nccl-tests.tar.gz", mpi: none}', (ONE_BINARY,))
 
-    The compile test's image (Open MPI, Debian 12's 4.1.4) cannot start under ``srun --mpi=pmi2``: Debian builds Open
-    MPI with external PMIx only (no s1/s2 component for Slurm's PMI-1/PMI-2), so every rank stopped in MPI_Init when
-    this test tried it (docs/nccl-tests.md). Hence the sandbox runs nccl-tests' own multi-process mode (``mpi:
-    none``: one task per node, -g GPUs): the same recipe step with ``nccl_tests.mpi: none`` (all_reduce_perf only,
-    to keep it cheap), imported by ``enroot import dockerd://``, launched by `invoke nccl-test --runtime pyxis
-    --image X.sqsh --image-has-nccl-tests --submit`; every task starts all_reduce_perf in the container and stops at
-    the missing CUDA device, and nccl-report says so. The image is Debian with its PATH in an ENV line only: enroot's
-    login shell resets it (/etc/profile), and the launcher puts it back from /etc/environment
-    (Pyxis.image_path_prelude)."""
+
+def _launch_and_report(sandbox, tmp_path: Path, monkeypatch, runtime: str, image: Path) -> tuple[str, str]:
+    """`invoke nccl-test --runtime RUNTIME --image IMAGE --image-has-nccl-tests --submit` on the sandbox (2 nodes, mpi
+    none), then `invoke nccl-report` of its log: (the launcher, the report)."""
     import yaml
     from fixtures_launch import run_launch, wait_job
 
@@ -43,14 +43,6 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
     from shipyard.commands.context import Context
     from shipyard.errors import ShipyardError
     from shipyard.launch.options import NCCL_TEST
-
-    tmp_path.chmod(0o755)
-    work = tmp_path / "enroot"
-
-    image = build(docker_services, debian12_base, nccl_tests_context, IMAGE_NO_MPI,
-                   '{version: "2.19.6", url: "file:///src/nccl-tests.tar.gz", mpi: none}',
-                   (ONE_BINARY,))
-    sqsh = enroot_import(image, tmp_path / "nccl-tests.sqsh", work)
 
     project = tmp_path / "project"
     project.mkdir()
@@ -62,7 +54,7 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
     monkeypatch.chdir(project)
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
     t1 = time.monotonic()
-    out = run_launch(kind=NCCL_TEST, submit=True, cluster="sandbox", runtime="pyxis", image=str(sqsh),
+    out = run_launch(kind=NCCL_TEST, submit=True, cluster="sandbox", runtime=runtime, image=str(image),
                      image_has_nccl_tests=True, nodes=2, sizes="8:8", iters=1)
     job = re.search(r"submitted job (\d+)", out).group(1)
     log = project / "launch" / "logs" / f"nccl-test-sandbox-{job}.out"
@@ -70,8 +62,6 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
     text = log.read_text(errors="replace")
     print(f"job {job}: {time.monotonic() - t1:.0f} s, {info['JobState']} {info['ExitCode']}\n{text[-6000:]}")
     script = (project / "launch" / "nccl-test-sandbox.sbatch").read_text()
-    assert "srun --mpi=none " in script and f"--container-image={sqsh}" in script, script
-
     ctx = Context.load(str(project / "registry.yaml"), out=io.StringIO())
     try:
         jobs_commands.nccl_report(str(log), str(tmp_path / "report.png"), "sandbox", ctx)
@@ -79,5 +69,51 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
         pass  # no result rows: exit 2, after printing what can be said
     report = ctx.out.getvalue()
     print(report)
+    return script, report
+
+
+def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
+        docker_env, nccl_tests_image, sandbox, real_pyxis, tmp_path, monkeypatch):
+    """Point 4 end to end, with the real enroot and pyxis on the 2-node sandbox.
+
+    The compile test's image (Open MPI, Debian 12's 4.1.4) cannot start under ``srun --mpi=pmi2``: Debian builds Open
+    MPI with external PMIx only (no s1/s2 component for Slurm's PMI-1/PMI-2), so every rank stopped in MPI_Init when
+    this test tried it (docs/nccl-tests.md). Hence the sandbox runs nccl-tests' own multi-process mode (``mpi:
+    none``: one task per node, -g GPUs): the same recipe step with ``nccl_tests.mpi: none``, imported by ``enroot
+    import dockerd://``, launched by `invoke nccl-test --runtime pyxis --image X.sqsh --image-has-nccl-tests
+    --submit`; every task starts all_reduce_perf in the container and stops at the missing CUDA device, and
+    nccl-report says so. The image is Debian with its PATH in an ENV line only: enroot's login shell resets it
+    (/etc/profile), and the launcher puts it back from /etc/environment (Pyxis.image_path_prelude)."""
+    tmp_path.chmod(0o755)
+    sqsh = enroot_import(nccl_tests_image, tmp_path / "nccl-tests.sqsh", tmp_path / "enroot")
+    script, report = _launch_and_report(sandbox, tmp_path, monkeypatch, "pyxis", sqsh)
+    assert "srun --mpi=none " in script and f"--container-image={sqsh}" in script, script
     assert "FAIL no CUDA device: 2 rank(s)" in report, report
+    assert "NCCL_DEBUG" not in report, report
+
+
+@pytest.mark.real_apptainer
+def test_two_node_nccl_test_in_real_apptainer_reaches_no_cuda_device_on_every_rank(
+        docker_env, nccl_tests_image, sandbox, apptainer_on_path, tmp_path, monkeypatch):
+    """The same image as a SIF that the real Apptainer builds from the docker daemon (as `invoke build`'s SIF step
+    does), launched by `invoke nccl-test --runtime apptainer --image X.sif --image-has-nccl-tests --submit`: `apptainer
+    exec --nv` on a node without a GPU starts all_reduce_perf (the image's PATH from its ENV line), and every task
+    stops at the missing CUDA device. Apptainer starts a container faster than pyxis: the first task to fail ends
+    the step (srun --kill-on-bad-exit), sometimes before the other node's task made its first CUDA call, so one or
+    both ranks report it."""
+    tmp_path.chmod(0o755)
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "apptainer-cache"))
+    sif = tmp_path / "nccl-tests.sif"
+    t0 = time.monotonic()
+    res = subprocess.run(["apptainer", "build", str(sif), f"docker-daemon://{nccl_tests_image}"], capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    sif.chmod(0o644)
+    print(f"apptainer build docker-daemon://{nccl_tests_image}: {time.monotonic() - t0:.0f} s, "
+          f"{sif.stat().st_size >> 20} MiB")
+    script, report = _launch_and_report(sandbox, tmp_path, monkeypatch, "apptainer", sif)
+    assert "srun --mpi=none " in script and "apptainer exec --nv --no-home " in script and str(sif) in script, script
+    m = re.search(r"FAIL no CUDA device: (\d+) rank\(s\) stopped at their first CUDA call", report)
+    assert m and m.group(1) in ("1", "2"), report
     assert "NCCL_DEBUG" not in report, report

@@ -17,15 +17,17 @@ a private path (``SSL_CERT_FILE``): this machine intercepts TLS, so pip in the c
 certificate in certificate chain" unless the bundle reaches it. The test then proves that neither the CA path nor
 the proxy values are in the image's history, config or labels, in its file system, in the manifest or in the log.
 
-Only the SIF goes through a double: apptainer cannot be installed here, so the strict double turns the built docker
-image into a SIF file (``docker-daemon://``) and runs the job's ``apptainer exec`` on the host. The image that was
-built and %test-ed is the real docker image.
+The same image then trains examples/train.py on the sandbox's 2 nodes under each real runtime: as a SIF that the real
+Apptainer 1.4.5 builds from the docker image (``apptainer build X.sif docker-daemon://TAG``, the build's own step),
+as root and as an unprivileged user (setuid mode); as a .sqsh that the real enroot imports, under the real pyxis;
+unpacked, under the real ch-run.
 
 Marked slow: about 1.8 GB from PyPI; bench/README.md has its time against a ``pip download`` of the same lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -34,12 +36,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 from fixtures_build import no_build_network
-from fixtures_launch import PROBE, job_story, run_launch, wait_job
+from fixtures_launch import as_user, job_story, make_user, run_launch, searchable_for_others, wait_job
 
 from shipyard import registry
 from shipyard.files import sha256_file
@@ -51,7 +55,7 @@ from shipyard.commands.context import Context
 from shipyard.commands.definitions import render as render_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.real_runtimes,
-              pytest.mark.double]
+              pytest.mark.real_apptainer]
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "debian12"
 MARK = "shipyard-e2e-marker"
@@ -76,22 +80,18 @@ def _pip_download_seconds(lock: Path, dest: Path, ca: Path) -> float:
 
 
 def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
-        sandbox, docker_env, debian12_base, connect_proxy, tmp_path, monkeypatch, apptainer_double, real_pyxis):
+        sandbox, docker_env, debian12_base, connect_proxy, tmp_path, monkeypatch, apptainer_on_path, real_pyxis):
     root = tmp_path / "proj"
     (root / "definitions").mkdir(parents=True)
     shutil.copy(DATA / "registry.yaml", root / "registry.yaml")
     shutil.copy(DATA / "definitions" / "real.lock", root / "definitions" / "real.lock")
-    (root / "probe.py").write_text(PROBE)
     (root / ".sandbox" / "images").mkdir(parents=True)
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
-    calls = apptainer_double  # the strict double first on PATH, its call log, apptainer's dirs under tmp_path
-    # CI's cost: the SIF holds no root filesystem, so the apptainer job below runs the probe with the host's Python.
-    # Its copy of the image's GBs cost minutes (export, squash, stage, hash, unpack); this image runs inside real
-    # runtimes below (pyxis and ch-run), and the double's runs inside an image are tested on small images
-    # (test_apptainer_double_rootfs, test_build_docker).
-    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_DAEMON_ROOTFS", "0")
+    # apptainer's work and cache folders under the test's tmp (the build's free-space check looks there)
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "apptainer-cache"))
     # the private dockerd has no bridge network: downloads need the host's (a site setting, like a proxy)
     monkeypatch.setenv("SHIPYARD_DOCKER_NETWORK", "host")
     # the site's network settings: the host's CA bundle under a private path, and a real proxy
@@ -146,30 +146,16 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
         network_mode="none", remove=True).decode()
     assert scan.split() == ["grep-exit=1"], f"site settings in the image's files: {scan}"
 
-    # stage the SIF the double made from that image; a job verifies its record before its step
-    rec = helpers_stage.stage(reg, "real", "sandbox", out=io.StringIO())
+    # stage the SIF the real Apptainer made from that image (readable by every user: an unprivileged user's job
+    # runs it below); a job verifies its record before its step and trains
+    rec = helpers_stage.stage(reg, "real", "sandbox", out=io.StringIO(), mode="world")
     staged = root / ".sandbox" / "images" / "real.sif"
     assert rec.sha256 == m.artifacts["sif"].sha256 and staged.is_file()
-
-    def submit(name):
-        text = run_launch([str(root / "probe.py")], submit=True, registry_path=reg.path, environment="real",
-                          cluster="sandbox", nodes=2, name=name)
-        job = re.search(r"submitted job (\d+)", text).group(1)
-        log = root / "launch" / "logs" / f"{name}-{job}.out"
-        return wait_job(sandbox, job, log=log), log.read_text()
-
-    info, text = submit("real-bound")
-    assert info["ExitCode"] == "0:0", text[-3000:]
-    assert f"image {staged} matches its stage record (sha256 {rec.sha256[:12]}" in text
-    execs = [c for c in map(json.loads, calls.read_text().splitlines()) if c.get("command") == "exec"]
-    assert sorted(c["host"] for c in execs) == ["node1", "node2"] and all(c["image"] == str(staged) for c in execs)
-
-    with open(staged, "ab") as fh:
-        fh.write(b"tampered")
-    info, text = submit("real-tampered")
-    assert info["ExitCode"] == "3:0", text[-3000:]
-    assert "changed after it was staged" in text and "job step exit code" not in text
-    assert len([c for c in map(json.loads, calls.read_text().splitlines()) if c.get("command") == "exec"]) == 2
+    (root / "containers" / "real.sif").unlink()  # GBs: the staged copy is the one that runs
+    (root / "examples").mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "train.py", root / "examples" / "train.py")
+    appt_s = _real_apptainer(sandbox, root, reg.path, staged, rec)
+    staged.unlink()
 
     def drop_docker_image():
         """The image in the daemon's storage (GBs, its venv twice: download stage and final) once the real
@@ -190,12 +176,11 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
         baseline_s = _pip_download_seconds(root / "definitions" / "real.lock", tmp_path / "wheels", site_ca)
         shutil.rmtree(tmp_path / "wheels")  # pytest keeps the last runs' temp dirs: leave no GBs of wheels behind
     # pytest keeps the last runs' temp dirs: leave no multi-GB file behind
-    (root / "containers" / "real.sif").unlink()
     (root / ".sandbox" / "images" / "real.sqsh").unlink()
     ratio = (f"pip download of the same lock {baseline_s:.0f} s; ratio {build_s / baseline_s:.1f}" if baseline_s
              else "baseline not measured (SHIPYARD_BENCH_REAL_IMAGE=1 measures it)")
     print(f"\nreal image: docker build (download stage, install, %test, SIF) {build_s:.0f} s; {ratio}; real "
-          "enroot/pyxis: " + ", ".join(f"{k} {v:.0f} s" for k, v in pyxis_s.items()))
+          "Apptainer, enroot/pyxis: " + ", ".join(f"{k} {v:.0f} s" for k, v in {**appt_s, **pyxis_s}.items()))
 
 
 def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_image) -> dict[str, float]:
@@ -227,8 +212,6 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_imag
         assert fh.read(4) == b"hsqs", "enroot import wrote no SquashFS"
     drop_docker_image()
 
-    (root / "examples").mkdir(exist_ok=True)
-    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "train.py", root / "examples" / "train.py")
 
     def submit(name):
         text = run_launch(["examples/train.py", "--steps", "20"], submit=True, registry_path=pyx_path,
@@ -258,15 +241,8 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_imag
         own = subprocess.run(["/opt/venv/bin/python", "-c", "import torch; print(torch.__version__)"],
                              capture_output=True, text=True, timeout=120)
         assert "2.0.1+cu117" not in own.stdout, "the host's /opt/venv has the image's torch: nothing is proven"
-    res = sandbox.run(["srun", "-N2", "--ntasks-per-node=1", f"--container-image={sqsh}",
-                       f"--container-name={name.group(1)}", "--no-container-mount-home", "sh", "-c",
-                       "command -v torchrun; python -c 'import sys, torch; print(sys.executable, torch.__version__, "
-                       "torch.__file__)'"], client_timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    lines = res.stdout.split()
-    assert lines.count("/opt/venv/bin/torchrun") == 2 and lines.count("2.0.1+cu117") == 2, res.stdout
-    assert len([w for w in lines if w.startswith("/opt/venv/") and w.endswith("/torch/__init__.py")]) == 2, res.stdout
-    assert len([w for w in lines if w.startswith("/opt/venv/bin/python")]) == 2, res.stdout
+    _torch_is_the_images(sandbox, [f"--container-image={sqsh}", f"--container-name={name.group(1)}",
+                                   "--no-container-mount-home"])
     # the named container's unpacked copy on each node (GBs each) goes before Charliecloud unpacks a third, through
     # the real enroot on each node (pyxis names it pyxis_NAME under container_scope=global)
     res = sandbox.run(["srun", "-N2", "--ntasks-per-node=1", "enroot", "remove", "-f", f"pyxis_{name.group(1)}"],
@@ -282,6 +258,100 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_imag
     with open(sqsh, "ab") as fh:
         fh.write(b"tampered")
     job, info, log = submit("real-pyxis-tampered")
+    text = log.read_text()
+    assert info["ExitCode"] == "3:0", text[-3000:]
+    assert "changed after it was staged" in text and "job step exit code" not in text
+    return times
+
+
+def _train(sandbox, project: Path, reg_path: Path, name: str, user=None, **flags) -> tuple[str, dict, Path]:
+    """A 2-node `invoke launch -- examples/train.py --steps 20` job with a checkpoint of its own (a later job in the
+    same project must not resume at the end); as ``user`` (a pwd entry) when given: the launcher written here, the
+    project handed to that user, sbatch run as them. (job id, its fields, its log)."""
+    command = ["examples/train.py", "--steps", "20", "--checkpoint", f"checkpoints/{name}.pt"]
+    if user is None:
+        text = run_launch(command, submit=True, registry_path=reg_path, environment="real", cluster="sandbox",
+                          nodes=2, name=name, **flags)
+        job = re.search(r"submitted job (\d+)", text).group(1)
+    else:
+        with contextlib.chdir(project):  # the launcher's workdir: the user's project
+            run_launch(command, registry_path=reg_path, environment="real", cluster="sandbox", nodes=2, name=name,
+                       **flags)
+        subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(project)], check=True)
+        res = subprocess.run(sandbox.argv([*as_user(user), "sbatch", "--parsable",
+                                           str(project / "launch" / f"{name}.sbatch")]),
+                             capture_output=True, text=True, timeout=60, env=sandbox.env())
+        assert res.returncode == 0, res.stderr
+        job = res.stdout.strip().split(";")[0]
+    log = project / "launch" / "logs" / f"{name}-{job}.out"
+    return job, wait_job(sandbox, job, timeout=600, log=log), log
+
+
+def _trained(sandbox, job: str, log: Path) -> str:
+    """The job's log, after checking that it trained to the end on both nodes."""
+    text = log.read_text()
+    result = [line for line in text.splitlines() if line.startswith("result:")]
+    assert len(result) == 1 and "end_step=20" in result[0], job_story(sandbox, job, log)
+    assert int(re.search(r"world_size=(\d+)", result[0]).group(1)) >= 2, result
+    assert all(f"shipyard: node {i} (node{i + 1}) of 2 starting torchrun" in text for i in range(2)), text[-4000:]
+    return text
+
+
+def _torch_is_the_images(sandbox, words: list[str]) -> None:
+    """On both nodes, ``srun WORDS sh -c ...`` (srun's container options, or a runtime's command and image) finds
+    torchrun, python and torch 2.0.1 under the image's /opt/venv."""
+    res = sandbox.run(["srun", "-N2", "--ntasks-per-node=1", *words, "sh", "-c",
+                       "command -v torchrun; python -c 'import sys, torch; print(sys.executable, torch.__version__, "
+                       "torch.__file__)'"], client_timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.split()
+    assert lines.count("/opt/venv/bin/torchrun") == 2 and lines.count("2.0.1+cu117") == 2, res.stdout
+    assert len([w for w in lines if w.startswith("/opt/venv/") and w.endswith("/torch/__init__.py")]) == 2, res.stdout
+    assert len([w for w in lines if w.startswith("/opt/venv/bin/python")]) == 2, res.stdout
+
+
+def _real_apptainer(sandbox, root: Path, reg_path: Path, staged: Path, rec) -> dict[str, float]:
+    """`invoke launch --runtime apptainer` (the registry's runtime) with the real Apptainer: a 2-node job trains
+    examples/train.py to the end inside the staged SIF as root, then as an unprivileged user (setuid mode; the
+    image given with --image, read in place), and a tampered SIF is stopped before srun. torch in those jobs is the
+    image's."""
+    times: dict[str, float] = {}
+    t0 = time.monotonic()
+    job, info, log = _train(sandbox, root, reg_path, "real-appt")
+    times["2-node apptainer training job (root)"] = time.monotonic() - t0
+    assert info["ExitCode"] == "0:0", job_story(sandbox, job, log)
+    text = _trained(sandbox, job, log)
+    assert f"image {staged} matches its stage record (sha256 {rec.sha256[:12]}" in text
+    assert f"apptainer exec --nv --no-home --bind {root}:{root} --pwd {root} {staged}" in \
+        (root / "launch" / "real-appt.sbatch").read_text()
+    _torch_is_the_images(sandbox, ["apptainer", "exec", "--no-home", str(staged)])
+
+    base = Path(tempfile.mkdtemp(prefix="shipyard-real-appt-"))
+    base.chmod(0o755)
+    name = f"sy-appt-{uuid.uuid4().hex[:6]}"
+    restore = searchable_for_others([staged])
+    try:
+        user = make_user(name, base / name)
+        project = base / "project"
+        (project / "examples").mkdir(parents=True)
+        shutil.copy(reg_path, project / "registry.yaml")
+        shutil.copy(root / "examples" / "train.py", project / "examples" / "train.py")
+        t0 = time.monotonic()
+        job, info, log = _train(sandbox, project, project / "registry.yaml", "real-appt-user", user=user,
+                                image=str(staged))
+        times["2-node apptainer training job (unprivileged)"] = time.monotonic() - t0
+        assert info["ExitCode"] == "0:0", job_story(sandbox, job, log)
+        assert info["UserId"].startswith(name), info["UserId"]
+        _trained(sandbox, job, log)
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+        for d, mode in reversed(restore):
+            d.chmod(mode)
+
+    with open(staged, "ab") as fh:
+        fh.write(b"tampered")
+    job, info, log = _train(sandbox, root, reg_path, "real-appt-tampered")
     text = log.read_text()
     assert info["ExitCode"] == "3:0", text[-3000:]
     assert "changed after it was staged" in text and "job step exit code" not in text

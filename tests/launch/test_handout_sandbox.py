@@ -10,7 +10,6 @@ exactly those directories for its duration and restores their modes afterwards.
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fixtures_launch import wait_job
+from fixtures_launch import as_user, make_user, searchable_for_others, wait_job
 
 from shipyard.commands import demo
 
@@ -28,27 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 COURSE = ROOT / "examples" / "course"
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
-
-def _user(name: str, home: Path) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--home-dir", str(home), "--create-home", "--shell", "/bin/bash", name],
-                       check=True, capture_output=True)
-        return pwd.getpwnam(name)
-
-
-def _searchable_for_others(paths) -> list[tuple[Path, int]]:
-    """Add o+x to every ancestor of ``paths`` that lacks it; returns (dir, old mode) to restore."""
-    changed = []
-    for p in paths:
-        for d in [*reversed(Path(p).parents)]:
-            mode = d.stat().st_mode & 0o7777
-            if not mode & 0o001 and d not in [c[0] for c in changed]:
-                changed.append((d, mode))
-                d.chmod(mode | 0o001)
-    return changed
 
 
 def test_two_students_run_the_same_handout_at_once(sandbox):
@@ -60,7 +38,7 @@ def test_two_students_run_the_same_handout_at_once(sandbox):
     names = [f"sy-stu-a{tag}", f"sy-stu-b{tag}"]
     python = Path(sys.executable).resolve()
     # sys.prefix itself too (its bin/ is the argument): CI's virtual environment is a mktemp -d folder, mode 0700
-    restore = _searchable_for_others([python, Path(sys.prefix) / "bin",
+    restore = searchable_for_others([python, Path(sys.prefix) / "bin",
                                       Path(shutil.which("torchrun") or sys.executable)])
     course = base / "course"
     shutil.copytree(COURSE, course, ignore=shutil.ignore_patterns("launch", "containers", "train.py"))
@@ -77,14 +55,13 @@ def test_two_students_run_the_same_handout_at_once(sandbox):
         handout_files = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
         assert handout_files == ["STUDENTS.md", "logs", "train-sandbox.sbatch", "train.py"]
         assert str(course) not in (out / "train-sandbox.sbatch").read_text()
-        users = [_user(n, base / n) for n in names]
+        users = [make_user(n, base / n) for n in names]
         jobs = {}
         for u in users:  # each copies the handout as itself, then submits from its copy, both before either ends
-            as_user = ["setpriv", f"--reuid={u.pw_uid}", f"--regid={u.pw_gid}", "--init-groups", "env",
-                       f"HOME={u.pw_dir}", f"USER={u.pw_name}", f"LOGNAME={u.pw_name}"]
+            user = as_user(u)
             Path(u.pw_dir).chmod(0o700)
-            subprocess.run([*as_user, "cp", "-r", str(out), f"{u.pw_dir}/course"], check=True, timeout=60)
-            sub = subprocess.run(sandbox.argv([*as_user, "bash", "-c", f"cd {u.pw_dir}/course && "
+            subprocess.run([*user, "cp", "-r", str(out), f"{u.pw_dir}/course"], check=True, timeout=60)
+            sub = subprocess.run(sandbox.argv([*user, "bash", "-c", f"cd {u.pw_dir}/course && "
                                                "sbatch --parsable train-sandbox.sbatch"]),
                                  capture_output=True, text=True, timeout=60, env=sandbox.env())
             assert sub.returncode == 0, sub.stderr

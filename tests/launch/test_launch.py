@@ -258,9 +258,9 @@ def test_rule7_pyxis_flags(launch_registry):
     assert "'--container-image=nvcr.io#nvidia/pytorch:24.01-py3'" in r  # quoted: '#' does not start a comment
 
 
-def test_rule8_apptainer_exec_nv_bind_no_containall(launch_registry):
+def test_rule8_apptainer_exec_nv_no_home_bind_no_containall(launch_registry):
     t = _two(launch_registry, "lab-ib")
-    assert ("apptainer exec --nv --bind /srv/shipyard-project:/srv/shipyard-project,/scratch:/scratch,"
+    assert ("apptainer exec --nv --no-home --bind /srv/shipyard-project:/srv/shipyard-project,/scratch:/scratch,"
             "/mnt/data:/data:ro --pwd /srv/shipyard-project /scratch/images/pytorch-2.3.sif") in t
     assert "module load apptainer\n" in t
     assert "--contain" not in t and "--nvccli" not in t and "--writable-tmpfs" not in t

@@ -1,22 +1,19 @@
 """Launchers on the real local 2-node Slurm sandbox: host runtime training, chain, USR2 + requeue, monitor CSVs,
-hostile arguments, the pyxis runtime through a SPANK test double and the apptainer runtime through a strict
-apptainer test double. Every job here is submitted with `sbatch` by `invoke launch --submit`'s code path."""
+hostile arguments, the pyxis runtime through a SPANK test double (the real Apptainer's launchers are in
+test_launch_sandbox_apptainer.py). Every job here is submitted with `sbatch` by `invoke launch --submit`'s code
+path."""
 
 from __future__ import annotations
 
 import csv
-import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 from fixtures_launch import (
-    DOUBLES,
     HOSTILE_ARGS,
     REPO,
     build_launcher,
-    make_sif,
     probes,
     run_launch,
     stage_record,
@@ -167,64 +164,17 @@ def test_pyxis_double_is_strict_missing_image_fails_the_job(sandbox, sandbox_pro
     assert "image file does not exist" in text and "shipyard: job step exit code 0" not in text
 
 
-@pytest.mark.double
-def test_apptainer_runtime_runs_on_both_nodes_through_the_double(sandbox, sandbox_project, monkeypatch):
-    """The cluster's `module load apptainer` runs in real Lmod; the module puts the apptainer **test double** on
-    PATH (a real site's module would put the real apptainer there)."""
-    import yaml
-
-    lmod_init = Path("/usr/share/lmod/lmod/init/bash")
-    if not lmod_init.exists():
-        pytest.skip("Lmod is not installed (apt-get install lmod)")
-    data = yaml.safe_load((sandbox_project / "registry.yaml").read_text())
-    data["clusters"]["sandbox"]["modules"] = ["apptainer"]
-    (sandbox_project / "registry.yaml").write_text(yaml.safe_dump(data))
-    modules = sandbox_project / "modulefiles"
-    modules.mkdir()
-    (modules / "apptainer.lua").write_text(f'prepend_path("PATH", "{DOUBLES / "apptainer"}")\n')
-    monkeypatch.setenv("MODULEPATH", str(modules))
-    monkeypatch.setenv("BASH_ENV", str(lmod_init))  # how a site gives non-interactive batch shells `module`
-    stage_record(make_sif(sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif"))
-    calls = sandbox_project / "apptainer-calls.jsonl"
-    monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
-    (sandbox_project / "data").mkdir()
-    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py"), "a b"], nodes=2, runtime="apptainer",
-                      mounts="data:/data:ro", env=["FOO=from launcher"], name="appt")
-    info = wait_job(sandbox, job)
-    assert info["ExitCode"] == "0:0", log.read_text()[-3000:]
-    assert "module load apptainer" in (sandbox_project / "launch" / "appt.sbatch").read_text()
-    seen = [json.loads(line) for line in calls.read_text().splitlines()]
-    assert sorted(c["host"] for c in seen) == ["node1", "node2"]
-    for c in seen:
-        assert c["command"] == "exec" and c["image"] == str(sandbox_project / ".sandbox/images/pytorch-2.3.sif")
-        assert c["bind"] == [f"{sandbox_project}:{sandbox_project}", f"{sandbox_project / 'data'}:/data:ro"]
-        assert c["pwd"] == str(sandbox_project) and c["run"][:2] == ["bash", "-c"]
-    ranks = probes(sandbox_project, job)
-    assert len(ranks) == 4 and all(r["argv"] == ["a b"] and r["env"]["FOO"] == "from launcher" for r in ranks)
-    assert all(r["env"]["APPTAINER_CONTAINER"].endswith("pytorch-2.3.sif") for r in ranks)
-
-
-@pytest.mark.double
-def test_apptainer_double_refuses_a_missing_image(sandbox, sandbox_project, monkeypatch):
-    monkeypatch.setenv("PATH", f"{DOUBLES / 'apptainer'}{os.pathsep}{os.environ['PATH']}")
-    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py")], nodes=1, runtime="apptainer",
-                      image=str(sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif"), name="appt-bad")
-    info = wait_job(sandbox, job)
-    assert info["ExitCode"] != "0:0"
-    assert "apptainer double: image" in log.read_text()
-
-
-@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "host"])
+@pytest.mark.parametrize("runtime", ["pyxis", pytest.param("apptainer", marks=pytest.mark.real_apptainer), "host"])
 def test_sbatch_test_only_accepts_the_nccl_test_launcher_of_each_runtime(sandbox, sandbox_project, busybox_sqsh,
-                                                                         runtime):
+                                                                         request, runtime):
     """`invoke nccl-test --validate` for each runtime (the launchers of tests/golden/launch/nccl-test-sandbox-*.sbatch):
     Slurm accepts the resource request. The pyxis one runs for real in tests/containers/test_nccl_tests_real_pyxis.py;
-    the host one needs all_reduce_perf on the nodes' PATH, and Apptainer cannot be installed here (its double runs on
-    the host), so those two are checked only this far."""
+    the apptainer one is given a real SIF built by the real Apptainer; the host one needs all_reduce_perf on the
+    nodes' PATH, so it is checked only this far."""
     from shipyard.launch.options import NCCL_TEST
 
-    image = {"pyxis": str(busybox_sqsh), "apptainer": str(make_sif(sandbox_project / "images" / "nt.sif")),
-             "host": None}[runtime]
+    image = {"pyxis": lambda: str(busybox_sqsh), "apptainer": lambda: str(request.getfixturevalue("busybox_sif")),
+             "host": lambda: None}[runtime]()
     out = run_launch(kind=NCCL_TEST, cluster="sandbox", runtime=runtime, nodes=2, validate=True, image=image,
                      image_has_nccl_tests=image is not None)
     assert "sbatch --test-only: accepted: " in out, out

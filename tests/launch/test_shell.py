@@ -185,34 +185,32 @@ def test_interactive_shell_on_a_node_prints_the_snippet(sandbox, sandbox_env, tm
 
 
 @pytest.mark.slurm
-@pytest.mark.double
-def test_apptainer_runtime_on_a_sandbox_node_through_the_double(sandbox, sandbox_env, tmp_path, invoke):
-    """`--runtime apptainer` on the sandbox: srun starts the strict apptainer **test double** on a node, which
-    checks --nv, the binds, --pwd and the SIF image before running the command (it isolates nothing)."""
-    import json
-
-    from fixtures_launch import DOUBLES as LAUNCH_DOUBLES
-    from fixtures_launch import make_sif
-
-    image = make_sif(tmp_path / ".sandbox" / "images" / "pytorch-2.3.sif")
-    calls = tmp_path / "calls.jsonl"
-    env = {**sandbox_env, "PATH": f"{LAUNCH_DOUBLES / 'apptainer'}{os.pathsep}{sandbox_env['PATH']}",
-           "SHIPYARD_DOUBLE_CALLS": str(calls)}
-    proc = invoke("shell", "--cluster", "sandbox", "--runtime", "apptainer",
-                  "--command", "sh -c 'echo $APPTAINER_CONTAINER $(hostname) $PWD'", cwd=tmp_path, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    container, host, pwd = proc.stdout.split()
-    assert container == str(image) and host in sandbox.nodes and pwd == str(tmp_path)
-    (call,) = [json.loads(line) for line in calls.read_text().splitlines()]
-    assert call["command"] == "exec" and call["host"] == host and call["bind"] == [f"{tmp_path}:{tmp_path}"]
+@pytest.mark.real_apptainer
+def test_apptainer_runtime_on_a_sandbox_node_in_the_real_container(sandbox, sandbox_env, busybox_sif, tmp_path,
+                                                                   apptainer_on_path, invoke):
+    """`--runtime apptainer` on the sandbox with the real Apptainer: `--command` runs in the image on a node (the
+    image's environment and PATH, the submit directory bound as the workdir, the home directory kept: a shell is
+    the user's); the interactive form starts `apptainer shell` in the container under a terminal."""
+    image = tmp_path / ".sandbox" / "images" / "pytorch-2.3.sif"
+    image.parent.mkdir(parents=True)
+    shutil.copy(busybox_sif, image)
+    env = {**sandbox_env, "PATH": f"{apptainer_on_path}{os.pathsep}{sandbox_env['PATH']}"}
+    proc = invoke("shell", "--cluster", "sandbox", "--runtime", "apptainer", "--command",
+                  'echo "$APPTAINER_CONTAINER $(hostname) $PWD $IMAGE_ONLY"; image-tool; '
+                  'grep -c " $HOME " /proc/self/mountinfo', cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first, second, third = proc.stdout.splitlines()[-3:]
+    container, host, pwd, only = first.split()
+    assert container == str(image) and host in sandbox.nodes and pwd == str(tmp_path) and only == "from-image"
+    assert second == "image-tool ran" and third == "1"  # the home directory is mounted
     # The interactive form: `apptainer shell` under a terminal, the snippet printed first.
     inner = shlex.join(invoke.argv("shell", "--cluster", "sandbox", "--runtime", "apptainer"))
-    res = subprocess.run(["script", "-qec", inner, "/dev/null"], input="echo in-$APPTAINER_CONTAINER\nexit\n",
-                         cwd=tmp_path, capture_output=True, text=True, env={**env, "SHELL": "/bin/bash"}, timeout=120)
+    res = subprocess.run(["script", "-qec", inner, "/dev/null"],
+                         input="echo in-$APPTAINER_CONTAINER-$APPTAINER_COMMAND\nexit\n", cwd=tmp_path,
+                         capture_output=True, text=True, env={**env, "SHELL": "/bin/bash"}, timeout=120)
     out = res.stdout.replace("\r", "")
     assert res.returncode == 0, out + res.stderr
-    assert f"in-{image}" in out and "Host shipyard-sandbox-node" in out
-    assert json.loads(calls.read_text().splitlines()[-1])["command"] == "shell"
+    assert f"in-{image}-shell" in out and "Host shipyard-sandbox-node" in out
 
 
 @pytest.mark.slurm
