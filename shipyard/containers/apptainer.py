@@ -107,6 +107,9 @@ class ApptainerBackend:
         target = project.artifact_path(job.reg, job.env.name, "sif")
         tmp = project.temp_path(target)
         argv = ["apptainer", "build"] + (["--fakeroot"] if job.fakeroot else [])
+        mirror = job.reg.base_mirror
+        if mirror and mirror.insecure_http:  # plain HTTP for docker:// only when registry.yaml says so
+            argv.append("--no-https")
         net = buildnet.from_environ()
         try:
             with buildnet.staged(net) as net_dir:
