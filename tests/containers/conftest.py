@@ -10,7 +10,8 @@ import os
 
 import pytest
 from fixtures_debian import connect_proxy, debian12_base  # noqa: F401  (fixtures)
-from fixtures_docker import docker_env, docker_services, tiny_base  # noqa: F401  (fixtures)
+from fixtures_docker import TINY_BASE, docker_env, docker_services, tiny_base  # noqa: F401  (fixtures)
+from fixtures_oci import TINY_BASE_ENV, OciServer, tiny_base_rootfs
 from fixtures_push import registry_proxy  # noqa: F401  (fixtures)
 from fixtures_sign import KEYS, SIGN_DOUBLE, SignProject, make_sif
 
@@ -33,3 +34,37 @@ def sign_project(make_project, tmp_path, monkeypatch):
     monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_STATE", str(state))
     monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(log))
     return SignProject(root, reg, image, keyring, log)
+
+
+@pytest.fixture(scope="session")
+def base_registry(tmp_path_factory):
+    """The in-process OCI registry (fixtures_oci.py) serving the tiny base as ``shipyard-test/base:1``: what a real
+    `apptainer build` of the `tiny` environment pulls through base_mirror. No daemon, no network."""
+    import shutil
+
+    d = tmp_path_factory.mktemp("tiny-base")
+    server = OciServer()
+    name, tag = TINY_BASE.rsplit(":", 1)
+    server.add_image(name, tag, tiny_base_rootfs(d / "rootfs"), TINY_BASE_ENV)
+    shutil.rmtree(d / "rootfs")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def apptainer_cache(tmp_path_factory):
+    """One APPTAINER_CACHEDIR for the session: the base's layers are fetched once, not once per build."""
+    return tmp_path_factory.mktemp("apptainer-cache")
+
+
+@pytest.fixture
+def real_project(project, base_registry, apptainer_on_path, apptainer_cache, monkeypatch, tmp_path):
+    """The build project with base_mirror at :func:`base_registry` (plain HTTP, said explicitly) and the real
+    Apptainer first on PATH; returns the registry loaded from it."""
+    from shipyard import registry
+
+    reg_file = project.root / "registry.yaml"
+    reg_file.write_text(reg_file.read_text() + f"base_mirror:\n  url: {base_registry.address}\n  insecure_http: true\n")
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(apptainer_cache))
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    return registry.load(reg_file)
