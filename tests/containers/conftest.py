@@ -11,7 +11,7 @@ import os
 import pytest
 from fixtures_debian import connect_proxy, debian12_base  # noqa: F401  (fixtures)
 from fixtures_docker import TINY_BASE, docker_env, docker_services, tiny_base  # noqa: F401  (fixtures)
-from fixtures_oci import TINY_BASE_ENV, OciServer, tiny_base_rootfs
+from fixtures_oci import DEBIAN_TORCH_BASE, TINY_BASE_ENV, OciServer, debian_torch_layer, layer, tiny_base_rootfs
 from fixtures_push import registry_proxy  # noqa: F401  (fixtures)
 from fixtures_sign import KEYS, SIGN_DOUBLE, SignProject, make_sif
 
@@ -45,7 +45,7 @@ def base_registry(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny-base")
     server = OciServer()
     name, tag = TINY_BASE.rsplit(":", 1)
-    server.add_image(name, tag, tiny_base_rootfs(d / "rootfs"), TINY_BASE_ENV)
+    server.add_image(name, tag, [layer(tiny_base_rootfs(d / "rootfs"))], TINY_BASE_ENV)
     shutil.rmtree(d / "rootfs")
     yield server
     server.stop()
@@ -68,3 +68,15 @@ def real_project(project, base_registry, apptainer_on_path, apptainer_cache, mon
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(apptainer_cache))
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
     return registry.load(reg_file)
+
+
+@pytest.fixture(scope="session")
+def debian_base(base_registry, tmp_path_factory):
+    """``shipyard-test/debian12-torch:1`` in base_registry: the debootstrapped Debian 12 (fixtures_debian.py, cached
+    between sessions) as one layer, the metadata-only torch of the tiny base as a second."""
+    from fixtures_debian import rootfs_tarball
+
+    name, tag = DEBIAN_TORCH_BASE.rsplit(":", 1)
+    base_registry.add_image(name, tag, [rootfs_tarball().read_bytes(),
+                                        debian_torch_layer(tmp_path_factory.mktemp("debian-torch"))], TINY_BASE_ENV)
+    return DEBIAN_TORCH_BASE

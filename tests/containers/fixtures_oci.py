@@ -5,7 +5,6 @@ root filesystem folder, so a real ``apptainer build`` pulls its ``Bootstrap: doc
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import json
@@ -16,15 +15,15 @@ from pathlib import Path
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
-LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
+LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"  # uncompressed: served locally, gzip would only cost time
 
 
 def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _layer(rootfs: Path) -> tuple[bytes, bytes]:
-    """(the uncompressed tar, its gzip) of ``rootfs``, every entry owned by root."""
+def layer(rootfs: Path) -> bytes:
+    """A layer: the tar of ``rootfs``, every entry owned by root."""
     raw = io.BytesIO()
 
     def root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -35,8 +34,7 @@ def _layer(rootfs: Path) -> tuple[bytes, bytes]:
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for p in sorted(rootfs.rglob("*")):
             tar.add(p, arcname=str(p.relative_to(rootfs)), recursive=False, filter=root_owned)
-    data = raw.getvalue()
-    return data, gzip.compress(data, compresslevel=1, mtime=0)
+    return raw.getvalue()
 
 
 class OciServer:
@@ -95,18 +93,17 @@ class OciServer:
         self.address = f"127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def add_image(self, name: str, tag: str, rootfs: Path, env: list[str]) -> str:
-        """Serve ``rootfs`` as a one-layer linux/amd64 image ``NAME:TAG``; returns the manifest's digest."""
-        raw, gz = _layer(rootfs)
+    def add_image(self, name: str, tag: str, layers: list[bytes], env: list[str]) -> str:
+        """Serve ``layers`` (tars, lowest first) as a linux/amd64 image ``NAME:TAG``; returns its manifest digest."""
         config = json.dumps({"architecture": "amd64", "os": "linux",
                              "config": {"Env": env, "Cmd": ["/bin/sh"]},
-                             "rootfs": {"type": "layers", "diff_ids": [_digest(raw)]}}).encode()
+                             "rootfs": {"type": "layers", "diff_ids": [_digest(x) for x in layers]}}).encode()
         manifest = json.dumps({
             "schemaVersion": 2, "mediaType": MANIFEST_TYPE,
             "config": {"mediaType": CONFIG_TYPE, "digest": _digest(config), "size": len(config)},
-            "layers": [{"mediaType": LAYER_TYPE, "digest": _digest(gz), "size": len(gz)}],
+            "layers": [{"mediaType": LAYER_TYPE, "digest": _digest(x), "size": len(x)} for x in layers],
         }).encode()
-        for blob in (config, gz):
+        for blob in (config, *layers):
             self.blobs[_digest(blob)] = blob
         digest = _digest(manifest)
         self.manifests[(name, tag)] = self.manifests[(name, digest)] = manifest
@@ -148,3 +145,15 @@ def tiny_base_rootfs(dest: Path) -> Path:
     stub.write_text(APT_GET_STUB)
     stub.chmod(0o755)
     return root
+
+
+DEBIAN_TORCH_BASE = "shipyard-test/debian12-torch:1"
+
+
+def debian_torch_layer(d: Path) -> bytes:
+    """The layer that puts fixtures_docker's metadata-only torch (the tiny base's pins) on a Debian 12 base, where
+    Debian's python3.11 finds it (/usr/local/lib/python3.11/dist-packages)."""
+    from fixtures_docker import TINY_PINS, _fixture_torch
+
+    _fixture_torch(d / "usr" / "local" / "lib" / "python3.11" / "dist-packages", TINY_PINS)
+    return layer(d)

@@ -223,6 +223,47 @@ def test_copied_files_are_part_of_the_cache_key(real_project):
         b.build(reg, reg.environment("tiny"))
 
 
+DEBIAN_ENV = """\
+  deb:
+    description: os debian12 on a Debian 12 base from the mirror; %post installs Debian's Python with apt
+    torch: "2.3.1"
+    cuda: "12.1"
+    python: "3.11"
+    os: debian12
+    stack: base
+    base: {base}
+    torchvision: false
+    torchaudio: false
+    apt: [python3, python3-pip]
+"""
+
+
+@real
+@pytest.mark.slow
+@pytest.mark.pypi  # the network: Debian's packages, through the host's build-network settings
+def test_debian12_environment_builds_for_real(real_project, debian_base, base_registry, monkeypatch):
+    """An `os: debian12` environment on a debootstrapped Debian 12 (fixtures_debian.py) that the mirror serves:
+    %post sources the build network (this machine's CA bundle), apt-get installs Debian's python3 and pip from
+    Debian's packages, pip check passes, and %test finds Python 3.11 and the torch pins (the metadata-only torch
+    of the tiny base, in a layer of its own: PyPI's torch would be 1.8 GB here, which the real-image test pays)."""
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")  # the host's bundle, which the project fixture unset
+    if bundle.is_file():
+        monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    reg = _edit(real_project, "  tiny-mismatch:\n", DEBIAN_ENV.format(base=debian_base) + "  tiny-mismatch:\n")
+    started = time.monotonic()
+    m = b.build(reg, reg.environment("deb"))
+    took = time.monotonic() - started
+    assert m.status == "ok" and m.base == {"reference": debian_base,
+                                            "mirrored": f"{base_registry.address}/{debian_base}"}
+    log = (reg.root / m.log).read_text()
+    assert "+ apt-get install -y --no-install-recommends python3 python3-pip" in log
+    assert "shipyard: %test passed for deb" in log and "INFO:    Build complete" in log
+    sif = reg.root / "containers" / "deb.sif"
+    assert _in_image(sif, "exec", "sh", "-c", ". /etc/os-release; echo $VERSION_ID; python3 -c 'import torch, sys; "
+                     "print(sys.version_info[:2], torch.__version__)'") == "12\n(3, 11) 2.3.1+cu121\n"
+    print(f"debian12 real build: {took:.0f} s")
+
+
 def test_tool_that_exits_0_without_a_sif_is_a_failure(project, tmp_path, monkeypatch):
     """Our own guard (check_sif), whatever the tool: a fake `apptainer` that says it built and wrote nothing."""
     fake = tmp_path / "bin" / "apptainer"
