@@ -51,9 +51,6 @@ CA_VARS = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
 
 
-XTRACE_WAS_ON = "_shipyard_xtrace"  # the env file's own variable: tracing was on when it was sourced
-
-
 @dataclass(frozen=True)
 class Settings:
     ca_bundle: Path | None
@@ -74,15 +71,11 @@ class Settings:
     def env_text(self, proxies: bool = True) -> str:
         """The file %post sources. ``proxies=False`` (docker: they go as build arguments) leaves the proxy values
         out, so nothing of a ``user:password@`` proxy is in the build context or the discarded stage's layers."""
-        lines = ["# written by shipyard for one build; never part of the image",
-                 # Apptainer runs %post under `sh -x`, which would print each export below, a proxy's
-                 # user:password@ included, into the build log: tracing is off while this file runs
-                 f"case $- in *x*) {XTRACE_WAS_ON}=1; set +x ;; esac"]
+        lines = ["# written by shipyard for one build; never part of the image"]
         if self.ca_bundle:
             lines.append("export " + " ".join(f"{v}={CA_FILE}" for v in CA_VARS))
         for name, value in self.proxies if proxies else ():
             lines.append(f"export {name}={shlex.quote(value)}")
-        lines.append(f'if [ -n "${{{XTRACE_WAS_ON}:-}}" ]; then unset {XTRACE_WAS_ON}; set -x; fi')
         return "\n".join(lines) + "\n"
 
     def docker_buildargs(self) -> dict[str, str]:

@@ -301,8 +301,10 @@ def nccl_tests_tests(env: Environment, python: str) -> list[str]:
 
 def build_network() -> Step:
     """The host's CA bundle and proxy settings, when the build was given any (never stored in the image)."""
+    # Apptainer runs %post under `sh -x`, whose trace of the sourced exports would put a proxy's user:password@
+    # into the build log: the file is sourced with its trace (stderr) discarded
     return Step("The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)",
-                (f"if [ -f {BUILD_NET_ENV} ]; then . {BUILD_NET_ENV}; fi",), "net")
+                (f"if [ -f {BUILD_NET_ENV} ]; then . {BUILD_NET_ENV} 2>/dev/null; fi",), "net")
 
 
 def pip_check(env: Environment, python: str) -> Step:

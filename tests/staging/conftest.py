@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from fixtures_build import PROJECT_REGISTRY
+from fixtures_build import PROJECT_REGISTRY, no_build_network
 
 from shipyard import registry
 from shipyard.commands.context import Context
@@ -57,6 +57,7 @@ def proj(tmp_path, monkeypatch):
     (root / "registry.yaml").write_text(text)
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    no_build_network(monkeypatch)  # the host's CA bundle and proxy are not what these tests are about
     return registry.load(root / "registry.yaml")
 
 
