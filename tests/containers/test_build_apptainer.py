@@ -356,6 +356,14 @@ def _read_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
     return "".join(seen)
 
 
+def _start_held(real_project, hold, *extra) -> tuple:
+    """(registry, process) of a build started with ``hold``'s package, once its %post holds."""
+    reg = _with_apt(real_project, hold.package)
+    proc = _start_build(reg, *extra)
+    _read_until(proc, "apt-get stub: holding", START_S)
+    return reg, proc
+
+
 def _apptainer_builds_in(root: Path) -> list[int]:
     """PIDs of `apptainer build` processes writing a temp file of this project."""
     pids = []
@@ -384,9 +392,7 @@ def _wait_for(pred, timeout=20.0):
 @pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
 def test_interrupt_leaves_no_partial_and_manifest_failed(real_project, hold, sig, code):
-    reg = _with_apt(real_project, hold.package)
-    proc = _start_build(reg)
-    head = _read_until(proc, "apt-get stub: holding", START_S)
+    reg, proc = _start_held(real_project, hold)
     os.kill(proc.pid, sig)
     try:
         out, _ = proc.communicate(timeout=REACT_S)
@@ -394,7 +400,7 @@ def test_interrupt_leaves_no_partial_and_manifest_failed(real_project, hold, sig
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         pytest.fail(f"the build did not react to {sig.name} within {REACT_S} s (its %post holds until released)")
-    assert proc.returncode == code, head + out
+    assert proc.returncode == code, out
     assert "interrupted" in out
     containers = reg.root / "containers"
     assert not list(containers.glob("*.tmp*")) and not (containers / "tiny.sif").exists()
@@ -406,9 +412,7 @@ def test_interrupt_leaves_no_partial_and_manifest_failed(real_project, hold, sig
 @real
 @pytest.mark.slow
 def test_sigkill_of_builder_is_detected_and_cleaned_by_next_build(real_project, hold):
-    reg = _with_apt(real_project, hold.package)
-    proc = _start_build(reg)
-    _read_until(proc, "apt-get stub: holding", START_S)
+    reg, proc = _start_held(real_project, hold)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=REACT_S)
     containers = reg.root / "containers"
@@ -434,9 +438,7 @@ def _log_started(log: Path) -> datetime:
 @pytest.mark.slow
 def test_second_build_waits_for_the_first_and_they_serialize(real_project, hold):
     # the first build holds in %post until the second says it waits: no race with a fixed sleep
-    reg = _with_apt(real_project, hold.package)
-    first = _start_build(reg, "--force")
-    _read_until(first, "apt-get stub: holding", START_S)
+    reg, first = _start_held(real_project, hold, "--force")
     second = _start_build(reg, "--force")
     head = _read_until(second, "waiting for the running build (pid", REACT_S)
     hold.release()
@@ -454,9 +456,7 @@ def test_second_build_waits_for_the_first_and_they_serialize(real_project, hold)
 @real
 @pytest.mark.slow
 def test_no_block_exits_clearly_while_another_build_runs(real_project, hold):
-    reg = _with_apt(real_project, hold.package)
-    first = _start_build(reg)
-    _read_until(first, "apt-get stub: holding", START_S)
+    reg, first = _start_held(real_project, hold)
     res = invoke_cli("build", "tiny", "--no-block", cwd=reg.root, timeout=None)
     assert first.poll() is None, "the first build ended before --no-block was tried"
     first.send_signal(signal.SIGINT)
