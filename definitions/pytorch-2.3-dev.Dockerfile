@@ -9,7 +9,7 @@ COPY definitions/pytorch-2.3-dev.lock /opt/shipyard/pytorch-2.3-dev.lock
 COPY .shipyard-build/ /mnt/
 RUN set -eu; \
     # The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)
-    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh; fi; \
+    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh 2>/dev/null; fi; \
     # Python 3.11 (deadsnakes PPA) in /opt/venv
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -26,6 +27,24 @@ from shipyard.errors import ShipyardError
 
 def build_facts() -> dict:
     return data.load("build")
+
+
+# How `apptainer build` 1.4 reports a failed section, as its one FATAL line (internal/pkg/build/build.go and
+# stage.go; real samples in tests/data/apptainer-build/): "while running %post section: exit status 3",
+# "failed to execute %test script: exit status 3". The cause is Go's exec error text: "exit status N" or
+# "signal: NAME".
+_FAILED_SECTION = re.compile(r"FATAL:.*?(?:while running (%post) section|failed to execute (%test) script): "
+                             r"(exit status \d+|signal: [\w ]+)")
+
+
+def failed_section(lines: list[str]) -> str | None:
+    """``%post failed (exit status 3)`` from `apptainer build`'s output, or None when no section failed (the
+    failure was elsewhere: a pull, the definition, the disk)."""
+    for line in reversed(lines):
+        m = _FAILED_SECTION.search(line)
+        if m:
+            return f"{m.group(1) or m.group(2)} failed ({m.group(3)}); no image was written"
+    return None
 
 
 
@@ -78,6 +97,11 @@ def preflight_apptainer(*, fakeroot: bool, environ: dict | None = None, uid: int
     return problems
 
 
+def _explain(env_name: str, lines: list[str]) -> str | None:
+    what = failed_section(lines)
+    return f"apptainer build of {env_name}: {what}" if what else None
+
+
 class ApptainerBackend:
     """``apptainer build [--fakeroot] containers/ENV.sif.tmp-PID definitions/ENV.def`` (run in the project root)."""
 
@@ -107,6 +131,9 @@ class ApptainerBackend:
         target = project.artifact_path(job.reg, job.env.name, "sif")
         tmp = project.temp_path(target)
         argv = ["apptainer", "build"] + (["--fakeroot"] if job.fakeroot else [])
+        mirror = job.reg.base_mirror
+        if mirror and mirror.insecure_http:  # plain HTTP for docker:// only when registry.yaml says so
+            argv.append("--no-https")
         net = buildnet.from_environ()
         try:
             with buildnet.staged(net) as net_dir:
@@ -115,7 +142,7 @@ class ApptainerBackend:
                     argv += ["--bind", f"{net_dir}:{buildnet.MOUNT}"]
                 argv += [str(tmp.relative_to(job.root)), str(project.definition_path(job.reg, job.env.name)
                                                               .relative_to(job.root))]
-                run_streaming(argv, job.log, cwd=job.root)
+                run_streaming(argv, job.log, cwd=job.root, explain=lambda lines: _explain(job.env.name, lines))
             check_sif(tmp)
         except BaseException:
             tmp.unlink(missing_ok=True)

@@ -8,6 +8,7 @@ Backends (:mod:`shipyard.containers.apptainer`, :mod:`shipyard.containers.docker
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import fcntl
@@ -20,7 +21,7 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from shipyard import identity, project
 from shipyard.containers import manifest as mf
@@ -33,6 +34,7 @@ BACKENDS = ("apptainer", "docker")
 FORMATS = ("sif", "sqsh")
 SIF_MAGIC_OFFSET = 32  # after the 32-byte launch line, every SIF file carries "SIF_MAGIC"
 SIF_MAGIC = b"SIF_MAGIC"
+TAIL_LINES = 50  # the last lines of a build tool's output that run_streaming's ``explain`` reads
 
 
 class BuildInterrupted(KeyboardInterrupt):
@@ -221,11 +223,15 @@ def _terminate(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_streaming(argv: list[str], log: BuildLog, cwd: Path | None = None, env: dict | None = None) -> None:
-    """Run a build tool, streaming its merged output line by line into ``log``; raise on a non-zero exit.
+def run_streaming(argv: list[str], log: BuildLog, cwd: Path | None = None, env: dict | None = None,
+                  explain: Callable[[list[str]], str | None] | None = None) -> None:
+    """Run a build tool, streaming its merged output line by line into ``log``; raise on a non-zero exit (exit
+    code 1: the build failed, the input was fine). ``explain`` turns the tool's last lines into what failed, for
+    that one line; without it, or when it finds nothing, the line names the tool's exit code.
 
     The tool runs in its own session (the builder decides when it stops) and dies with the builder."""
     log.write("$ " + " ".join(argv))
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=cwd, env=env, text=True, errors="replace", bufsize=1,
@@ -236,12 +242,14 @@ def run_streaming(argv: list[str], log: BuildLog, cwd: Path | None = None, env: 
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
+            tail.append(line.rstrip("\n"))
         rc = proc.wait()
     except BaseException:
         _terminate(proc)
         raise
     if rc != 0:
-        raise ShipyardError(f"`{' '.join(argv[:2])}` exited with {rc}; full output in {log.path}")
+        what = (explain(list(tail)) if explain else None) or f"`{' '.join(argv[:2])}` exited with {rc}"
+        raise ShipyardError(f"{what}; full output in {log.path}", exit_code=1)
 
 
 # tool identity (resolved path, size, mtime) -> version string; seeded from the last manifest by build(), so the

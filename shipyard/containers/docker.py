@@ -12,6 +12,7 @@ set. A build that is killed or fails therefore never leaves that tag on a partia
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
@@ -80,6 +81,20 @@ def context_tar(root: Path, paths: list[str], net_dir: Path | None = None) -> te
     return buf
 
 
+def daemon_allows_http(registry_config: dict, host: str) -> bool:
+    """Whether a Docker engine with this ``RegistryConfig`` (``GET /info``) pulls from ``host`` (HOST[:PORT]) over
+    plain HTTP: the host is an insecure index, or its address is in an insecure CIDR (127.0.0.0/8 always is)."""
+    index = (registry_config.get("IndexConfigs") or {}).get(host)
+    if index is not None and index.get("Secure") is False:
+        return True
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    try:
+        addr = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return any(addr in ipaddress.ip_network(c, strict=False) for c in registry_config.get("InsecureRegistryCIDRs") or ())
+
+
 class DockerBackend:
     name = "docker"
 
@@ -121,7 +136,19 @@ class DockerBackend:
 
     # -------------------------------------------------------------------------------------------- build steps
 
+    def _check_mirror(self, mirror) -> None:
+        """A plain-HTTP base_mirror works only when the daemon lists it in its insecure-registries (the daemon
+        decides, not the client): refuse before the build rather than fail in the middle of its pull."""
+        if mirror is None or not mirror.insecure_http:
+            return
+        cfg = self.api.info().get("RegistryConfig") or {}
+        if not daemon_allows_http(cfg, mirror.host):
+            raise ShipyardError(f"base_mirror {mirror.url}: insecure_http is set, but the Docker engine at "
+                                f"{self.api.base_url} does not list {mirror.host} in its insecure-registries; add it "
+                                "to the daemon's daemon.json and restart dockerd, or serve the mirror over HTTPS")
+
     def _build_image(self, job: Job) -> str:
+        self._check_mirror(job.reg.base_mirror)
         root = job.root
         path = project.dockerfile_path(job.reg, job.env.name)
         dockerfile = str(path.relative_to(root))

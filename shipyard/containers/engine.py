@@ -64,6 +64,16 @@ def input_hash(spec: dict, texts: dict[str, str], backend: str, tools: dict[str,
 
 
 
+def base_record(reg, env) -> dict | None:
+    """The manifest's ``base``: the reference registry.yaml names and, with base_mirror, the one the build pulled."""
+    if not env.base.value:
+        return None
+    rec = {"reference": env.base.value}
+    if reg.base_mirror:
+        rec["mirrored"] = reg.base_reference(env)
+    return rec
+
+
 def backend_for(name: str, fakeroot: bool):
     if name == "apptainer":
         return ApptainerBackend(fakeroot)
@@ -133,6 +143,7 @@ def _build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, forc
             formats=list(fmts), pins={k: p.value for k, p in env.pins().items()},
             host=socket.gethostname(), pid=os.getpid(), started=now_iso(), finished=None,
             log=str(log_path.relative_to(root)), forced_checks=list(forced) if forced else None,
+            base=base_record(reg, env),
         )
         temps: dict[str, Path] = {}
         with BuildLog(log_path, out=out, quiet=quiet) as log, signals_raise():

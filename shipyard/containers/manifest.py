@@ -99,6 +99,7 @@ class Manifest:
     finished: str | None = None
     log: str | None = None
     forced_checks: list | None = None
+    base: dict | None = None  # {"reference": what registry.yaml names, "mirrored": what was pulled} (base_mirror)
     artifacts: dict[str, Artifact] | None = None  # format (sif, sqsh) -> artifact
     image: dict | None = None  # docker backend: {"tag", "id"}
     signature: dict | None = None  # shipyard.containers.sign

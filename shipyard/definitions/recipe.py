@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard import __version__, facts, project
-from shipyard.registry.model import Environment
+from shipyard.registry.model import BaseMirror, Environment
 
 VENV = "/opt/venv"
 SHIPYARD_DIR = "/opt/shipyard"
@@ -48,7 +48,7 @@ class EnvVar:
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    base: str
+    base: str  # the reference the definitions bootstrap from (the mirror's, with base_mirror)
     build_args: tuple[tuple[str, str], ...]
     files: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
@@ -60,6 +60,8 @@ class Recipe:
     python: str  # interpreter path inside the image
     # what the docker backend's download stage makes and the image copies from it (/opt/venv, /opt/nccl-tests)
     copied: tuple[str, ...] = (VENV,)
+    base_origin: str | None = None  # with base_mirror: the reference registry.yaml names, which the mirror serves
+    mirror: str | None = None  # with base_mirror: its HOST[:PORT][/PREFIX]
 
 
 def _q(s: str) -> str:
@@ -299,8 +301,10 @@ def nccl_tests_tests(env: Environment, python: str) -> list[str]:
 
 def build_network() -> Step:
     """The host's CA bundle and proxy settings, when the build was given any (never stored in the image)."""
+    # Apptainer runs %post under `sh -x`, whose trace of the sourced exports would put a proxy's user:password@
+    # into the build log: the file is sourced with its trace (stderr) discarded
     return Step("The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)",
-                (f"if [ -f {BUILD_NET_ENV} ]; then . {BUILD_NET_ENV}; fi",), "net")
+                (f"if [ -f {BUILD_NET_ENV} ]; then . {BUILD_NET_ENV} 2>/dev/null; fi",), "net")
 
 
 def pip_check(env: Environment, python: str) -> Step:
@@ -315,8 +319,9 @@ def pip_check(env: Environment, python: str) -> Step:
     return Step("pip check: the installed set must be consistent", (f"{python} -m pip check",))
 
 
-def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
-    """The pure function from a resolved environment (and the sha256 of its lock file, if any) to build primitives.
+def build_recipe(env: Environment, lock_sha256: str | None = None, mirror: BaseMirror | None = None) -> Recipe:
+    """The pure function from a resolved environment (and the sha256 of its lock file, if any, and the registry's
+    base_mirror, if any) to build primitives.
 
     The lock's digest becomes a label, so re-locking changes the committed definition and shows up in review.
     """
@@ -377,7 +382,9 @@ def build_recipe(env: Environment, lock_sha256: str | None = None) -> Recipe:
 
     return Recipe(
         name=env.name,
-        base=env.base.value or "",
+        base=mirror.rewrite(env.base.value) if mirror and env.base.value else env.base.value or "",
+        base_origin=env.base.value if mirror and env.base.value else None,
+        mirror=mirror.url if mirror and env.base.value else None,
         build_args=env.build_args,
         files=tuple(files),
         labels=tuple(labels),

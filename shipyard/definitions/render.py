@@ -36,7 +36,7 @@ def _lock_sha256(reg: Registry | None, env: Environment) -> str | None:
 
 
 def _recipe(env: Environment, reg: Registry | None):
-    return build_recipe(env, lock_sha256=_lock_sha256(reg, env))
+    return build_recipe(env, lock_sha256=_lock_sha256(reg, env), mirror=reg.base_mirror if reg is not None else None)
 
 
 def _render_def(recipe) -> str:

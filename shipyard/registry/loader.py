@@ -30,6 +30,7 @@ from shipyard.registry.model import (
     COMPAT,
     DEFAULT,
     EXPLICIT,
+    BaseMirror,
     Cluster,
     Environment,
     FileCopy,
@@ -680,6 +681,18 @@ def _with_fabrics(env: Environment, clusters: Mapping[str, Cluster]) -> Environm
                    efa_installer=installer if "efa" in fabrics else None)
 
 
+def _check_mirrored_bases(envs: Mapping[str, Environment], mirror: Mapping, lines, fname: str) -> None:
+    """A base that names its registry with a port (``host:5000/img``) has no name under a mirror: the port would
+    become part of a path component, which no reference allows."""
+    for env in envs.values():
+        first, slash, _ = (env.base.value or "").partition("/")
+        if slash and ":" in first:
+            at = _line(lines, ("environments", env.name, "base")) or _line(lines, ("base_mirror", "url"))
+            raise ShipyardError(f"{fname}:{at}: environments.{env.name}.base: {env.base.value} names a registry with "
+                                f"a port, which base_mirror ({mirror['url']}) cannot serve under its name; push the "
+                                "image to the mirror and name it there, or remove base_mirror")
+
+
 def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None) -> Registry:
     """Parse, validate and resolve registry text. Every user error is a one-line ShipyardError."""
     data, lines = parse_yaml(text, fname)
@@ -695,6 +708,9 @@ def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None)
         for n, r in data.get("registries", {}).items()
     }
     envs = {n: _with_fabrics(e, clusters) for n, e in envs.items()}
+    mirror = data.get("base_mirror")
+    if mirror:
+        _check_mirrored_bases(envs, mirror, lines, fname)
     defaults = data.get("defaults", {})
     for key, table in (("environment", envs), ("cluster", clusters), ("registry", regs)):
         val = defaults.get(key)
@@ -710,6 +726,7 @@ def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None)
         default_environment=defaults.get("environment"),
         default_cluster=defaults.get("cluster"),
         default_registry=defaults.get("registry"),
+        base_mirror=BaseMirror(mirror["url"], bool(mirror.get("insecure_http", False))) if mirror else None,
     )
 
 

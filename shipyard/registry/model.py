@@ -293,6 +293,27 @@ class RegistryTarget:
 
 
 @dataclass(frozen=True)
+class BaseMirror:
+    """registry.yaml's ``base_mirror``: a registry that serves the base images (a pull-through proxy, an air-gapped
+    copy), so builds never reach the registry a base reference names."""
+
+    url: str  # HOST[:PORT][/PREFIX], no scheme
+    insecure_http: bool = False  # pull over plain HTTP: said explicitly, never a fallback
+
+    @property
+    def host(self) -> str:
+        return self.url.split("/", 1)[0]
+
+    def rewrite(self, reference: str) -> str:
+        """``reference`` as the mirror serves it: ``URL/`` in front, tag and digest kept. A one-component name
+        (``debian:12``) is a Docker Hub official image, which registries serve under ``library/``; a reference that
+        names a registry host keeps that host as its first path component, so one mirror can keep several upstream
+        registries apart."""
+        path = reference if "/" in reference else f"library/{reference}"
+        return f"{self.url}/{path}"
+
+
+@dataclass(frozen=True)
 class Registry:
     """Everything registry.yaml says, resolved."""
 
@@ -303,6 +324,12 @@ class Registry:
     default_environment: str | None
     default_cluster: str | None
     default_registry: str | None
+    base_mirror: BaseMirror | None = None  # None: bases are pulled from the registry their reference names
+
+    def base_reference(self, env: Environment) -> str:
+        """The base image ``env``'s definitions bootstrap from: its own reference, or the mirror's copy of it."""
+        base = env.base.value or ""
+        return self.base_mirror.rewrite(base) if self.base_mirror and base else base
 
     @property
     def root(self) -> Path:

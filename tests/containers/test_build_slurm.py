@@ -112,53 +112,84 @@ def test_partition_must_belong_to_the_cluster(project):
         bs.submit(project, "tiny", cluster_name="sandbox", partition="nope")
 
 
-@pytest.mark.slurm
-@pytest.mark.double
-def test_build_runs_as_a_job_on_a_sandbox_node(sandbox, tmp_path, monkeypatch):
-    """Real Slurm: sbatch on the sandbox's build partition; the build (apptainer build double) runs on a node."""
+@pytest.fixture
+def node_mirror(sandbox, base_registry):
+    """base_registry as the sandbox's nodes reach it: a forwarder on the controller's address (its own network
+    namespace) to the registry on this host's 127.0.0.1. Not a loopback address for the nodes, so Apptainer pulls
+    over plain HTTP only because registry.yaml says insecure_http (`--no-https`)."""
+    from fixtures_runtimes import NamespaceForwarder
+
+    from shipyard import slurm
+
+    pid = slurm.controller_pid(slurm.read_sandbox_state(sandbox.directory))
+    host, port = base_registry.address.rsplit(":", 1)
+    fwd = NamespaceForwarder(f"/proc/{pid}/ns/net", sandbox.info["controller"]["ip"], (host, int(port)))
+    yield fwd.address
+    fwd.close()
+
+
+def _job_project(tmp_path, sandbox, node_mirror, monkeypatch, apt: str | None = None):
+    """The build project with base_mirror at the nodes' address of the tests' registry, set up for a job."""
     root = fb.make_project(tmp_path / "proj")
     os.chmod(tmp_path, 0o755)
-    monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    reg_file = root / "registry.yaml"
+    text = reg_file.read_text() + f"base_mirror:\n  url: {node_mirror}\n  insecure_http: true\n"
+    if apt:
+        text = text.replace("    stack: base\n", f"    stack: base\n    apt: [{apt}]\n", 1)
+    reg_file.write_text(text)
+    fb.no_build_network(monkeypatch)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(reg_file))
     monkeypatch.setenv("SHIPYARD_SANDBOX_DIR", str(sandbox.directory))
-    monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
-    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
-    reg = registry.load(root / "registry.yaml")
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "cache"))
+    return registry.load(reg_file)
+
+
+@pytest.mark.slurm
+@pytest.mark.real_apptainer
+def test_build_runs_as_a_job_on_a_sandbox_node(sandbox, node_mirror, apptainer_on_path, tmp_path, monkeypatch):
+    """Real Slurm and the real Apptainer: sbatch on the sandbox's build partition; `apptainer build` runs on a node
+    (PATH from the submitter), pulls the base through base_mirror, runs %post and %test and writes the SIF."""
+    reg = _job_project(tmp_path, sandbox, node_mirror, monkeypatch)
+    root = reg.root
     assert bs.submit(reg, "tiny", wait=True) == 0
     m = mf.read_manifest(root / "containers" / "tiny.json")
     assert m.status == "ok"
     assert m.host in sandbox.nodes  # built on a compute node, not on this (login) host
-    assert (root / "containers" / "tiny.sif").read_bytes()[32:41] == b"SIF_MAGIC"
+    assert m.base == {"reference": "shipyard-test/base:1", "mirrored": f"{node_mirror}/shipyard-test/base:1"}
+    assert m.tools["apptainer"].startswith("apptainer version 1.4.5")
+    sif = root / "containers" / "tiny.sif"
+    assert sif.read_bytes()[32:41] == b"SIF_MAGIC"
+    log = (root / m.log).read_text()
+    assert "$ apptainer build --no-https containers/tiny.sif.tmp-" in log
+    assert "shipyard: %test passed for tiny" in log and "INFO:    Build complete" in log
+    out = subprocess.run(["apptainer", "exec", str(sif), "sh", "-c", "echo $SHIPYARD_ENV"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout == "tiny\n", out.stderr
     logs = list((root / "containers" / "logs").glob("tiny-build-*.out"))
     assert len(logs) == 1 and "built containers/tiny.sif" in logs[0].read_text()
     assert shutil.which("sbatch")  # the real client was used through the sandbox wrapper
 
 
 @pytest.mark.slurm
-@pytest.mark.double
-def test_build_job_takes_the_submitters_ca_and_proxy_into_the_build_only(sandbox, tmp_path, monkeypatch):
-    """`build --slurm` behind a proxy / private CA: sbatch hands the submitter's environment to the job, whose build
-    binds the CA copy and proxy settings for %post (the strict apptainer double checks the bind); the batch script,
-    the job log, the build log and the manifest hold neither the CA path nor the proxy value."""
-    root = fb.make_project(tmp_path / "proj")
-    os.chmod(tmp_path, 0o755)
+@pytest.mark.real_apptainer
+def test_build_job_takes_the_submitters_ca_and_proxy_into_the_build_only(sandbox, node_mirror, apptainer_on_path,
+                                                                         tmp_path, monkeypatch):
+    """`build --slurm` behind a proxy / private CA: sbatch hands the submitter's environment to the job, whose real
+    build binds the CA copy and proxy settings for %post (the base's apt-get stub says they arrived); the batch
+    script, the job log, the build log and the manifest hold neither the CA path nor the proxy value."""
+    reg = _job_project(tmp_path, sandbox, node_mirror, monkeypatch, apt="shipyard-test-exit-0")
+    root = reg.root
     ca = tmp_path / "site-private-ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    calls = tmp_path / "calls.jsonl"
-    fb.no_build_network(monkeypatch)
-    for var, value in (("SHIPYARD_REGISTRY", str(root / "registry.yaml")),
-                       ("SHIPYARD_SANDBOX_DIR", str(sandbox.directory)),
-                       ("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}"),
-                       ("APPTAINER_TMPDIR", str(tmp_path)), ("APPTAINER_CACHEDIR", str(tmp_path)),
-                       ("SHIPYARD_DOUBLE_CALLS", str(calls)), ("SSL_CERT_FILE", str(ca)),
-                       ("https_proxy", "http://proxy-value.invalid:3128")):
-        monkeypatch.setenv(var, value)
-    reg = registry.load(root / "registry.yaml")
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    monkeypatch.setenv("https_proxy", "http://proxy-value.invalid:3128")
     assert bs.submit(reg, "tiny", wait=True) == 0
-    build = [c for c in fb.read_calls(calls) if c["argv"][0] == "build"][0]
-    assert build["host"] in sandbox.nodes and build["argv"][1] == "--bind" and build["net_ca"] is True
-    assert "https_proxy" in build["net_env"]
     m = mf.read_manifest(root / "containers" / "tiny.json")
+    assert m.status == "ok" and m.host in sandbox.nodes
+    log = (root / m.log).read_text()
+    assert " --bind " in log and ":/mnt " in log
+    assert "apt-get stub: https_proxy is set" in log and "apt-get stub: SSL_CERT_FILE is readable" in log
     texts = [p.read_text() for p in (root / "containers" / "logs").iterdir()] + [str(m)]
     assert len(texts) >= 4  # batch script, job log, build log, manifest
     for text in texts:

@@ -1,21 +1,24 @@
 """The host's CA bundle and proxy settings reach the downloading build steps and nothing else
-(shipyard/containers/buildnet.py): which variables are taken, the apptainer backend's bind (checked by the strict
-apptainer double), the docker backend's build context, and `os: debian12`'s facts and refusals.
+(shipyard/containers/buildnet.py): which variables are taken, the env file under %post's `sh -x`, the apptainer
+backend's bind (a real build with the real Apptainer), the docker backend's build context, and `os: debian12`'s facts
+and refusals.
 
 The real docker build behind a proxy and a private CA path is tests/containers/test_real_image.py."""
 
 from __future__ import annotations
 
-import io
 import json
+import subprocess
 import tarfile
+import tempfile
 
 import pytest
-from fixtures_build import read_calls
+from fixtures_invoke import invoke_cli
 
 from shipyard.containers import buildnet, docker
-from shipyard.containers import engine as b
+from shipyard.containers import manifest as mf
 from shipyard.containers.common import copy_sources
+from shipyard.definitions import recipe
 from shipyard.definitions import render as definitions
 from shipyard.registry import load_text as loads
 from shipyard.registry.compat import check_all as registry_check
@@ -46,34 +49,50 @@ def test_staged_directory_holds_the_files_and_is_removed(tmp_path):
     assert not d.exists()
 
 
-def test_apptainer_build_binds_the_settings_and_keeps_them_out_of_manifest_and_log(
-        project, apptainer_double, tmp_path, monkeypatch):
+@pytest.mark.real_apptainer
+@pytest.mark.slow
+def test_apptainer_build_binds_the_settings_and_keeps_them_out_of_log_manifest_and_image(real_project, monkeypatch,
+                                                                                          tmp_path):
+    """A real build (tests/containers/test_build_apptainer.py's `tiny`): the host's CA bundle and proxy reach %post
+    through the /mnt bind (the base's apt-get stub says so, never their values); neither reaches the build log (whose
+    %post runs under `sh -x`), the terminal, the manifest or the SIF; apptainer's argv holds no proxy password; the
+    private directory is gone afterwards. Without settings there is no bind (the exact argv line in
+    test_build_apptainer.py's first test)."""
     ca = tmp_path / "site-private-ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    monkeypatch.setenv("TMPDIR", str(staging))
     monkeypatch.setenv("SSL_CERT_FILE", str(ca))
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy-value.invalid:3128")
-    m = b.build(project, project.environment("tiny"), out=io.StringIO())
-    build = [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"][0]
-    # the double checked the bind: DIR:/mnt holding the env file (export lines only) and the CA copy it names,
-    # and a definition whose %post sources it
-    assert build["argv"][1] == "--bind" and build["argv"][2].endswith(":/mnt")
-    assert build["net_ca"] is True and "HTTPS_PROXY" in build["net_env"] and "SSL_CERT_FILE" in build["net_env"]
-    log = (project.root / m.log).read_text()
-    for text in (log, json.dumps(m.to_dict())):
-        assert str(ca) not in text and "proxy-value.invalid" not in text
-    assert "build network: the host's CA bundle and HTTPS_PROXY passed" in log
+    monkeypatch.setenv("https_proxy", "http://alice:s3cret@proxy-value.invalid:3128")
+    path = real_project.root / "registry.yaml"
+    path.write_text(path.read_text().replace("    stack: base\n", "    stack: base\n    apt: [shipyard-test-exit-0]\n", 1))
+    res = invoke_cli("build", "tiny", cwd=real_project.root, timeout=None)
+    assert res.returncode == 0, res.stdout + res.stderr
+    m = mf.read_manifest(real_project.root / "containers" / "tiny.json")
+    log = (real_project.root / m.log).read_text()
+    argv = next(line for line in log.splitlines() if line.startswith("$ apptainer build"))
+    assert " --bind " in argv and argv.split(" --bind ")[1].split()[0].endswith(":/mnt") and "s3cret" not in argv
+    assert "apt-get stub: https_proxy is set" in log and "apt-get stub: SSL_CERT_FILE is readable" in log
+    assert "build network: the host's CA bundle and https_proxy passed" in log
+    sif = real_project.root / "containers" / "tiny.sif"
+    for text in (log, res.stdout, res.stderr, json.dumps(m.to_dict())):
+        assert "proxy-value.invalid" not in text and "s3cret" not in text and str(ca) not in text
+    assert b"proxy-value.invalid" not in sif.read_bytes()
+    out = subprocess.run(["apptainer", "exec", str(sif), "ls", "-A", "/mnt"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == ""  # the bind is not packed into the SIF
+    assert not list(staging.glob("shipyard-build-net-*")), "removed after the build"
 
 
-def test_proxy_password_is_only_in_a_private_file_during_an_apptainer_build(
-        project, apptainer_double, tmp_path, monkeypatch):
+def test_proxy_password_is_only_in_a_private_file_while_staged(tmp_path, monkeypatch):
     """Issue 19, security 5: the env file with a proxy's user:password was 0644 in a 0755 directory under $TMPDIR
-    (failed on e0c4781). Now 0600 in 0700, never in apptainer's argv, and removed after the build."""
-    monkeypatch.setenv("HTTPS_PROXY", "http://alice:s3cret@proxy.invalid:3128")
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    b.build(project, project.environment("tiny"), out=io.StringIO())
-    build = [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"][0]
-    assert build["net_modes"] == {".": "0o700", "shipyard-build.env.sh": "0o600"}
-    assert not any("s3cret" in a for a in build["argv"])
+    (failed on e0c4781). Now 0600 in 0700, and removed afterwards."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what $TMPDIR gives a new process
+    net = buildnet.from_environ({"HTTPS_PROXY": "http://alice:s3cret@proxy.invalid:3128"})
+    with buildnet.staged(net) as d:
+        assert oct(d.stat().st_mode & 0o777) == "0o700"
+        assert oct((d / "shipyard-build.env.sh").stat().st_mode & 0o777) == "0o600"
+        assert d.parent == tmp_path
     assert not list(tmp_path.glob("shipyard-build-net-*")), "removed after the build"
 
 
@@ -85,12 +104,6 @@ def test_docker_build_context_holds_no_proxy_value(tmp_path):
         text = (d / "shipyard-build.env.sh").read_text()
     assert "s3cret" not in text and "SSL_CERT_FILE" in text
     assert net.docker_buildargs() == {"HTTPS_PROXY": "http://alice:s3cret@proxy.invalid:1"}
-
-
-def test_apptainer_build_without_settings_passes_no_bind(project, apptainer_double):
-    b.build(project, project.environment("tiny"), out=io.StringIO())
-    build = [c for c in read_calls(apptainer_double) if c["argv"][0] == "build"][0]
-    assert "--bind" not in build["argv"] and "bind" not in build
 
 
 def test_docker_context_carries_the_settings_only_under_their_own_directory(tmp_path):
@@ -138,3 +151,22 @@ def test_debian12_refuses_a_python_it_does_not_ship(python):
     problems = [p for p in registry_check(loads(DEBIAN.format(python=python))) if p.severity == "ERROR"]
     assert [p.key for p in problems] == ["environments.d.python"]
     assert "debian12 ships Python 3.11 only" in problems[0].message
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash", "busybox sh"])
+def test_sourcing_the_env_file_keeps_values_out_of_an_xtrace(shell, tmp_path):
+    """Apptainer runs %post under `sh -x`: the recipe's line that sources the env file traces none of its values,
+    and the variables are set. The same line runs in a Dockerfile RUN (no trace there)."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("CA")
+    s = buildnet.from_environ({"SSL_CERT_FILE": str(ca), "https_proxy": "http://u:s3cret@proxy.invalid:3128"})
+    env, seen = tmp_path / "env.sh", tmp_path / "seen"
+    env.write_text(s.env_text())
+    [line] = recipe.build_network().commands
+    line = line.replace(recipe.BUILD_NET_ENV, str(env))
+    res = subprocess.run([*shell.split(), "-ex", "-c", f"{line}; env > {seen}; true after"], capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    assert "https_proxy=http://u:s3cret@proxy.invalid:3128" in seen.read_text().splitlines()
+    assert f"SSL_CERT_FILE={buildnet.CA_FILE}" in seen.read_text().splitlines()
+    assert "proxy.invalid" not in res.stderr and "true after" in res.stderr  # traced, but not the values

@@ -17,7 +17,9 @@ from shipyard.definitions import render as definitions
 
 SHIPPED = registry.load(ROOT / "registry.yaml")
 FEATURES = registry.load(DATA / "features.yaml")
-CASES = [("shipped", SHIPPED, n) for n in SHIPPED.environments] + [("features", FEATURES, n) for n in FEATURES.environments]
+MIRROR = registry.load(DATA / "mirror.yaml")
+CASES = [("shipped", SHIPPED, n) for n in SHIPPED.environments] + [("features", FEATURES, n) for n in FEATURES.environments] \
+    + [("mirror", MIRROR, n) for n in MIRROR.environments]
 IDS = [f"{kind}-{name}" for kind, _, name in CASES]
 
 

@@ -4,7 +4,7 @@ test, and `tiny` in its containers/ as a real SIF (made by the real Apptainer) w
 from __future__ import annotations
 
 import pytest
-from fixtures_build import PROJECT_REGISTRY
+from fixtures_build import PROJECT_REGISTRY, no_build_network
 from fixtures_sif import record_build
 
 from shipyard import registry
@@ -53,6 +53,7 @@ def proj(tmp_path, monkeypatch):
     (root / "registry.yaml").write_text(text)
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    no_build_network(monkeypatch)  # the host's CA bundle and proxy are not what these tests are about
     return registry.load(root / "registry.yaml")
 
 

@@ -11,7 +11,7 @@ COPY examples/train.py /opt/train.py
 COPY .shipyard-build/ /mnt/
 RUN set -eu; \
     # The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)
-    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh; fi; \
+    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh 2>/dev/null; fi; \
     # Python 3.12 (deadsnakes PPA) in /opt/venv
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \

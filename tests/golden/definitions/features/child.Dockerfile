@@ -8,7 +8,7 @@ FROM nvidia/cuda:12.1.1-runtime-ubuntu22.04 AS shipyard-download
 COPY .shipyard-build/ /mnt/
 RUN set -eu; \
     # The host's CA bundle and proxy for the downloads, when the build mounts them (not kept in the image)
-    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh; fi; \
+    if [ -f /mnt/shipyard-build.env.sh ]; then . /mnt/shipyard-build.env.sh 2>/dev/null; fi; \
     # Python 3.10 (OS package) in /opt/venv
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
