@@ -49,7 +49,7 @@ def build_sif(bindir: Path, target: Path, source: Path, work: Path, *options: st
 
 
 @pytest.fixture(scope="session")
-def busybox_sif(real_apptainer, busybox_sqsh, tmp_path_factory) -> Path:
+def staging_sif(real_apptainer, busybox_sqsh, tmp_path_factory) -> Path:
     """The busybox image of tests/fixtures_runtimes.py (static busybox, the host's bash with its libraries,
     ``/opt/image/bin/image-tool``) as a SIF: ``apptainer build x.sif busybox.sqsh`` (about 2 s)."""
     d = tmp_path_factory.mktemp("busybox-sif")
@@ -57,7 +57,7 @@ def busybox_sif(real_apptainer, busybox_sqsh, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def host_userland_sif(real_apptainer, busybox_sif, tmp_path_factory) -> Path:
+def host_userland_sif(real_apptainer, staging_sif, tmp_path_factory) -> Path:
     """A SIF for jobs that run Python and torchrun: the busybox SIF as a definition's local base
     (``Bootstrap: localimage``), its ``%environment`` PATH naming this test run's Python environment first. This
     machine's torch is the host's, so a launch binds the host's ``/usr`` and the environment's top folder into it
@@ -66,7 +66,7 @@ def host_userland_sif(real_apptainer, busybox_sif, tmp_path_factory) -> Path:
 
     d = tmp_path_factory.mktemp("host-userland-sif")
     definition = d / "host-userland.def"
-    definition.write_text(HOST_USERLAND_DEF.format(base=busybox_sif, venv_bin=Path(sys.executable).parent))
+    definition.write_text(HOST_USERLAND_DEF.format(base=staging_sif, venv_bin=Path(sys.executable).parent))
     return build_sif(real_apptainer, d / "host-userland.sif", definition, d)
 
 

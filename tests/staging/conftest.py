@@ -58,9 +58,9 @@ def proj(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def built(proj, busybox_sif, apptainer_on_path):
+def built(proj, staging_sif, apptainer_on_path):
     """`tiny` in containers/: the busybox SIF (tests/fixtures_sif.py) recorded as its finished build. Staging needs
     an image and its manifest; the build of `tiny` itself is tested in tests/containers. The real Apptainer stays
     first on PATH, so a test can run the image it staged."""
-    record_build(proj, "tiny", busybox_sif)
+    record_build(proj, "tiny", staging_sif)
     return proj
