@@ -117,7 +117,8 @@ class OciServer:
 # A stand-in for apt-get in the tiny base, so a test can make a real %post fail or wait (the recipe runs
 # `apt-get update` and `apt-get install ... PACKAGES` for an environment's `apt:`): a package named
 # shipyard-test-exit-N makes it exit N (0: succeed); shipyard-test-hold-TOKEN makes it wait until the host file
-# /tmp/shipyard-test-release-TOKEN exists (a build's %post sees the host's /tmp). It says whether the build network
+# /tmp/shipyard-test-release-TOKEN exists (a build's %post sees the host's /tmp), 3 minutes at most: a %post whose
+# builder was killed outlives it, and would otherwise poll forever on the machine. It says whether the build network
 # settings (shipyard/containers/buildnet.py) reached it, never their values.
 APT_GET_STUB = """#!/bin/sh
 # TEST FIXTURE, not apt-get (tests/containers/fixtures_oci.py)
@@ -126,7 +127,8 @@ APT_GET_STUB = """#!/bin/sh
 for a in "$@"; do
   case "$a" in
     shipyard-test-exit-*) echo "apt-get stub: exit ${a#shipyard-test-exit-}"; exit "${a#shipyard-test-exit-}" ;;
-    shipyard-test-hold-*) echo "apt-get stub: holding"; while [ ! -e "/tmp/shipyard-test-release-${a#shipyard-test-hold-}" ]; do sleep 0.1; done ;;
+    shipyard-test-hold-*) echo "apt-get stub: holding"; n=0
+      while [ ! -e "/tmp/shipyard-test-release-${a#shipyard-test-hold-}" ] && [ "$n" -lt 1800 ]; do sleep 0.1; n=$((n + 1)); done ;;
   esac
 done
 """
