@@ -39,6 +39,7 @@ from shipyard import procs, templating
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, sha256_file
 from shipyard.sandbox.plan import facts
+from shipyard.sandbox.runtimes import read_json_record
 
 # The Linux capability names by bit number (linux/capability.h, 5.9 and later: CAP_CHECKPOINT_RESTORE is 40).
 CAPABILITIES = (
@@ -150,14 +151,7 @@ def _record_path(root: Path) -> Path:
 
 
 def read_record(root: Path = Path("/")) -> dict | None:
-    p = _record_path(root)
-    if p.is_symlink():
-        return None
-    try:
-        rec = json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) else None
+    return read_json_record(_record_path(root))
 
 
 @contextlib.contextmanager

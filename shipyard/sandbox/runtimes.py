@@ -239,9 +239,9 @@ def _record_path(prefix_root: Path = Path("/")) -> Path:
     return Path(prefix_root) / runtime_facts()["record"].lstrip("/")
 
 
-def read_record(prefix_root: Path = Path("/")) -> dict | None:
-    """The machine-wide install record, or None when shipyard installed nothing (or it is unreadable)."""
-    p = _record_path(prefix_root)
+def read_json_record(p: Path) -> dict | None:
+    """A machine-wide record of shipyard's (a JSON object), or None when there is none, it is unreadable, or a
+    symlink stands there (shipyard never writes one)."""
     if p.is_symlink():
         return None
     try:
@@ -249,6 +249,11 @@ def read_record(prefix_root: Path = Path("/")) -> dict | None:
     except (OSError, ValueError):
         return None
     return rec if isinstance(rec, dict) else None
+
+
+def read_record(prefix_root: Path = Path("/")) -> dict | None:
+    """The machine-wide install record, or None when shipyard installed nothing (or it is unreadable)."""
+    return read_json_record(_record_path(prefix_root))
 
 
 def holders(rec: dict | None) -> list[str]:
