@@ -71,12 +71,13 @@ def host_userland_sif(real_apptainer, staging_sif, tmp_path_factory) -> Path:
 
 
 def host_userland_mounts() -> list[str]:
-    """The host folders a job of :func:`host_userland_sif` binds: ``/usr`` and the top folder that holds this run's
-    Python environment (``/root`` for ``/root/venv``)."""
+    """The host folders a job of :func:`host_userland_sif` binds: ``/usr``, the top folder that holds this run's
+    Python environment (``/root`` for ``/root/venv``, ``/tmp`` for CI's) and the one that holds the Python it was
+    made from (the environment's ``python`` is a link there, e.g. into ``/root/.pyenv``)."""
     import sys
 
-    venv = Path(sys.executable).parent.parent
-    return list(dict.fromkeys(["/usr", str(Path(venv.parts[0], venv.parts[1]))]))
+    tops = [Path(p) for p in (Path(sys.executable).parent.parent, Path(sys.executable).resolve(), sys.base_prefix)]
+    return list(dict.fromkeys(["/usr", *(str(Path(p.parts[0], p.parts[1])) for p in tops)]))
 
 
 def record_build(reg, env_name: str, sif: Path) -> None:

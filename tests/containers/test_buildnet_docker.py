@@ -51,7 +51,8 @@ def test_no_proxy_password_in_any_image_of_the_daemon_after_a_docker_build(
     before = {i["Id"] for i in api.images(all=True)}
     backend = dk.DockerBackend()
     backend._api = api
-    job = SimpleNamespace(root=tmp_path, reg=tmp_path, env=SimpleNamespace(name="n"), log=_Log())
+    job = SimpleNamespace(root=tmp_path, reg=SimpleNamespace(root=tmp_path, base_mirror=None),
+                          env=SimpleNamespace(name="n"), log=_Log())
     image_id = backend._build_image(job)
     new = [i["Id"] for i in api.images(all=True) if i["Id"] not in before]
     assert image_id in new and len(new) >= 2, "the discarded stage left an untagged image to check"
