@@ -316,7 +316,13 @@ def real_apptainer():
     holder = apptainer.process_holder()
     apptainer.install(apptainer.archive_path(runtime_sources()), holder, sandbox_running=running)
     try:
-        yield apptainer.bin_dir()
+        with pytest.MonkeyPatch.context() as mp:
+            # SIFs built in the tests hold uncompressed SquashFS (Apptainer's own APPTAINER_MKSQUASHFS_ARGS, read by
+            # every `apptainer build`): gzip of a torch venv was most of a real image's build on 2 cores, and what
+            # the tests check (sections, signatures, mounts, the kernel's and squashfuse's reading) does not depend
+            # on the compression
+            mp.setenv("APPTAINER_MKSQUASHFS_ARGS", "-noI -noD -noF -noX")
+            yield apptainer.bin_dir()
     finally:
         apptainer.release(holder, sandbox_running=running)
 
