@@ -281,6 +281,26 @@ def test_tool_that_exits_0_without_a_sif_is_a_failure(project, tmp_path, monkeyp
 
 
 @real
+@pytest.mark.slow
+def test_forced_build_records_the_overridden_errors_in_the_manifest(real_project, capsys):
+    """`build --force` of an environment that fails `check` (Python 3.13 has no torch 2.3.1 wheel) goes on, warns,
+    and the manifest names the overridden errors. The real build then fails where it should: the base's Python is
+    3.11, and %test compares it with the pin (a double that ran no %test had called this build ok)."""
+    import io
+
+    import helpers_stage
+
+    reg = _edit(real_project, "environments:\n", "environments:\n  tiny-py313:\n    extends: tiny\n"
+                                                  "    python: \"3.13\"\n")
+    with pytest.raises(ShipyardError, match="%test failed"):
+        helpers_stage.build(reg.path, "tiny-py313", force=True, out=io.StringIO())
+    m = mf.read_manifest(reg.root / "containers" / "tiny-py313.json")
+    assert m.status == "failed" and not (reg.root / "containers" / "tiny-py313.sif").exists()
+    assert any("Python 3.13" in f for f in m.forced_checks), m.forced_checks
+    assert "WARNING: --force: build tiny-py313" in capsys.readouterr().err
+
+
+@real
 def test_fakeroot_is_passed(real_project):
     """`--fakeroot` reaches `apptainer build`. Whether the build then works is the site's (subuid mapping, or
     root): here it runs as root, with no /etc/subuid ranges."""

@@ -51,10 +51,12 @@ def test_malformed_artifacts_are_one_line(artifacts, tmp_path):
     one_line(ei.value, str(path), "corrupt build manifest", "invoke build ENV --force")
 
 
-@pytest.mark.double  # two builds of tiny, whose base is an image on a registry
-def test_build_is_not_up_to_date_for_an_artifact_outside_containers(project, apptainer_double, capsys):
+@pytest.mark.real_apptainer
+@pytest.mark.slow  # two real builds of tiny
+def test_build_is_not_up_to_date_for_an_artifact_outside_containers(real_project, capsys):
     """A manifest rewritten to name another file (registry.yaml, with its real hash and stamp) must not make `build`
     say "up to date": the image is containers/ENV.sif and nothing else."""
+    project = real_project
     env = project.environment("tiny")
     m = b.build(project, env)
     mpath = project.root / "containers" / "tiny.json"

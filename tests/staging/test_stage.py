@@ -2,8 +2,7 @@
 shell (each refusal, and --force recorded), `invoke stage` into a real directory (atomic, record, permissions,
 no-op, one-line storage errors on real read-only and full filesystems), the launcher's binding header, the chain
 script, and doctor's image findings. The image is a real SIF made by the real Apptainer and recorded as `tiny`'s
-build (the `built` fixture); a staged copy is run with it. The forced build alone still goes through the strict
-apptainer double: it needs `invoke build` of an environment whose base is on a registry."""
+build (the `built` fixture); a staged copy is run with it."""
 
 from __future__ import annotations
 
@@ -68,15 +67,6 @@ def test_cli_build_refuses_before_building_and_exits_2(proj, invoke):
     assert res.stderr.strip().splitlines()[-1].startswith("shipyard: error: build pytorch-2.3 refused")
     assert "pytorch-2.3.lock is missing" in res.stderr and "Traceback" not in res.stderr
     assert not (proj.root / "containers").exists()
-
-
-@pytest.mark.double
-def test_forced_build_records_the_overridden_errors_in_the_manifest(proj, apptainer_double, capsys):
-    assert helpers_stage.build(proj.path, "tiny-py313", force=True, out=io.StringIO()) == 0
-    m = mf.read_manifest(proj.root / "containers" / "tiny-py313.json")
-    assert m.status == "ok"
-    assert any("Python 3.13" in f for f in m.forced_checks)
-    assert "WARNING: --force: build tiny-py313" in capsys.readouterr().err
 
 
 def test_the_recorded_build_is_the_one_invoke_build_computes(built):
