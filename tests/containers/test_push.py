@@ -183,12 +183,24 @@ def test_persistent_failure_gives_up_after_the_last_attempt(docker_services, reg
     assert mf.read_manifest(paths.manifest_path(reg, "tiny")).pushed is None
 
 
+def _with_mirror(reg, base_registry, monkeypatch, tmp_path: Path):
+    """The project with base_mirror at the tests' in-process OCI registry (plain HTTP, said explicitly), for a real
+    `apptainer build` of `tiny`; apptainer's folders under the test's tmp. The registry loaded again."""
+    path = reg.root / "registry.yaml"
+    path.write_text(path.read_text() + f"base_mirror:\n  url: {base_registry.address}\n  insecure_http: true\n")
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "apptainer-cache"))
+    return registry.load(path)
+
+
 def _all_bytes_under(root: Path) -> list[tuple[Path, bytes]]:
     return [(f, f.read_bytes()) for f in root.rglob("*") if f.is_file()]
 
 
+@pytest.mark.real_apptainer
 def test_credentials_from_env_are_used_and_never_written_or_logged(docker_services, registry_proxy, tmp_path,
-                                                                    monkeypatch, capfd):
+                                                                    monkeypatch, capfd, base_registry,
+                                                                    apptainer_on_path):
     proxy = registry_proxy(user="alice", password=SECRET)
     reg = project_at(tmp_path, monkeypatch, proxy.address)
     built_sif(reg)
@@ -203,11 +215,9 @@ def test_credentials_from_env_are_used_and_never_written_or_logged(docker_servic
     (reg.root / "containers" / "tiny.sif").unlink()
     p.pull(reg, reg.environment("tiny"))
     assert rec["digest"] == mf.read_manifest(paths.manifest_path(reg, "tiny")).pulled["local"]["digest"]
-    # a build with the credential in its environment, too: its log and manifest must not carry it
-    monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
-    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
-    b.build(reg, reg.environment("pytorch-2.3"))
+    # a real build with the credential in its environment, too: its log and manifest must not carry it
+    reg = _with_mirror(reg, base_registry, monkeypatch, tmp_path)
+    b.build(reg, reg.environment("tiny"), force=True)
     # and a launcher written with the credential in the environment (the launch area's CLI, as a user runs it)
     (reg.root / "t.py").write_text("")  # launch checks that the script exists where the job will look
     res = invoke_cli("launch", "--environment", "tiny", "--name", "t", "--", "t.py", cwd=reg.root, timeout=None)
@@ -267,18 +277,16 @@ def test_many_chunks_through_an_authenticating_registry(docker_services, registr
     assert sif.read_bytes() == original
 
 
-def test_signed_sif_is_kept_by_build_and_pushed_to_signed_only(docker_services, tmp_path, monkeypatch):
-    """`invoke sign` appends a signature to the SIF in place; build must not rebuild it, push must accept it."""
+@pytest.mark.real_apptainer
+def test_signed_sif_is_kept_by_build_and_pushed_to_signed_only(docker_services, tmp_path, monkeypatch, base_registry,
+                                                               apptainer_keyring):
+    """`invoke sign` appends a signature to the SIF in place; build must not rebuild it, push must accept it. A real
+    build of `tiny` (its base through base_mirror), signed by the real Apptainer with the test keyring."""
     _, regd = docker_services
-    monkeypatch.setenv("PATH", f"{fb.APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
-    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path))
-    reg = project_at(tmp_path, monkeypatch, regd.address)
+    reg = _with_mirror(project_at(tmp_path, monkeypatch, regd.address), base_registry, monkeypatch, tmp_path)
     first = b.build(reg, reg.environment("tiny"))
     sif = reg.root / "containers" / "tiny.sif"
-    with open(sif, "ab") as fh:  # what signing does to the file, as the signing area records it
-        fh.write(b"signature object")
-    mf.update_manifest(paths.manifest_path(reg, "tiny"), signature={"image_sha256": common.sha256_file(sif)})
+    sign.sign(reg, reg.environment("tiny"))
     again = b.build(reg, reg.environment("tiny"))
     assert again.finished == first.finished  # a cache hit: not rebuilt, the signature survives
     assert again.artifacts["sif"].sha256 == common.sha256_file(sif)
