@@ -1,4 +1,5 @@
-"""A throw-away shipyard project for the build/push tests, and the strict apptainer/enroot test doubles on PATH."""
+"""A throw-away shipyard project for the build/push tests, and the strict enroot test double on PATH (the apptainer
+double is test_course_path's, for a base no registry here serves)."""
 
 from __future__ import annotations
 
@@ -90,20 +91,6 @@ def no_build_network(monkeypatch) -> None:
     for var in buildnet.CA_VARS + buildnet.PROXY_VARS:
         monkeypatch.delenv(var, raising=False)
         monkeypatch.delenv(var.lower(), raising=False)
-
-
-@pytest.fixture
-def apptainer_double(monkeypatch, tmp_path):
-    """Put the strict apptainer double first on PATH; returns the file its calls are recorded in."""
-    monkeypatch.setenv("PATH", f"{APPTAINER_DOUBLE}{os.pathsep}{os.environ['PATH']}")
-    calls = tmp_path / "apptainer-calls.jsonl"
-    monkeypatch.setenv("SHIPYARD_DOUBLE_CALLS", str(calls))
-    # the preflight's free-space check must see enough room; point apptainer's dirs at the test's tmp
-    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
-    monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "cache"))
-    # a SIF with a root filesystem (built from docker-daemon://) is unpacked once per file, not once per exec
-    monkeypatch.setenv("SHIPYARD_DOUBLE_APPTAINER_CACHE", str(tmp_path / "apptainer-double-rootfs"))
-    return calls
 
 
 @pytest.fixture

@@ -26,7 +26,6 @@ from shipyard.registry.model import Cluster
 
 SHIPPED = registry.load(ROOT / "registry.yaml")
 COURSE = registry.load(ROOT / "examples" / "course" / "registry.yaml")
-DOUBLE_DIR = Path(__file__).resolve().parents[1] / "doubles" / "apptainer"
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 PREFIX = Path("/sw/shipyard")  # fixed prefix for golden files: rendering does not touch it
 
@@ -152,27 +151,6 @@ def test_write_modules_writes_executable_wrappers(tmp_path):
         p = modules.wrapper_dir(tmp_path, "pytorch-2.3") / tool
         assert p in paths and os.access(p, os.X_OK)
     assert not list(tmp_path.rglob("*.tmp"))
-
-
-# ------------------------------------------------------------------------------------------ the double itself
-
-
-def _run_double(args, **kw):
-    return subprocess.run([str(DOUBLE_DIR / "apptainer"), *args], capture_output=True, text=True, **kw)
-
-
-@pytest.mark.double
-@pytest.mark.parametrize("args,why", [
-    (["exec", "/i.sif", "true"], "--nv given 0 times"),
-    (["exec", "--nv", "--nv", "/i.sif", "true"], "--nv given 2 times"),
-    (["run", "--nv", "/i.sif"], "unexpected invocation"),
-    (["exec", "--nv", "--contain", "/i.sif", "true"], "unexpected option '--contain'"),
-    (["exec", "--nv", "img.sif", "true"], "not an absolute .sif path"),
-    (["exec", "--nv", "--bind", "rel", "/i.sif", "true"], "bad bind spec"),
-])
-def test_double_rejects_what_the_contract_does_not_allow(args, why):
-    res = _run_double(args)
-    assert res.returncode == 64 and why in res.stderr
 
 
 # ------------------------------------------------------------------------------------------ real Lmod
