@@ -91,6 +91,7 @@ def _normalized(m: manifest.Manifest) -> dict:
 
 
 @pytest.mark.real_apptainer
+@pytest.mark.slow  # a real build; the quick loop keeps two (tests/containers/test_build_apptainer.py)
 def test_build_manifest_golden(real_project, base_registry):
     """The manifest a real build writes, field by field (volatile values normalized; the mirror's address, which
     differs per run, as <mirror>)."""
