@@ -1,5 +1,6 @@
 """Push of a 1 GiB SIF to a local OCI registry: throughput as a ratio of `cp` of the same file on the same disk,
-and peak memory of the pushing process. Goals (issue 5): >= 0.3x cp, <= 150 MB peak.
+and peak memory of the pushing process. Goals: >= 0.3x cp, <= 150 MB peak (a multi-GB image streams from the file to
+the socket and never passes through Python's memory).
 
 Everything runs in one temp directory (one disk): the SIF (a real SIF made with mksquashfs + siftool around 1 GiB
 of random data), the cp copy, and the registry's storage. Each push runs in a child process so its peak RSS

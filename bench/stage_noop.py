@@ -1,7 +1,7 @@
 """No-op `invoke stage` (an identical image already staged) with a 2 GiB image, against `invoke --list` in the same
 run.
 
-Goal (issue 11): <= 0.3 s including interpreter start, independent of the image's size: the no-op path stats the
+Goal: <= 0.3 s including interpreter start, independent of the image's size: the no-op path stats the
 image and reads its small record, never the image. Only through the CLI, as a user runs it: the image is a real
 SIF of the size asked, made by the real Apptainer (installed from ../shared/vendor and held for the run) and recorded
 as `tiny`'s build (tests/fixtures_sif.py), and is staged once with `invoke stage --link` (no second copy).

@@ -1,21 +1,23 @@
-"""CPU time (user + sys) of `invoke render --all`, `invoke check` and `invoke launch --dry-run` against hpccm
-rendering one equivalent recipe (the reference), measured side by side in the same run.
+"""CPU time (user + sys) of `invoke --list`, `invoke render --all`, `invoke check` and `invoke launch --dry-run`
+against invoke's own floor, measured side by side in the same rounds (goal: each <= 1.3x the floor).
 
-hpccm lives in its own venv, bench/out/hpccm-venv (created on first use with `pip install -r
-bench/requirements-hpccm.txt` from PyPI); it is not one of shipyard's dependencies. The hpccm recipe is the
-shipped registry's pytorch-2.3 environment: nvidia/cuda base image, labels, environment, apt packages, Python, the
-pinned pip packages and a runscript, rendered with `--format singularity`.
+The floor is `invoke --list` of a tasks.py holding one empty task: invoke's own start, which no change of shipyard's
+can go under, so the ratios show what shipyard adds. For scale only (no goal), hpccm rendering one equivalent recipe
+runs in the same rounds unless --no-reference is given. hpccm lives in its own venv, bench/out/hpccm-venv (created on
+first use with `pip install -r bench/requirements-hpccm.txt` from PyPI); it is not one of shipyard's dependencies.
+The hpccm recipe is the shipped registry's pytorch-2.3 environment: nvidia/cuda base image, labels, environment, apt
+packages, Python, the pinned pip packages and a runscript, rendered with `--format singularity`.
 
-The shipyard commands run in a temporary copy of the project's inputs (registry.yaml, definitions/, examples/,
-tasks.py) with this checkout's package on PYTHONPATH, so `render --all` rewrites identical files there and nothing
-in the checkout changes. Bytecode caches are on (PYTHONDONTWRITEBYTECODE is dropped), as on a user's machine; one
+The shipyard commands run as a project folder runs them (`python -m shipyard`, the same program and tasks as
+`invoke`) in a temporary copy of the project's inputs (registry.yaml, definitions/, examples/) with this checkout's
+package on PYTHONPATH, so `render --all` rewrites identical files there and nothing in the checkout changes. Bytecode caches are on (PYTHONDONTWRITEBYTECODE is dropped), as on a user's machine; one
 warm-up run of each command writes them. Commands run interleaved, round after round, so load from other
 processes falls on all of them alike; the figure is the median over the rounds.
 
 With ``--before DIR`` (a directory holding another version's ``shipyard/`` package, e.g. from
 ``git archive REV shipyard | tar -x -C DIR``) the three commands also run with that package, in the same rounds.
 
-    python bench/start_time.py [--runs 9] [--before DIR] [--json bench/out/start_time.json]
+    python bench/start_time.py [--runs 9] [--no-reference] [--before DIR] [--json bench/out/start_time.json]
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 HPCCM_VENV = OUT / "hpccm-venv"
+FLOOR = "invoke --list of a one-task tasks.py (invoke's floor)"
 
 RECIPE = '''\
 # hpccm recipe equivalent to registry.yaml's pytorch-2.3 environment
@@ -77,7 +80,7 @@ def main() -> None:
     ap.add_argument("--before", help="directory with an older shipyard/ package to measure in the same rounds")
     ap.add_argument("--json", default=str(OUT / "start_time.json"))
     ap.add_argument("--no-reference", action="store_true",
-                    help="skip hpccm (its venv needs the network on first use); ratios are then against invoke's floor")
+                    help="skip hpccm (its venv needs the network on first use)")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     hpccm = None if args.no_reference else hpccm_bin()
@@ -98,8 +101,7 @@ def main() -> None:
         rows = [
             ("hpccm --recipe R --format singularity (reference)", [str(hpccm), "--recipe", str(recipe),
                                                                    "--format", "singularity"]),
-            ("invoke --list of a one-task tasks.py (invoke's floor)",
-             [py, "-m", "invoke", "--search-root", str(floor), "--list"]),
+            (FLOOR, [py, "-m", "invoke", "--search-root", str(floor), "--list"]),
             ("python -c pass", [py, "-c", "pass"]),
             ("invoke --list", [py, "-m", "shipyard", "--list"]),
             ("invoke render --all", [py, "-m", "shipyard", "render", "--all"]),
@@ -125,11 +127,11 @@ def main() -> None:
         if any((proj / "definitions" / p.name).read_bytes() != p.read_bytes() for p in (ROOT / "definitions").iterdir()):
             raise SystemExit("render --all changed definitions/ in the copy: the checkout's definitions are stale")
     med = {label: statistics.median(t) for label, t in times.items()}
-    ref = med[rows[0][0]]
+    ref = med[FLOOR]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"CPU time (user+sys) of each process, median of {args.runs} interleaved runs\n")
-    print(f"| command | median CPU s | x {'hpccm' if rows[0][0].startswith('hpccm') else 'invoke floor'} |")
+    print("| command | median CPU s | x invoke floor |")
     print("|---|---|---|")
     for label, _ in rows:
         print(f"| {label} | {med[label]:.3f} | {med[label] / ref:.2f} |")
