@@ -33,6 +33,7 @@ SMOKE = {
     "container_start.py": (["--size-mib", "4", "--repeat", "1"], "x Apptainer",
                            [pytest.mark.slurm, pytest.mark.real_runtimes, pytest.mark.slow]),
     "sandbox_bench.py": (["--repeat", "1", "--steps", "2"], "demo job", [pytest.mark.slurm, pytest.mark.slow]),
+    "stage_fresh.py": (["--runs", "1", "--size-gib", "0.001"], "x baseline", [pytest.mark.real_apptainer]),
     "stage_noop.py": (["--runs", "1", "--size-gib", "0.001"], "identical image staged", [pytest.mark.real_apptainer]),
     "start_time.py": (["--runs", "1", "--no-reference", "--json", "{tmp}/start.json"], "invoke render --all", []),
     "sweep_submit.py": (["--runs", "1", "--combinations", "20"], "--sweep-file (20 combinations)",
