@@ -3,6 +3,7 @@ one-page STUDENTS.md (golden), and the refusals (an image under the instructor's
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -80,3 +81,40 @@ def test_write_refuses_a_non_empty_folder_and_copies_the_script(tmp_path):
     handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src, force=True)
     with pytest.raises(ShipyardError, match="relative to where you run"):
         handout.copy_source(tmp_path / "proj", tmp_path / "proj", ["/abs/train.py"])
+
+
+def _planted(tmp_path):
+    (tmp_path / "proj" / "src").mkdir(parents=True)
+    (tmp_path / "proj" / "src" / "train.py").write_text("print('hi')\n")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    os.chmod(private, 0o700)
+    out = tmp_path / "handout"
+    out.mkdir()
+    return handout.copy_source(tmp_path / "proj", tmp_path / "proj", ["src/train.py"]), private, out
+
+
+def test_a_logs_link_planted_in_the_handout_is_refused_not_chmoded_or_shipped(tmp_path):
+    src, private, out = _planted(tmp_path)
+    (out / "logs").symlink_to(private)
+    with pytest.raises(ShipyardError, match=r"--out .*handout: logs: is a symbolic link"):
+        handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src, force=True)
+    assert private.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_directory_link_on_the_scripts_path_is_refused_and_nothing_lands_outside(tmp_path):
+    src, private, out = _planted(tmp_path)
+    (out / "src").symlink_to(private)
+    with pytest.raises(ShipyardError, match=r"src: is a symbolic link"):
+        handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src, force=True)
+    assert list(private.iterdir()) == []
+
+
+def test_links_planted_at_the_handouts_file_names_are_replaced(tmp_path):
+    src, private, out = _planted(tmp_path)
+    (private / "keep").write_text("k\n")
+    for name in ("train-x.sbatch", "STUDENTS.md"):
+        (out / name).symlink_to(private / "keep")
+    handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src, force=True)
+    assert not any(p.is_symlink() for p in out.rglob("*"))
+    assert (private / "keep").read_text() == "k\n" and (out / "src" / "train.py").read_text() == "print('hi')\n"
