@@ -19,7 +19,7 @@ from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.files import output_to, table
-from shipyard.launch import launcher, modules as module_files, shell as shells, snakemake, sweep as sweeps
+from shipyard.launch import image_check, launcher, modules as module_files, shell as shells, snakemake, sweep as sweeps
 from shipyard.launch.options import NCCL_TEST, TORCHRUN, Options
 from shipyard.remote import transport
 
@@ -125,7 +125,9 @@ def modules(ctx: Context, env: str | None = None, cluster: str | None = None, pr
     with output_to("--prefix", prefix or ctx.registry.root / "modules"):
         paths = module_files.write_modules(ctx.registry, envs, cl, prefix)
     mods = sorted(p for p in paths if p.suffix == ".lua")
-    ctx.say(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods)} wrapper(s)")
+    checks = [p for p in paths if p.name == image_check.SCRIPT]
+    ctx.say(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods) - len(checks)} wrapper(s), which run "
+            f"{len(checks)} image check(s) first")
     if mods:
         ctx.say(f"  module use {shlex.quote(str(mods[0].parent.parent))}")
         for m in mods:
