@@ -63,8 +63,11 @@ def render(l: Launcher, instructor_root: str) -> str:
     return text
 
 
-def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[str]) -> str:
-    """The srun line STUDENTS.md gives for an interactive shell on one GPU (or CPU) node, in the course image."""
+def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[str],
+               check: str | None = None) -> str:
+    """The srun line STUDENTS.md gives for an interactive shell on one GPU (or CPU) node, in the course image;
+    ``check``: the image check script in the handout (relative to the student's copy), run first: srun only when
+    it passes."""
     words = ["srun", f"--partition={partition}", "--nodes=1"]
     if l.gpus_per_node:
         words.append("--gpus=1")
@@ -81,19 +84,21 @@ def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[
     else:
         tail = "--pty bash"
     pre = "".join(f"module load {shell_quote(m)}; " for m in modules)
+    if check:
+        pre += f"bash {shell_quote(check)} && "
     return pre + shell_join(words) + " " + tail
 
 
 def students_md(l: Launcher, course: str, script: str, interactive: str, where: str,
-                host_requirements: Sequence[str] = ()) -> str:
+                host_requirements: Sequence[str] = (), checked: str | None = None) -> str:
     """STUDENTS.md: one page, for this course's cluster; ``where``: the handout folder students copy.
 
     On a ``host`` cluster the job runs the ``torchrun`` on the student's own PATH (the launcher names no Python, so
     it never depends on the instructor's environment, which may be private); the page says so, with the cluster's
-    ``host_requirements``."""
+    ``host_requirements``. ``checked``: the image check script the interactive line runs first (said on the page)."""
     return templating.render("shipyard.launch", "STUDENTS.md.j2", trim_blocks=True, l=l, course=course,
                              script=script, interactive=interactive, where=where, version=__version__,
-                             host_requirements=tuple(host_requirements))
+                             host_requirements=tuple(host_requirements), checked=checked)
 
 
 def copy_source(project: Path, workdir: Path, command: Sequence[str]) -> tuple[Path, PurePosixPath] | None:
