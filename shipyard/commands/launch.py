@@ -157,7 +157,13 @@ def snakemake_profile(ctx: Context, cluster: str | None = None, env: str | None 
     """`invoke snakemake.profile --cluster C [--env E] [--check]`: write the Snakemake profile and the Slurm plugin's
     partition file for the cluster (issue 24); ``check``: exit 1 naming the stale files, write nothing."""
     cl, environment = ctx.cluster(cluster), ctx.environment(env)
-    files = snakemake.render(ctx.registry, environment, cl)
+    rt = runtimes.get(cl.runtime)
+    staged = None
+    if rt.name == "apptainer":  # Snakemake runs images with apptainer only: the profile names the staged one
+        image = rt.image(ctx.registry.root, environment.name, cl)
+        staged = image_check.require(image_check.bound(ctx.registry.root, environment.name, image, rt.suffix),
+                                     image, environment.name, cl.name, "the Snakemake profile's image")
+    files = snakemake.render(ctx.registry, environment, cl, staged)
     if check:
         old = snakemake.stale(files)
         if old:
