@@ -182,7 +182,7 @@ def test_write_modules_refuses_an_image_with_nothing_to_check_it_against(tmp_pat
 
 
 @pytest.mark.parametrize("cluster", ["apptainer", "charliecloud"])
-def test_a_replaced_image_is_refused_by_every_wrapper(tmp_path, cluster, monkeypatch):
+def test_a_replaced_image_is_refused_by_every_wrapper(tmp_path, cluster):
     """The wrappers run the image check first: the staged image runs (the runtime here is a stand-in that prints
     what it was asked to run); a replaced one, its record rewritten to match its new stamp, stops with one line and
     exit 3 before the runtime starts."""
