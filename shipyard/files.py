@@ -129,12 +129,12 @@ def exclusive_temp(target: str | os.PathLike, mode: int, tag: str = "tmp") -> tu
 
 
 def exclusive_write(path: str | os.PathLike, text: str | bytes, mode: int = 0o644) -> Path:
-    """Like :func:`atomic_write`, for a directory others can write in: the temp file is made by
-    :func:`exclusive_temp` (never through a planted link, the final mode from the start), then renamed over ``path``
-    (a link at ``path`` itself is replaced, not followed)."""
+    """Like :func:`atomic_write`, for a file in a configured directory others can write in (a stage record in the
+    storage): written by :class:`SharedFolder` (an exclusive temp file, never through a planted link, the final mode
+    from the start, renamed over ``path``: a link at ``path`` itself is replaced, not followed)."""
     path = Path(path)
-    fd, tmp = exclusive_temp(path, mode)
-    return _fill_and_replace(fd, tmp, text, path)
+    with SharedFolder(path.parent, str(path.parent), configured=True) as folder:
+        return folder.write(path.name, text, mode)
 
 
 class SharedFolder:
@@ -150,11 +150,18 @@ class SharedFolder:
 
     _DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
-    def __init__(self, path: str | os.PathLike, what: str, mode: int = 0o755):
-        """Open (or create, with ``mode``) the folder ``path`` itself; ``what`` names it in errors (``--out X``)."""
+    def __init__(self, path: str | os.PathLike, what: str, mode: int = 0o755, *, configured: bool = False):
+        """Open (or create, with ``mode``) the folder ``path`` itself; ``what`` names it in errors (``--out X``).
+        ``configured``: the folder is named by the site's configuration (a cluster's storage, which an admin may
+        have made a link to the real filesystem): followed when it is a link, never created; its entries are still
+        written as above."""
         self.path = Path(path)
         self.what = what
         created = False
+        if configured:
+            self.fd = os.open(self.path, self._DIR & ~os.O_NOFOLLOW)
+            self.created = False
+            return
         if not self.path.is_symlink() and not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             try:

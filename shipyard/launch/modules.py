@@ -25,7 +25,7 @@ from typing import Iterable
 
 from shipyard import __version__, escaping, templating
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
+from shipyard.files import SharedFolder
 from shipyard.launch import fabric, image_check
 from shipyard import runtimes
 from shipyard.registry.model import Cluster, Environment, Registry
@@ -154,16 +154,20 @@ def environments_on(reg: Registry, cluster: Cluster) -> list[Environment]:
 
 def write_modules(reg: Registry, envs: Iterable[Environment], cluster: Cluster,
                   prefix: str | Path | None = None) -> list[Path]:
-    """Write the modulefiles and wrappers of ``envs`` on ``cluster`` atomically; return the paths written."""
+    """Write the modulefiles and wrappers of ``envs`` on ``cluster`` atomically; return the paths written.
+
+    A course's module prefix is often shared (``/sw/courses/...``, written by several staff): it is written through
+    :class:`~shipyard.files.SharedFolder`, so a link someone planted at a folder of the tree is refused and one at a
+    file's name is replaced, never written through (the wrappers and their image check above all)."""
     require_wrapping_runtime(cluster, reg)
     root = Path(prefix).resolve() if prefix else reg.root / "modules"
-    root.mkdir(parents=True, exist_ok=True)  # an unwritable --prefix is said first, as what it is
     written: list[Path] = []
-    for env in envs:
-        image = image_path(reg, cluster, env)
-        check = image_check.require(image_check.bound(reg.root, env.name, image, _runtime(cluster).suffix), image,
-                                    env.name, cluster.name, f"the module shipyard/{env.name}")
-        for path, text in module_files(env, cluster, root, image, check).items():
-            mode = 0o755 if path.suffix != ".lua" else 0o644  # wrappers and the check script: executable
-            written.append(atomic_write(path, text, mode=mode))
+    with SharedFolder(root, f"--prefix {root}") as folder:  # an unwritable --prefix is said first, as what it is
+        for env in envs:
+            image = image_path(reg, cluster, env)
+            check = image_check.require(image_check.bound(reg.root, env.name, image, _runtime(cluster).suffix),
+                                        image, env.name, cluster.name, f"the module shipyard/{env.name}")
+            for path, text in module_files(env, cluster, root, image, check).items():
+                mode = 0o755 if path.suffix != ".lua" else 0o644  # wrappers and the check script: executable
+                written.append(folder.write(path.relative_to(root), text, mode))
     return written

@@ -120,8 +120,7 @@ def sync(cluster, root: Path, *, method: str | None = None) -> Shipped:
     dirs = _parents(names)
     mk = _ssh_run(dest, _prepare_script(target, dirs), timeout=timeout)
     if mk.returncode == _REFUSED:
-        raise ShipyardError(f"remote.sync to cluster {cluster.name}: "
-                            + (mk.stderr.decode(errors="replace").strip().splitlines() or ["refused"])[-1])
+        raise _refused(cluster.name, mk)
     if mk.returncode != 0:
         raise _fail(f"mkdir {target} on {cluster.name}", mk)
     if method == "rsync":
@@ -167,12 +166,17 @@ def _prepare_script(target: str, dirs: list[str]) -> str:
         f'if [ ! -O "$t" ]; then echo "$t belongs to another user: remove it or set remote.root to a folder of your '
         f'own" >&2; exit {_REFUSED}; fi',
     ]
+    lines.append('cd -- "$t" || exit 1')
     if dirs:
-        lines += ['cd -- "$t" || exit 1',
-                  f"for d in {shell_join(dirs)}; do",
+        lines += [f"for d in {shell_join(dirs)}; do",
                   f'  if [ -L "$d" ]; then echo "$t/$d is a symbolic link, {why}" >&2; exit {_REFUSED}; fi',
                   "done"]
     return "\n".join(lines)
+
+
+def _refused(cluster_name: str, res: subprocess.CompletedProcess) -> ShipyardError:
+    return ShipyardError(f"remote.sync to cluster {cluster_name}: "
+                         + (res.stderr.decode(errors="replace").strip().splitlines() or ["refused"])[-1])
 
 
 def _rsync(dest, root: Path, names: list[str], target: str, timeout: float) -> int:
@@ -201,7 +205,11 @@ def _tar(dest, root: Path, names: list[str], target: str, timeout: float) -> int
                          input=b"\0".join(n.encode("utf-8", "surrogateescape") for n in members))
     if tar.returncode != 0:
         raise _fail("tar", tar)
-    res = _ssh_run(dest, f"tar -x -f - -C {shell_quote(target)}", input=tar.stdout, timeout=timeout)
+    # the same checks again in the command that extracts (into the folder it checked: cd, then tar -x there)
+    res = _ssh_run(dest, _prepare_script(target, _parents(names)) + "\ntar -x -f -", input=tar.stdout,
+                   timeout=timeout)
+    if res.returncode == _REFUSED:
+        raise _refused(dest.cluster, res)
     if res.returncode != 0:
         raise _fail(f"tar to {cluster_label(dest)}", res)
     return len(names)

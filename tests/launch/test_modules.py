@@ -534,3 +534,24 @@ def test_apptainer_wrapper_puts_the_injected_path_in_front_of_the_images_inside(
     assert seen(res.stdout) == want
     words = shlex.split([ln for ln in wrapper.read_text().splitlines() if ln.startswith("exec ")][0])
     assert words[words.index("--bind") + 1] == f"{efa}:{efa}:ro"
+
+
+def test_a_link_planted_in_a_shared_module_prefix_is_refused_or_replaced(tmp_path):
+    """A course's module prefix may be written by others: a link at a folder of the tree is refused (nothing lands
+    where it points), a link at a wrapper's or the check's name is replaced by the file."""
+    cluster, _ = _staged_grete(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    prefix = tmp_path / "site"
+    (prefix / "wrappers").mkdir(parents=True)
+    (prefix / "wrappers" / "pytorch-2.3").symlink_to(elsewhere)
+    with pytest.raises(ShipyardError, match=r"wrappers/pytorch-2.3: is a symbolic link"):
+        modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], cluster, prefix)
+    assert list(elsewhere.iterdir()) == []
+    (prefix / "wrappers" / "pytorch-2.3").unlink()
+    (prefix / "wrappers" / "pytorch-2.3").mkdir()
+    (elsewhere / "mine").write_text("m\n")
+    (prefix / "wrappers" / "pytorch-2.3" / "check-image.sh").symlink_to(elsewhere / "mine")
+    modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], cluster, prefix)
+    assert (elsewhere / "mine").read_text() == "m\n"
+    assert not modules.check_path(prefix, "pytorch-2.3").is_symlink()

@@ -83,3 +83,18 @@ def test_tar_replaces_a_link_at_a_files_name_and_never_writes_through_it(local_r
 
 def test_the_folders_tar_sends_come_before_their_files():
     assert sync._parents(["a/b/c.txt", "a/d.txt", "e.txt", "f/g.txt"]) == ["a", "f", "a/b"]
+
+
+def test_tar_checks_again_in_the_command_that_extracts(local_remote, elsewhere, monkeypatch):
+    """A link planted after the first check (before the archive arrives) is refused by the extracting command."""
+    cluster, proj, root = local_remote
+
+    def plant_then_run(dest, script, tty=False):
+        if "tar -x" in script:
+            (root / "proj" / "containers").symlink_to(elsewhere)
+        return ["bash", "-c", script]
+
+    monkeypatch.setattr(transport, "ssh_argv", plant_then_run)
+    with pytest.raises(ShipyardError, match=r"proj/containers is a symbolic link"):
+        sync.sync(cluster, proj, method="tar")
+    assert list(elsewhere.iterdir()) == []
