@@ -122,9 +122,11 @@ def test_a_directory_link_on_the_scripts_path_is_refused_and_nothing_lands_outsi
 def test_links_planted_at_the_handouts_file_names_are_replaced(tmp_path):
     src, private, out = _planted(tmp_path)
     (private / "keep").write_text("k\n")
-    for name in ("train-x.sbatch", "STUDENTS.md"):
+    (out / "src").mkdir()
+    for name in ("train-x.sbatch", "STUDENTS.md", "src/train.py", image_check.SCRIPT):
         (out / name).symlink_to(private / "keep")
-    handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src, force=True)
+    handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src, force=True,
+                  extra={image_check.SCRIPT: ("#!/bin/bash\n", 0o755)})
     assert not any(p.is_symlink() for p in out.rglob("*"))
     assert (private / "keep").read_text() == "k\n" and (out / "src" / "train.py").read_text() == "print('hi')\n"
 
