@@ -70,6 +70,8 @@ def test_module_files_golden(label, reg, cluster, env):
     files = modules.module_files(env, cluster, PREFIX, image, fixed_check(image))
     for path, text in files.items():
         golden(GOLDEN / "modules" / label / cluster.name / path.relative_to(PREFIX), text)
+    res = shellcheck(files[modules.check_path(PREFIX, env.name)], shell="bash")
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 @pytest.mark.parametrize("label,reg,cluster,env", APPTAINER_CASES, ids=APPTAINER_IDS)
