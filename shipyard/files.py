@@ -7,13 +7,14 @@ and hashes and timestamps must be spelled the same in every manifest, record and
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import secrets
 import stat
 import tempfile
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Iterable, Sequence
 
 from shipyard import facts
@@ -128,12 +129,152 @@ def exclusive_temp(target: str | os.PathLike, mode: int, tag: str = "tmp") -> tu
 
 
 def exclusive_write(path: str | os.PathLike, text: str | bytes, mode: int = 0o644) -> Path:
-    """Like :func:`atomic_write`, for a directory others can write in: the temp file is made by
-    :func:`exclusive_temp` (never through a planted link, the final mode from the start), then renamed over ``path``
-    (a link at ``path`` itself is replaced, not followed)."""
+    """Like :func:`atomic_write`, for a file in a configured directory others can write in (a stage record in the
+    storage): written by :class:`SharedFolder` (an exclusive temp file, never through a planted link, the final mode
+    from the start, renamed over ``path``: a link at ``path`` itself is replaced, not followed)."""
     path = Path(path)
-    fd, tmp = exclusive_temp(path, mode)
-    return _fill_and_replace(fd, tmp, text, path)
+    with SharedFolder(path.parent, str(path.parent), configured=True) as folder:
+        return folder.write(path.name, text, mode)
+
+
+class SharedFolder:
+    """A writer for a folder others can write in (a handout ``--out``, shared storage): every entry is created or
+    replaced through the folder's own descriptor (``dir_fd``), never through a path that a planted link could steer.
+
+    Why through a descriptor: a path like ``OUT/logs/x`` is resolved afresh at each use, so a link someone puts at
+    ``logs`` (or at a sub-folder of a copied script's path) sends the write, or a chmod, wherever it points. Here a
+    directory is opened with ``O_NOFOLLOW`` one name at a time, a file is written to an exclusive temp name beside its
+    target and renamed over it (a link at the target's name is replaced, not followed), and a mode is set only on
+    what this writer created (``fchmod`` on its own descriptor). A link found where a directory must be is refused in
+    one line: it is someone else's, and shipping it would ship whatever it points to."""
+
+    _DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+    def __init__(self, path: str | os.PathLike, what: str, mode: int = 0o755, *, configured: bool = False):
+        """Open (or create, with ``mode``) the folder ``path`` itself; ``what`` names it in errors (``--out X``).
+        ``configured``: the folder is named by the site's configuration (a cluster's storage, which an admin may
+        have made a link to the real filesystem): followed when it is a link, never created; its entries are still
+        written as above."""
+        self.path = Path(path)
+        self.what = what
+        created = False
+        if configured:
+            self.fd = os.open(self.path, self._DIR & ~os.O_NOFOLLOW)
+            self.created = False
+            return
+        if not self.path.is_symlink() and not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(self.path, 0o700)  # private until its mode is set on our own descriptor
+                created = True
+            except FileExistsError:
+                pass
+        self.fd = self._open_dir(None, str(self.path), self.what)
+        self.created = created
+        if created:
+            os.fchmod(self.fd, mode)
+
+    def _open_dir(self, dir_fd: int | None, name: str, label: str) -> int:
+        try:
+            fd = os.open(name, self._DIR, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and self._is_link(dir_fd, name):
+                raise ShipyardError(f"{label}: is a symbolic link, which this writer did not make (someone else "
+                                    "put it there); remove it or name another folder") from None
+            if exc.errno == errno.ENOTDIR:
+                raise ShipyardError(f"{label}: exists and is not a directory") from None
+            raise
+        return fd
+
+    @staticmethod
+    def _is_link(dir_fd: int | None, name: str) -> bool:
+        try:
+            return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "SharedFolder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _label(self, rel: PurePosixPath | str) -> str:
+        return f"{self.what}: {rel}"
+
+    def _parts(self, rel: str | os.PathLike) -> list[str]:
+        parts = PurePosixPath(rel).parts
+        if not parts or PurePosixPath(rel).is_absolute() or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"{rel}: expected a relative path of plain names inside the folder")
+        return list(parts)
+
+    def _walk(self, parts: Sequence[str], mode: int) -> int:
+        """A descriptor of the directory ``parts`` below the folder, each missing one created with ``mode``; a link
+        at any of them is refused. The caller closes it."""
+        fd = os.dup(self.fd)
+        done: list[str] = []
+        try:
+            for name in parts:
+                done.append(name)
+                made = False
+                try:
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                    made = True
+                except FileExistsError:
+                    pass
+                sub = self._open_dir(fd, name, self._label("/".join(done)))
+                os.close(fd)
+                fd = sub
+                if made:
+                    os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def mkdir(self, rel: str | os.PathLike, mode: int = 0o755) -> Path:
+        """The directory ``rel`` (created with ``mode`` when missing; an existing one keeps its mode)."""
+        os.close(self._walk(self._parts(rel), mode))
+        return self.path / rel
+
+    def write(self, rel: str | os.PathLike, data: str | bytes, mode: int = 0o644, dir_mode: int = 0o755) -> Path:
+        """Create or replace the file ``rel`` with ``data`` and ``mode`` (its directories made as :meth:`mkdir`)."""
+        parts = self._parts(rel)
+        fd = self._walk(parts[:-1], dir_mode)
+        name = parts[-1]
+        tmp = f".{name}.tmp.{os.uname().nodename}.{os.getpid()}.{secrets.token_hex(8)}"
+        try:
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                          mode, dir_fd=fd)
+            try:
+                with os.fdopen(out, "wb") as fh:
+                    os.fchmod(fh.fileno(), mode)
+                    fh.write(data.encode() if isinstance(data, str) else data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                if self._is_dir(fd, name):
+                    raise ShipyardError(f"{self._label(rel)}: is a directory where this writer puts a file; "
+                                        "remove it")
+                os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=fd)
+                raise
+        finally:
+            os.close(fd)
+        return self.path / rel
+
+    @staticmethod
+    def _is_dir(dir_fd: int, name: str) -> bool:
+        try:
+            return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            return False
 
 
 def sha256_fd(fd: int) -> str:

@@ -8,6 +8,7 @@ changes, and its root is a fixed fake path so that absolute paths in the goldens
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
 from pathlib import Path
@@ -219,6 +220,20 @@ def stage_record(image: Path, input_hash: str = "b" * 64) -> Path:
     st = identity.stamp(image)
     return record.write_record(image, record.StageRecord(sha256_file(image), input_hash, st.size, st.mtime_ns, st.ino,
                                                          st.ctime_ns))
+
+
+def replace_staged_image(image: Path) -> None:
+    """What someone who can write the storage does to a staged image: other content of the same size and mtime, and
+    a record rewritten for the new file's stamp that still names the old sha256 (only the content hash tells)."""
+    from shipyard.files import sha256_file
+
+    old = sha256_file(image)
+    st = image.stat()
+    data = image.read_bytes()
+    image.write_bytes(bytes(b ^ 0xFF for b in data[:64]) + data[64:])
+    os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns))
+    rec = stage_record(image)
+    rec.write_text(rec.read_text().replace(sha256_file(image), old))
 
 
 def make_user(name: str, home: Path):

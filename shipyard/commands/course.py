@@ -14,7 +14,7 @@ from typing import Sequence
 
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
-from shipyard.launch import handout, launcher
+from shipyard.launch import handout, image_check, launcher
 from shipyard.launch.options import Options
 
 
@@ -34,12 +34,18 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
     student = handout.student_launcher(l)
     text = handout.render(student, str(ctx.registry.root))
     shell_part = cluster.interactive_partition or l.partition
-    interactive = handout.shell_line(student, shell_part, l.time, l.modules)
+    check = (image_check.Check(l.image, l.image_sha256, l.image_input_hash, l.image_bound_from)
+             if l.image_sha256 else None)  # the launcher's own binding; --image opts out, as in the launcher
+    interactive = handout.shell_line(student, shell_part, l.time, l.modules,
+                                     image_check.SCRIPT if check else None)
+    extra = {image_check.SCRIPT: (image_check.render(check, env.name, "invoke course.handout",
+                                                     "STUDENTS.md's interactive srun line runs"), 0o755)} \
+        if check else None
     dest = Path(out).absolute()
     md = handout.students_md(student, env.name, shlex.join(command), interactive, str(dest),
-                             cluster.host_requirements)
+                             cluster.host_requirements, image_check.SCRIPT if check else None)
     script = handout.copy_source(Path(ctx.registry.root), here, command)
-    written = handout.write(dest, l.name, text, md, script, force=force)
+    written = handout.write(dest, l.name, text, md, script, force=force, extra=extra)
     ctx.say(f"wrote the handout for {env.name} on {cluster.name} into {dest}:")
     for p in written:
         ctx.say(f"  {os.path.relpath(p, dest)}{'/' if p.is_dir() else ''}")

@@ -14,12 +14,12 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
-from shipyard import slurm
+from shipyard import project, runtimes, slurm
 from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
-from shipyard.files import output_to, table
-from shipyard.launch import launcher, modules as module_files, shell as shells, snakemake, sweep as sweeps
+from shipyard.files import atomic_write, output_to, table
+from shipyard.launch import image_check, launcher, modules as module_files, shell as shells, snakemake, sweep as sweeps
 from shipyard.launch.options import NCCL_TEST, TORCHRUN, Options
 from shipyard.remote import transport
 
@@ -103,8 +103,9 @@ def shell(ctx: Context, env: str | None = None, cluster: str | None = None, *, d
     if transport.is_remote(cl):
         return remote_commands.forward(ctx, cl, tty=not dry_run and command is None)
     ctx.gate(environment, cl, what="shell", force=force)
+    check = shell_check(ctx, environment, cl, runtime)
     plan = shells.build(ctx.registry, environment, cl, command=command, gpus=gpus, time=time, runtime=runtime,
-                        partition=partition, sbatch=sbatch)
+                        partition=partition, sbatch=sbatch, check=check)
     if not dry_run:
         return shells.run(plan)
     ctx.say(shells.command_line(plan))
@@ -112,6 +113,23 @@ def shell(ctx: Context, env: str | None = None, cluster: str | None = None, *, d
         ctx.say()
         ctx.say(plan.snippet.replace(shells.NODE_MARK, "<the node srun allocates; the shell prints it when it starts>"))
     return 0
+
+
+def shell_check(ctx: Context, env, cl, runtime: str | None) -> Path | None:
+    """The image check `invoke shell` runs before srun: ``launch/ENV-SHA.check-image.sh``, written for the staged
+    image (its stage record, else the build manifest) as the batch launcher would bind it; None for the host runtime
+    (no image). An image with nothing to check it against is refused, as `invoke launch` refuses it. Written in a
+    --dry-run too: the printed line runs it."""
+    rt = runtimes.get(runtime or cl.runtime)
+    if not rt.containerised:
+        return None
+    image = rt.image(ctx.registry.root, env.name, cl)
+    check = image_check.require(image_check.bound(ctx.registry.root, env.name, image, rt.suffix), image, env.name,
+                                cl.name, "the shell's image")
+    path = project.launchers_dir(ctx.registry.root) / image_check.script_name(check, env.name)
+    by = f"invoke shell {env.name} --cluster {cl.name}" + (f" --runtime {rt.name}" if runtime else "")
+    atomic_write(path, image_check.render(check, env.name, by, "`invoke shell` (and --command) runs"), mode=0o755)
+    return path
 
 
 def modules(ctx: Context, env: str | None = None, cluster: str | None = None, prefix: str | os.PathLike | None = None,
@@ -125,7 +143,9 @@ def modules(ctx: Context, env: str | None = None, cluster: str | None = None, pr
     with output_to("--prefix", prefix or ctx.registry.root / "modules"):
         paths = module_files.write_modules(ctx.registry, envs, cl, prefix)
     mods = sorted(p for p in paths if p.suffix == ".lua")
-    ctx.say(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods)} wrapper(s)")
+    checks = [p for p in paths if p.name == image_check.SCRIPT]
+    ctx.say(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods) - len(checks)} wrapper(s), which run "
+            f"{len(checks)} image check(s) first")
     if mods:
         ctx.say(f"  module use {shlex.quote(str(mods[0].parent.parent))}")
         for m in mods:
@@ -137,7 +157,13 @@ def snakemake_profile(ctx: Context, cluster: str | None = None, env: str | None 
     """`invoke snakemake.profile --cluster C [--env E] [--check]`: write the Snakemake profile and the Slurm plugin's
     partition file for the cluster (issue 24); ``check``: exit 1 naming the stale files, write nothing."""
     cl, environment = ctx.cluster(cluster), ctx.environment(env)
-    files = snakemake.render(ctx.registry, environment, cl)
+    rt = runtimes.get(cl.runtime)
+    staged = None
+    if rt.name == "apptainer":  # Snakemake runs images with apptainer only: the profile names the staged one
+        image = rt.image(ctx.registry.root, environment.name, cl)
+        staged = image_check.require(image_check.bound(ctx.registry.root, environment.name, image, rt.suffix),
+                                     image, environment.name, cl.name, "the Snakemake profile's image")
+    files = snakemake.render(ctx.registry, environment, cl, staged)
     if check:
         old = snakemake.stale(files)
         if old:

@@ -18,7 +18,6 @@ a text that still names the instructor's project is refused: no instructor path 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from pathlib import Path, PurePosixPath
 from typing import Sequence
@@ -26,7 +25,7 @@ from typing import Sequence
 from shipyard import __version__, templating
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
-from shipyard.files import atomic_write
+from shipyard.files import SharedFolder
 from shipyard.launch import launcher
 from shipyard.launch.launcher import Launcher
 from shipyard.runtimes.mounts import Mount
@@ -64,8 +63,11 @@ def render(l: Launcher, instructor_root: str) -> str:
     return text
 
 
-def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[str]) -> str:
-    """The srun line STUDENTS.md gives for an interactive shell on one GPU (or CPU) node, in the course image."""
+def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[str],
+               check: str | None = None) -> str:
+    """The srun line STUDENTS.md gives for an interactive shell on one GPU (or CPU) node, in the course image;
+    ``check``: the image check script in the handout (relative to the student's copy), run first: srun only when
+    it passes."""
     words = ["srun", f"--partition={partition}", "--nodes=1"]
     if l.gpus_per_node:
         words.append("--gpus=1")
@@ -82,19 +84,21 @@ def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[
     else:
         tail = "--pty bash"
     pre = "".join(f"module load {shell_quote(m)}; " for m in modules)
+    if check:
+        pre += f"bash {shell_quote(check)} && "
     return pre + shell_join(words) + " " + tail
 
 
 def students_md(l: Launcher, course: str, script: str, interactive: str, where: str,
-                host_requirements: Sequence[str] = ()) -> str:
+                host_requirements: Sequence[str] = (), checked: str | None = None) -> str:
     """STUDENTS.md: one page, for this course's cluster; ``where``: the handout folder students copy.
 
     On a ``host`` cluster the job runs the ``torchrun`` on the student's own PATH (the launcher names no Python, so
     it never depends on the instructor's environment, which may be private); the page says so, with the cluster's
-    ``host_requirements``."""
+    ``host_requirements``. ``checked``: the image check script the interactive line runs first (said on the page)."""
     return templating.render("shipyard.launch", "STUDENTS.md.j2", trim_blocks=True, l=l, course=course,
                              script=script, interactive=interactive, where=where, version=__version__,
-                             host_requirements=tuple(host_requirements))
+                             host_requirements=tuple(host_requirements), checked=checked)
 
 
 def copy_source(project: Path, workdir: Path, command: Sequence[str]) -> tuple[Path, PurePosixPath] | None:
@@ -115,28 +119,27 @@ def copy_source(project: Path, workdir: Path, command: Sequence[str]) -> tuple[P
 
 
 def write(out: Path, name: str, text: str, students: str, script: tuple[Path, PurePosixPath] | None,
-          force: bool = False) -> list[Path]:
+          force: bool = False, extra: dict[str, tuple[str, int]] | None = None) -> list[Path]:
     """Write the handout folder: NAME.sbatch (0755), STUDENTS.md, the training script and an empty logs/ (Slurm
-    does not create --output's directory). Everything world-readable, so students can copy it. A folder that holds
-    other files is refused unless ``force`` (then only these files are replaced)."""
+    does not create --output's directory); ``extra``: more files (relative path -> (text, mode)). Everything
+    world-readable, so students can copy it. A folder that holds other files is refused unless ``force`` (then only
+    these files are replaced).
+
+    The folder may be writable by others (a course's shared handout folder): it is written by
+    :class:`~shipyard.files.SharedFolder`, so a link planted at ``logs`` or on the script's path is refused, never
+    followed, chmod'ed or shipped, and a link at a file's name is replaced by the file."""
     if out.is_symlink():
         raise ShipyardError(f"--out {out}: is a symbolic link; name the real directory")
     if out.exists() and not out.is_dir():
         raise ShipyardError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ShipyardError(f"--out {out}: is not empty; pass --force to replace the handout's files in it")
-    out.mkdir(parents=True, exist_ok=True)
-    os.chmod(out, 0o755)
-    logs = out / "logs"
-    logs.mkdir(exist_ok=True)
-    os.chmod(logs, 0o755)
-    written = [atomic_write(out / f"{name}.sbatch", text, mode=0o755), atomic_write(out / "STUDENTS.md", students,
-                                                                                   mode=0o644)]
-    if script:
-        src, rel = script
-        dst = out / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        written.append(atomic_write(dst, src.read_bytes(), mode=0o644))
+    with SharedFolder(out, f"--out {out}") as folder:
+        logs = folder.mkdir("logs", 0o755)
+        written = [folder.write(f"{name}.sbatch", text, 0o755), folder.write("STUDENTS.md", students, 0o644)]
+        for rel, (body, mode) in (extra or {}).items():
+            written.append(folder.write(rel, body, mode))
+        if script:
+            src, rel = script
+            written.append(folder.write(rel, src.read_bytes(), 0o644))
     return written + [logs]
-
-

@@ -25,8 +25,8 @@ from typing import Iterable
 
 from shipyard import __version__, escaping, templating
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
-from shipyard.launch import fabric
+from shipyard.files import SharedFolder
+from shipyard.launch import fabric, image_check
 from shipyard import runtimes
 from shipyard.registry.model import Cluster, Environment, Registry
 from shipyard.runtimes.base import ShellWord
@@ -75,12 +75,14 @@ def _header(env: Environment, cluster: Cluster) -> str:
             "do not edit, regenerate.")
 
 
-def render_wrapper(env: Environment, cluster: Cluster, tool: str, image: str) -> str:
-    """The bash wrapper for one tool."""
+def render_wrapper(env: Environment, cluster: Cluster, tool: str, image: str,
+                   check: str | Path | None = None) -> str:
+    """The bash wrapper for one tool; ``check``: the image check script it runs first (:mod:`image_check`)."""
     rt = _runtime(cluster)
     return templating.render("shipyard.launch", "wrapper.sh.j2",
         header=_header(env, cluster), env=env, cluster=cluster, tool=tool, title=rt.title, notes=rt.tool_notes(),
         setup=rt.tool_setup(), argv=wrapper_argv(image, cluster, tool),
+        check=escaping.shell_quote(str(check)) if check else "",
     )
 
 
@@ -126,12 +128,22 @@ def wrapper_dir(prefix: Path, env_name: str) -> Path:
     return prefix / "wrappers" / env_name / "bin"
 
 
-def module_files(env: Environment, cluster: Cluster, prefix: Path, image: str) -> dict[Path, str]:
-    """Every file one environment's module consists of: path -> text (wrappers are written executable)."""
+def check_path(prefix: Path, env_name: str) -> Path:
+    """The image check the wrappers run: beside ``bin/``, off PATH, in the module tree its owner writes."""
+    return prefix / "wrappers" / env_name / image_check.SCRIPT
+
+
+def module_files(env: Environment, cluster: Cluster, prefix: Path, image: str,
+                 check: image_check.Check) -> dict[Path, str]:
+    """Every file one environment's module consists of: path -> text (wrappers and the check are written
+    executable). Each wrapper runs the image ``check`` (the staged image the module is written for) first."""
     bin_dir = wrapper_dir(prefix, env.name)
-    files = {modulefile_path(prefix, env.name): render_modulefile(env, cluster, image, str(bin_dir))}
+    script = check_path(prefix, env.name)
+    files = {modulefile_path(prefix, env.name): render_modulefile(env, cluster, image, str(bin_dir)),
+             script: image_check.render(check, env.name, f"invoke modules {env.name} --cluster {cluster.name}",
+                                        "The module's wrappers (python, torchrun, pip, ...)")}
     for tool in TOOLS:
-        files[bin_dir / tool] = render_wrapper(env, cluster, tool, image)
+        files[bin_dir / tool] = render_wrapper(env, cluster, tool, image, script)
     return files
 
 
@@ -142,13 +154,20 @@ def environments_on(reg: Registry, cluster: Cluster) -> list[Environment]:
 
 def write_modules(reg: Registry, envs: Iterable[Environment], cluster: Cluster,
                   prefix: str | Path | None = None) -> list[Path]:
-    """Write the modulefiles and wrappers of ``envs`` on ``cluster`` atomically; return the paths written."""
+    """Write the modulefiles and wrappers of ``envs`` on ``cluster`` atomically; return the paths written.
+
+    A course's module prefix is often shared (``/sw/courses/...``, written by several staff): it is written through
+    :class:`~shipyard.files.SharedFolder`, so a link someone planted at a folder of the tree is refused and one at a
+    file's name is replaced, never written through (the wrappers and their image check above all)."""
     require_wrapping_runtime(cluster, reg)
     root = Path(prefix).resolve() if prefix else reg.root / "modules"
     written: list[Path] = []
-    for env in envs:
-        image = image_path(reg, cluster, env)
-        for path, text in module_files(env, cluster, root, image).items():
-            mode = 0o755 if path.suffix != ".lua" else 0o644
-            written.append(atomic_write(path, text, mode=mode))
+    with SharedFolder(root, f"--prefix {root}") as folder:  # an unwritable --prefix is said first, as what it is
+        for env in envs:
+            image = image_path(reg, cluster, env)
+            check = image_check.require(image_check.bound(reg.root, env.name, image, _runtime(cluster).suffix),
+                                        image, env.name, cluster.name, f"the module shipyard/{env.name}")
+            for path, text in module_files(env, cluster, root, image, check).items():
+                mode = 0o755 if path.suffix != ".lua" else 0o644  # wrappers and the check script: executable
+                written.append(folder.write(path.relative_to(root), text, mode))
     return written

@@ -9,7 +9,9 @@ host runtime.
 
 VS Code Remote-SSH needs the *allocated* node's name, which exists only once srun has started. So the interactive
 shell first prints the ssh config snippet on the node itself (the node's own ``hostname`` is substituted there), then
-``exec``s the shell. ``--command`` runs a command in the same container without a terminal (no snippet), which is also
+``exec``s the shell. Before srun, on the login node, the image check of the staged image runs (the batch launcher's
+check as a script of its own, :mod:`shipyard.launch.image_check`): a replaced image is refused there, in one line,
+before any node is asked for. ``--command`` runs a command in the same container without a terminal (no snippet), which is also
 how the tests prove on the sandbox that the command really lands on a compute node.
 """
 
@@ -46,6 +48,7 @@ class ShellPlan:
     argv: tuple[str, ...]
     snippet: str  # with NODE_MARK where the node's name goes
     interactive: bool
+    check: tuple[str, ...] = ()  # the image check run on the login node before srun (none: no image)
 
 
 def ssh_snippet(cluster: Cluster, user: str) -> str:
@@ -74,10 +77,10 @@ def _default_time(cluster: Cluster) -> str:
 def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | None = None,
           gpus: int | str | None = None, time: str | None = None, user: str | None = None,
           runtime: str | None = None, partition: str | None = None,
-          sbatch: Sequence[str] | None = None) -> ShellPlan:
+          sbatch: Sequence[str] | None = None, check: str | None = None) -> ShellPlan:
     """Resolve flags and registry facts into the exact command for ``env`` on ``cluster`` (no side effects). The
     shell runs on ``partition`` (default: the interactive partition), and its GPUs are checked against that
-    partition's."""
+    partition's. ``check``: the image check script (:mod:`shipyard.launch.image_check`) that runs before srun."""
 
     partition = partition or cluster.interactive_partition
     if partition not in cluster.partitions:
@@ -126,7 +129,8 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
     else:
         node = rt.exec_words(place) + words
     modules = rt.modules(cluster)
-    return ShellPlan(cluster.name, tuple(modules), tuple(srun + node), snippet, words is None)
+    return ShellPlan(cluster.name, tuple(modules), tuple(srun + node), snippet, words is None,
+                     ("bash", str(check)) if check else ())
 
 
 def _with_injected_paths(cluster: Cluster, env: Environment, command: str) -> str:
@@ -139,7 +143,7 @@ def command_line(plan: ShellPlan) -> str:
     """The one shell line a user could paste on the login node (module loads first, then srun)."""
 
     loads = [f"module load {shell_quote(m)}" for m in plan.modules]
-    return " && ".join(loads + [shell_join(plan.argv)])
+    return " && ".join(([shell_join(plan.check)] if plan.check else []) + loads + [shell_join(plan.argv)])
 
 
 def run_argv(plan: ShellPlan) -> tuple[list[str], dict[str, str] | None]:
@@ -152,6 +156,10 @@ def run_argv(plan: ShellPlan) -> tuple[list[str], dict[str, str] | None]:
 
 def run(plan: ShellPlan) -> int:
     """Run the command (a terminal's shell, or ``--command``) and return srun's exit code."""
+    if plan.check and not plan.modules:  # with modules, the login shell's line runs the check first
+        rc = subprocess.run(list(plan.check)).returncode
+        if rc:
+            return rc
     argv, env = run_argv(plan)
     try:
         return subprocess.run(argv, env=env).returncode

@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
@@ -117,7 +117,10 @@ def sync(cluster, root: Path, *, method: str | None = None) -> Shipped:
         previous = json.loads(old.stdout.decode() or "{}")
     except ValueError:
         previous = {}
-    mk = _ssh_run(dest, f"mkdir -p -- {shell_quote(target)}", timeout=timeout)
+    dirs = _parents(names)
+    mk = _ssh_run(dest, _prepare_script(target, dirs), timeout=timeout)
+    if mk.returncode == _REFUSED:
+        raise _refused(cluster.name, mk)
     if mk.returncode != 0:
         raise _fail(f"mkdir {target} on {cluster.name}", mk)
     if method == "rsync":
@@ -129,13 +132,51 @@ def sync(cluster, root: Path, *, method: str | None = None) -> Shipped:
     record = {"commit": commit, "dirty": dirty, "files": len(names), "manifest": digest}
     if changed or any(previous.get(k) != v for k, v in record.items()):
         body = json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
-        tmp = f"{record_path}.tmp"
-        res = _ssh_run(dest, f"umask 022 && cat > {shell_quote(tmp)} && mv -f -- {shell_quote(tmp)} "
-                             f"{shell_quote(record_path)}", input=body, timeout=timeout)
+        # a temp file of mktemp's (created exclusively: never through a link planted at a fixed name), then mv
+        res = _ssh_run(dest, f"umask 022 && tmp=$(mktemp {shell_quote(record_path + '.XXXXXX')}) && "
+                             f'cat > "$tmp" && chmod 644 "$tmp" && mv -fT -- "$tmp" {shell_quote(record_path)}',
+                       input=body, timeout=timeout)
         if res.returncode != 0:
             raise _fail(f"writing {record_path} on {cluster.name}", res)
         changed = changed or 1
     return Shipped(commit, bool(dirty), len(names), changed, target, method)
+
+
+_REFUSED = 3  # the remote prepare script's exit code for "a link someone else made is in the way"
+
+
+def _parents(names: list[str]) -> list[str]:
+    """Every folder the shipped files sit in (``a``, ``a/b`` for ``a/b/f``), parents first."""
+    out = {str(PurePosixPath(*parts[:i])) for parts in (PurePosixPath(n).parts for n in names)
+           for i in range(1, len(parts))}
+    return sorted(out, key=lambda d: (d.count("/"), d))
+
+
+def _prepare_script(target: str, dirs: list[str]) -> str:
+    """The remote shell that makes ``<remote.root>/<project>`` and refuses, with exit :data:`_REFUSED` and one line,
+    a project folder that is a symbolic link or not the user's own, and a symbolic link at any of ``dirs`` inside it
+    (the folders the files go into): a remote root others can write is as hostile as shared storage, and a link there
+    would receive the project (and every forwarded command would run in it)."""
+    why = "which remote.sync never follows (someone else may have put it there): remove it"
+    lines = [
+        f"t={shell_quote(target)}",
+        f'if [ -L "$t" ]; then echo "$t is a symbolic link, {why}" >&2; exit {_REFUSED}; fi',
+        'mkdir -p -- "$t" || exit 1',
+        f'if [ -L "$t" ] || [ ! -d "$t" ]; then echo "$t is a symbolic link, {why}" >&2; exit {_REFUSED}; fi',
+        f'if [ ! -O "$t" ]; then echo "$t belongs to another user: remove it or set remote.root to a folder of your '
+        f'own" >&2; exit {_REFUSED}; fi',
+    ]
+    lines.append('cd -- "$t" || exit 1')
+    if dirs:
+        lines += [f"for d in {shell_join(dirs)}; do",
+                  f'  if [ -L "$d" ]; then echo "$t/$d is a symbolic link, {why}" >&2; exit {_REFUSED}; fi',
+                  "done"]
+    return "\n".join(lines)
+
+
+def _refused(cluster_name: str, res: subprocess.CompletedProcess) -> ShipyardError:
+    return ShipyardError(f"remote.sync to cluster {cluster_name}: "
+                         + (res.stderr.decode(errors="replace").strip().splitlines() or ["refused"])[-1])
 
 
 def _rsync(dest, root: Path, names: list[str], target: str, timeout: float) -> int:
@@ -155,12 +196,20 @@ def _rsync(dest, root: Path, names: list[str], target: str, timeout: float) -> i
 
 
 def _tar(dest, root: Path, names: list[str], target: str, timeout: float) -> int:
-    """tar over ssh: the whole list (used only when the manifest digest changed)."""
-    tar = subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=root, capture_output=True,
-                         input=b"\0".join(n.encode("utf-8", "surrogateescape") for n in names), timeout=timeout)
+    """tar over ssh: the whole list (used only when the manifest digest changed). Each folder goes in as a member of
+    its own before its files: GNU tar then replaces a link found at a folder's name by a real folder instead of
+    extracting through it (a second guard behind :func:`_prepare_script`'s refusal)."""
+    members = _parents(names) + names
+    tar = subprocess.run(["tar", "-c", "--null", "--no-recursion", "-T", "-", "-f", "-"], cwd=root,
+                         capture_output=True, timeout=timeout,
+                         input=b"\0".join(n.encode("utf-8", "surrogateescape") for n in members))
     if tar.returncode != 0:
         raise _fail("tar", tar)
-    res = _ssh_run(dest, f"tar -x -f - -C {shell_quote(target)}", input=tar.stdout, timeout=timeout)
+    # the same checks again in the command that extracts (into the folder it checked: cd, then tar -x there)
+    res = _ssh_run(dest, _prepare_script(target, _parents(names)) + "\ntar -x -f -", input=tar.stdout,
+                   timeout=timeout)
+    if res.returncode == _REFUSED:
+        raise _refused(dest.cluster, res)
     if res.returncode != 0:
         raise _fail(f"tar to {cluster_label(dest)}", res)
     return len(names)

@@ -15,19 +15,25 @@ from pathlib import Path
 
 import pytest
 from fixtures_invoke import invoke_cli
+from fixtures_launch import replace_staged_image, stage_record
 from helpers_registry import GOLDEN, ROOT, golden, shellcheck
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipyard import escaping, registry
 from shipyard.errors import ShipyardError
-from shipyard.launch import modules
+from shipyard.launch import image_check, modules
 from shipyard.registry.model import Cluster
 
 SHIPPED = registry.load(ROOT / "registry.yaml")
 COURSE = registry.load(ROOT / "examples" / "course" / "registry.yaml")
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 PREFIX = Path("/sw/shipyard")  # fixed prefix for golden files: rendering does not touch it
+
+
+def fixed_check(image: str) -> image_check.Check:
+    """A staged image's binding with fixed hashes (golden files: rendering reads no record)."""
+    return image_check.Check(image, "ab" * 32, "cd" * 32, f"stage record {image}.json")
 
 
 def apptainer_clusters(reg):
@@ -59,19 +65,25 @@ APPTAINER_IDS = IDS[:len(APPTAINER_CASES)]
 
 @pytest.mark.parametrize("label,reg,cluster,env", CASES, ids=IDS)
 def test_module_files_golden(label, reg, cluster, env):
-    files = modules.module_files(env, cluster, PREFIX, modules.image_path(reg, cluster, env))
+    image = modules.image_path(reg, cluster, env)
+    files = modules.module_files(env, cluster, PREFIX, image, fixed_check(image))
     for path, text in files.items():
         golden(GOLDEN / "modules" / label / cluster.name / path.relative_to(PREFIX), text)
+    res = shellcheck(files[modules.check_path(PREFIX, env.name)], shell="bash")
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 @pytest.mark.parametrize("label,reg,cluster,env", APPTAINER_CASES, ids=APPTAINER_IDS)
 def test_wrappers_pass_shellcheck_and_always_pass_nv(label, reg, cluster, env):
     image = modules.image_path(reg, cluster, env)
     for tool in modules.TOOLS:
-        text = modules.render_wrapper(env, cluster, tool, image)
+        text = modules.render_wrapper(env, cluster, tool, image, modules.check_path(PREFIX, env.name))
         res = shellcheck(text, shell="bash")
         assert res.returncode == 0, res.stdout + res.stderr
         (exec_line,) = [ln for ln in text.splitlines() if ln.startswith("exec ")]
+        (check_line,) = [ln for ln in text.splitlines() if ln.startswith("bash ")]
+        assert text.index(check_line) < text.index(exec_line)
+        assert shlex.split(check_line) == ["bash", str(modules.check_path(PREFIX, env.name)), "||", "exit"]
         words = shlex.split(exec_line)
         assert words[:4] == ["exec", "apptainer", "exec", "--nv"]
         assert words[-3:] == [image, tool, "$@"]
@@ -144,13 +156,58 @@ def test_refuses_pyxis_mount_flags_in_apptainer_binds():
         modules.wrapper_argv("/i.sif", cluster, "python")
 
 
-def test_write_modules_writes_executable_wrappers(tmp_path):
-    paths = modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], SHIPPED.cluster("grete"), tmp_path)
-    assert modules.modulefile_path(tmp_path, "pytorch-2.3") in paths
+def _staged_grete(tmp_path) -> tuple[Cluster, Path]:
+    """grete with its storage under tmp_path and a staged image there (its stage record beside it)."""
+    cluster = Cluster(**{**SHIPPED.cluster("grete").__dict__, "storage": str(tmp_path / "storage")})
+    image = Path(modules.image_path(SHIPPED, cluster, SHIPPED.environment("pytorch-2.3")))
+    image.parent.mkdir(parents=True)
+    image.write_bytes(b"staged image\n" * 1000)
+    stage_record(image)
+    return cluster, image
+
+
+def test_write_modules_writes_executable_wrappers_and_their_check(tmp_path):
+    cluster, _ = _staged_grete(tmp_path)
+    paths = modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], cluster, tmp_path / "site")
+    assert modules.modulefile_path(tmp_path / "site", "pytorch-2.3") in paths
     for tool in modules.TOOLS:
-        p = modules.wrapper_dir(tmp_path, "pytorch-2.3") / tool
+        p = modules.wrapper_dir(tmp_path / "site", "pytorch-2.3") / tool
         assert p in paths and os.access(p, os.X_OK)
+    assert os.access(modules.check_path(tmp_path / "site", "pytorch-2.3"), os.X_OK)
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_write_modules_refuses_an_image_with_nothing_to_check_it_against(tmp_path):
+    with pytest.raises(ShipyardError, match=r"no image to check the module shipyard/pytorch-2.3 against"):
+        modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], SHIPPED.cluster("grete"), tmp_path)
+
+
+@pytest.mark.parametrize("cluster", ["apptainer", "charliecloud"])
+def test_a_replaced_image_is_refused_by_every_wrapper(tmp_path, cluster):
+    """The wrappers run the image check first: the staged image runs (the runtime here is a stand-in that prints
+    what it was asked to run); a replaced one, its record rewritten to match its new stamp, stops with one line and
+    exit 3 before the runtime starts."""
+    staged, image = _staged_grete(tmp_path)
+    if cluster == "charliecloud":
+        staged = Cluster(**{**charliecloud_cluster().__dict__, "storage": staged.storage})
+        image = Path(modules.image_path(SHIPPED, staged, SHIPPED.environment("pytorch-2.3")))
+        image.write_bytes(b"staged image\n" * 1000)
+        stage_record(image)
+    modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], staged, tmp_path / "site")
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    for runtime in ("apptainer", "ch-run"):
+        (bin_dir / runtime).write_text("#!/bin/sh\necho ran-image\n")
+        (bin_dir / runtime).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    wrappers = modules.wrapper_dir(tmp_path / "site", "pytorch-2.3")
+    ok = subprocess.run([str(wrappers / "python"), "-c", "1"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert ok.returncode == 0 and ok.stdout == "ran-image\n", ok.stderr
+    replace_staged_image(image)
+    for tool in modules.TOOLS:
+        res = subprocess.run([str(wrappers / tool)], capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert res.returncode == 3 and "ran-image" not in res.stdout, (tool, res.stdout, res.stderr)
+        assert res.stderr.count("shipyard: error:") == 1 and f"staged image {image}" in res.stderr
 
 
 # ------------------------------------------------------------------------------------------ real Lmod
@@ -210,7 +267,10 @@ def lmod_site(tmp_path, real_apptainer, tool_sif):
         (tmp_path / sub).mkdir()
     cluster = Cluster(**{**grete.__dict__, "storage": str(tmp_path / "storage"),
                          "binds": (str(tmp_path / "scratch"), f"{tmp_path / 'lustre'}:/mnt/lustre-grete")})
-    shutil.copy(tool_sif, modules.image_path(SHIPPED, cluster, SHIPPED.environment("pytorch-2.3")))
+    for env in modules.environments_on(SHIPPED, grete):  # staged: the wrappers check the image they run
+        image = Path(modules.image_path(SHIPPED, cluster, env))
+        shutil.copy(tool_sif, image)
+        stage_record(image)
     modules.write_modules(SHIPPED, modules.environments_on(SHIPPED, grete), cluster, tmp_path / "site")
     site = tmp_path / "sitemods" / "apptainer"
     site.mkdir(parents=True)
@@ -295,8 +355,8 @@ def _invoke(*args):
 
 def test_invoke_modules_task(tmp_path):
     res = _invoke("modules", "pytorch-2.3", "--cluster", "grete", "--prefix", str(tmp_path))
-    assert res.returncode == 0, res.stderr
-    assert f"module use {tmp_path}/modulefiles" in res.stdout and "module load shipyard/pytorch-2.3" in res.stdout
+    assert res.returncode == 2 and "no image to check the module shipyard/pytorch-2.3 against" in res.stderr
+    assert res.stderr.count("\n") == 1 and not list(tmp_path.iterdir())
     res = _invoke("modules", "--prefix", str(tmp_path))  # defaults.cluster is the host-runtime sandbox
     assert res.returncode == 2 and "runtime is host" in res.stderr and res.stderr.count("\n") == 1
 
@@ -396,6 +456,7 @@ def injected_site(tmp_path_factory, real_apptainer, tool_sif) -> dict:
     cluster = injected_cluster(storage=str(d / "storage"), binds=(), modules=(), inj_binds=[str(d / "efa")])
     image = modules.image_path(None, cluster, env)
     shutil.copy(tool_sif, image)
+    stage_record(Path(image))
     modules.write_modules(SHIPPED, [env], cluster, d / "prefix")
     (d / "efa" / "marker").write_text("efa-bound\n")
     return {"dir": d, "image": image, "cluster": cluster, "wrapper": modules.wrapper_dir(d / "prefix", env.name),
@@ -453,3 +514,24 @@ def test_apptainer_wrapper_puts_the_injected_path_in_front_of_the_images_inside(
     assert seen(res.stdout) == want
     words = shlex.split([ln for ln in wrapper.read_text().splitlines() if ln.startswith("exec ")][0])
     assert words[words.index("--bind") + 1] == f"{efa}:{efa}:ro"
+
+
+def test_a_link_planted_in_a_shared_module_prefix_is_refused_or_replaced(tmp_path):
+    """A course's module prefix may be written by others: a link at a folder of the tree is refused (nothing lands
+    where it points), a link at a wrapper's or the check's name is replaced by the file."""
+    cluster, _ = _staged_grete(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    prefix = tmp_path / "site"
+    (prefix / "wrappers").mkdir(parents=True)
+    (prefix / "wrappers" / "pytorch-2.3").symlink_to(elsewhere)
+    with pytest.raises(ShipyardError, match=r"wrappers/pytorch-2.3: is a symbolic link"):
+        modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], cluster, prefix)
+    assert list(elsewhere.iterdir()) == []
+    (prefix / "wrappers" / "pytorch-2.3").unlink()
+    (prefix / "wrappers" / "pytorch-2.3").mkdir()
+    (elsewhere / "mine").write_text("m\n")
+    (prefix / "wrappers" / "pytorch-2.3" / "check-image.sh").symlink_to(elsewhere / "mine")
+    modules.write_modules(SHIPPED, [SHIPPED.environment("pytorch-2.3")], cluster, prefix)
+    assert (elsewhere / "mine").read_text() == "m\n"
+    assert not modules.check_path(prefix, "pytorch-2.3").is_symlink()

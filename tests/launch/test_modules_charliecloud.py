@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures_invoke import invoke_cli
+from fixtures_launch import stage_record
 from helpers_registry import ROOT
 
 from shipyard import registry
@@ -77,6 +78,7 @@ def site(tmp_path_factory) -> dict:
                          "binds": (f"{d}/site-data:/site:ro",), "env": (("NCCL_DEBUG", "WARN"),), "modules": (),
                          "fabric_options": {**base.fabric_options,
                                             "host_injection": {"env": {"LD_LIBRARY_PATH": INJECTED}}}})
+    stage_record(storage / f"{ENV.name}.sqsh")  # staged: the wrappers check the image before ch-run opens it
     modules.write_modules(SHIPPED, [ENV], cluster, d / "prefix")
     student = d / "home" / "alice" / "course dir"
     student.mkdir(parents=True)
@@ -143,12 +145,18 @@ def test_a_directory_with_a_colon_is_refused_in_one_line(site):
 def test_invoke_modules_writes_a_charliecloud_clusters_module(tmp_path):
     """Issue 18 point 4: `invoke modules ENV --cluster C` for a `runtime: charliecloud` cluster (it was refused)."""
     reg = yaml.safe_load((ROOT / "registry.yaml").read_text())
-    reg["clusters"]["ch-site"] = {**reg["clusters"]["grete"], "runtime": "charliecloud", "modules": []}
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    (storage / f"{ENV.name}.sqsh").write_bytes(b"staged\n")
+    stage_record(storage / f"{ENV.name}.sqsh")
+    reg["clusters"]["ch-site"] = {**reg["clusters"]["grete"], "runtime": "charliecloud", "modules": [],
+                                  "storage": str(storage)}
     (tmp_path / "registry.yaml").write_text(yaml.safe_dump(reg))
     res = invoke_cli("modules", ENV.name, "--cluster", "ch-site", "--prefix", str(tmp_path / "m"), cwd=ROOT,
                      env={**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml")}, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "wrote 1 modulefile(s) and 5 wrapper(s)" in res.stdout and f"module load shipyard/{ENV.name}" in res.stdout
+    assert "wrote 1 modulefile(s) and 5 wrapper(s), which run 1 image check(s) first" in res.stdout
+    assert f"module load shipyard/{ENV.name}" in res.stdout
     wrapper = (modules.wrapper_dir(tmp_path / "m", ENV.name) / "torchrun").read_text()
     assert "\nexec ch-run -b /scratch:/scratch -b /mnt/lustre-grete:/mnt/lustre-grete -b \"$PWD\" --cd \"$PWD\" " \
-           f"{reg['clusters']['grete']['storage']}/{ENV.name}.sqsh -- /bin/sh -c " in wrapper
+           f"{storage}/{ENV.name}.sqsh -- /bin/sh -c " in wrapper

@@ -5,16 +5,20 @@ build manifest (or stage record) the launcher binds to, whose spec sha256 must b
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 
 import pytest
-from fixtures_launch import fake_build_manifest
+from fixtures_launch import fake_build_manifest, replace_staged_image
 
-from shipyard import registry
+from shipyard import identity, registry
 from shipyard.commands import launch as launch_commands
 from shipyard.commands.context import Context
 from shipyard.containers import manifest as mf
 from shipyard.errors import ShipyardError
+from shipyard.files import sha256_file
 from shipyard.launch.options import NCCL_TEST, Options
+from shipyard.staging import record
 
 REG = """
 environments:
@@ -87,3 +91,32 @@ def test_an_image_without_mpi_on_a_cluster_that_starts_mpi_ranks_is_refused(proj
     with pytest.raises(ShipyardError, match=r"^environments\.nt\.nccl_tests\.mpi: none \(built without MPI\), but "
                                             r"cluster pyx starts ranks with srun --mpi=pmix"):
         _run(project)
+
+
+def test_a_replaced_image_stops_the_nccl_test_job_before_srun(project, tmp_path):
+    """The nccl-test launcher carries the batch launcher's image check: run as the batch step (srun a stand-in that
+    records that it was called), the staged image passes to srun; replaced, with its record rewritten, the job
+    stops with one line and exit 3 and srun is never called."""
+    spec = registry.load(project / "registry.yaml").environment("nt").spec_hash
+    image = project / "images" / "nt.sqsh"
+    image.parent.mkdir()
+    image.write_bytes(b"hsqs the staged image\n" * 500)
+    st = identity.stamp(image)  # the record `invoke stage` writes, with the spec the gate reads
+    record.write_record(image, record.StageRecord(sha256_file(image), "b" * 64, st.size, st.mtime_ns, st.ino,
+                                                  st.ctime_ns, spec_sha256=spec))
+    ctx = Context.load(str(project / "registry.yaml"), out=io.StringIO())
+    assert launch_commands.launch(ctx, Options(name="nt-check"), (), kind=NCCL_TEST) == 0
+    launcher = project / "launch" / "nt-check.sbatch"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text(f"#!/bin/sh\necho srun-called >> {tmp_path / 'srun.log'}\n")
+    (fake / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1", "SLURM_NNODES": "2"}
+    ok = subprocess.run(["bash", str(launcher)], capture_output=True, text=True, env=env, cwd=project, timeout=60)
+    assert "matches its stage record" in ok.stdout and (tmp_path / "srun.log").exists(), ok.stdout + ok.stderr
+    (tmp_path / "srun.log").unlink()
+    replace_staged_image(image)
+    bad = subprocess.run(["bash", str(launcher)], capture_output=True, text=True, env=env, cwd=project, timeout=60)
+    assert bad.returncode == 3 and not (tmp_path / "srun.log").exists(), bad.stdout + bad.stderr
+    assert f"shipyard: error: staged image {image} has content sha256" in bad.stderr

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import pytest
+from fixtures_launch import fake_build_manifest, replace_staged_image, stage_record
 from fixtures_tools import HOSTILE_STORAGE, write_tools_registry
 from helpers_registry import GOLDEN, ROOT, golden
 
@@ -132,13 +133,38 @@ def test_bad_input(tools_registry, kwargs, message):
 
 def test_task_dry_run_prints_command_and_snippet(tmp_path, invoke):
     reg = write_tools_registry(tmp_path)
+    unbound = invoke("shell", "--cluster", "grete", "--dry-run", cwd=tmp_path, env=_env(reg))
+    assert unbound.returncode == 2 and unbound.stderr.count("\n") == 1, unbound.stderr
+    assert "no image to check the shell's image against" in unbound.stderr
+    fake_build_manifest(tmp_path, "pytorch-2.3", "sif")
     proc = invoke("shell", "--cluster", "grete", "--dry-run", cwd=tmp_path, env=_env(reg))
     assert proc.returncode == 0, proc.stderr
     first, _, rest = proc.stdout.partition("\n")
-    assert first.startswith("module load apptainer && srun --partition=grete-interactive")
+    check = tmp_path / "launch" / f"pytorch-2.3-{'a' * 16}.check-image.sh"
+    assert first.startswith(f"bash {check} && module load apptainer && srun --partition=grete-interactive")
+    assert f"want_sha={'a' * 64}" in check.read_text() and os.access(check, os.X_OK)
     assert "HostName <the node srun allocates; the shell prints it when it starts>" in rest
     bad = invoke("shell", "--cluster", "grete", "--gpus", "9", "--dry-run", cwd=tmp_path, env=_env(reg))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--gpus 9" in bad.stderr
+
+
+@pytest.mark.parametrize("runtime,suffix", [("apptainer", "sif"), ("pyxis", "sqsh"), ("charliecloud", "sqsh")])
+def test_a_replaced_image_is_refused_before_srun(tmp_path, invoke, runtime, suffix):
+    """The shell (and --command) runs the image check on the login node first: a staged image replaced with its
+    record rewritten stops there, exit 3 and one line, and srun is never asked (no Slurm here to ask)."""
+    reg = write_tools_registry(tmp_path)
+    image = tmp_path / ".sandbox" / "images" / f"pytorch-2.3.{suffix}"
+    image.parent.mkdir(parents=True)
+    image.write_bytes(b"the staged image\n" * 500)
+    stage_record(image)
+    replace_staged_image(image)
+    env = {**_env(reg), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for extra in (["--command", "true"], []):
+        proc = invoke("shell", "--cluster", "sandbox", "--runtime", runtime, *extra, cwd=tmp_path, env=env)
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert [ln for ln in proc.stderr.splitlines() if "error" in ln] == [
+            ln for ln in proc.stderr.splitlines() if ln.startswith(f"shipyard: error: staged image {image} has content")]
+        assert "srun" not in proc.stderr
 
 
 def _env(reg):
@@ -194,6 +220,7 @@ def test_apptainer_runtime_on_a_sandbox_node_in_the_real_container(sandbox, sand
     image = tmp_path / ".sandbox" / "images" / "pytorch-2.3.sif"
     image.parent.mkdir(parents=True)
     shutil.copy(busybox_sif, image)
+    stage_record(image)  # staged: the shell checks the image before srun
     env = {**sandbox_env, "PATH": f"{apptainer_on_path}{os.pathsep}{sandbox_env['PATH']}"}
     proc = invoke("shell", "--cluster", "sandbox", "--runtime", "apptainer", "--command",
                   'echo "$APPTAINER_CONTAINER $(hostname) $PWD $IMAGE_ONLY"; image-tool; '
@@ -223,6 +250,7 @@ def test_pyxis_runtime_flags_reach_the_node(sandbox, sandbox_env, tmp_path, pyxi
     (tmp_path / "rootfs").mkdir()
     subprocess.run(["mksquashfs", str(tmp_path / "rootfs"), str(image), "-noappend", "-quiet"], check=True,
                    capture_output=True)
+    stage_record(image)
     proc = invoke("shell", "--cluster", "sandbox", "--runtime", "pyxis", "--command", "env", cwd=tmp_path,
                   env=sandbox_env, timeout=120)
     assert proc.returncode == 0, proc.stderr

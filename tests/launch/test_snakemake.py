@@ -6,32 +6,42 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import subprocess
 import types
+from pathlib import Path
 
 import pytest
 import yaml
+from fixtures_launch import fake_build_manifest, replace_staged_image, stage_record
 from helpers_registry import GOLDEN, golden
 
 from shipyard.commands import launch as launch_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
-from shipyard.launch import snakemake
+from shipyard.launch import image_check, snakemake
 
 
 @pytest.mark.parametrize("cluster", ["lab-ib", "lab-socket"])
 def test_golden_profile_and_partition_file(launch_registry, cluster):
     reg = launch_registry
-    files = snakemake.render(reg, reg.environment(None), reg.cluster(cluster))
-    assert files == snakemake.render(reg, reg.environment(None), reg.cluster(cluster))
+    image = "/scratch/images/pytorch-2.3.sif"
+    check = image_check.Check(image, "ab" * 32, "cd" * 32, f"stage record {image}.json")
+    files = snakemake.render(reg, reg.environment(None), reg.cluster(cluster), check)
+    assert files == snakemake.render(reg, reg.environment(None), reg.cluster(cluster), check)
     for path, text in files.items():
         golden(GOLDEN / "snakemake" / cluster / path.name, text)
-        yaml.safe_load(text)
+        if path.suffix == ".yaml":
+            yaml.safe_load(text)
     parts = yaml.safe_load(files[snakemake.directory(reg.root, cluster) / snakemake.PARTITIONS])["partitions"]
     assert list(parts) == list(reg.cluster(cluster).partitions)
 
 
 def test_write_then_check_then_stale(launch_project):
     ctx = Context.load(out=io.StringIO())
+    with pytest.raises(ShipyardError, match="no image to check the Snakemake profile's image against"):
+        launch_commands.snakemake_profile(ctx, "lab-ib")
+    fake_build_manifest(launch_project, "pytorch-2.3", "sif")
     assert launch_commands.snakemake_profile(ctx, "lab-ib") == 0
     assert launch_commands.snakemake_profile(ctx, "lab-ib", check=True) == 0
     path = snakemake.directory(ctx.registry.root, "lab-ib") / snakemake.CONFIG
@@ -82,3 +92,30 @@ def test_the_plugin_picks_the_partition_the_registry_implies(tmp_path, make_proj
     assert sorted(p.name for p in parts) == ["a100", "cpu", "h100"]
     job = types.SimpleNamespace(name="rule", threads=threads, resources=resources, is_group=lambda: False)
     assert plugin.get_best_partition(parts, job, logging.getLogger(__name__)) == expected
+
+
+def test_the_profiles_image_check_refuses_a_replaced_image(make_project, tmp_path):
+    """The profile names the staged image's check (config shipyard_image_check) and the example Snakefile's onstart
+    runs it: it passes for the staged image and stops with one line and exit 3 once the image is replaced and its
+    record rewritten."""
+    root = make_project("launch", name=".").root
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    text = (root / "registry.yaml").read_text()
+    assert text.count("storage: /scratch/images") >= 1
+    (root / "registry.yaml").write_text(text.replace("storage: /scratch/images", f"storage: {storage}"))
+    image = storage / "pytorch-2.3.sif"
+    image.write_bytes(b"the staged image\n" * 500)
+    stage_record(image)
+    ctx = Context.load(out=io.StringIO())
+    assert launch_commands.snakemake_profile(ctx, "lab-ib") == 0
+    config = yaml.safe_load((snakemake.directory(root, "lab-ib") / snakemake.CONFIG).read_text())["config"]
+    check = dict(c.split("=", 1) for c in config)["shipyard_image_check"]
+    assert 'shell("bash {CHECK:q}")' in (Path(__file__).resolve().parents[2] / "examples" / "snakemake" /
+                                         "Snakefile").read_text()
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    ok = subprocess.run(["bash", check], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    replace_staged_image(image)
+    bad = subprocess.run(["bash", check], capture_output=True, text=True, env=env)
+    assert bad.returncode == 3 and bad.stderr.count("shipyard: error:") == 1, bad.stderr

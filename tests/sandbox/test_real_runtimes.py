@@ -123,9 +123,12 @@ def test_invoke_shell_command_runs_in_the_real_container(sandbox, real_pyxis, bu
 
     from shipyard import sandbox as sb
 
+    from fixtures_launch import stage_record
+
     image = tmp_path / ".sandbox" / "images" / "pytorch-2.3.sqsh"
     image.parent.mkdir(parents=True)
     shutil.copy(busybox_sqsh, image)
+    stage_record(image)  # staged: the shell checks the image before srun
     env = {**os.environ, "SHIPYARD_REGISTRY": str(write_tools_registry(tmp_path)),
            sb.DIR_ENV: str(sandbox.directory)}
     proc = invoke("shell", "--cluster", "sandbox", "--runtime", "pyxis", "--command",
