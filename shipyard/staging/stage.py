@@ -348,7 +348,8 @@ def _locked(dest: Path, perm: int, storage: Path, out: IO[str] | None):
     """Hold the per-destination lock (flock on ``.ENV.sif.lock``, never through a symlink) while staging ``dest``; a
     second stage of the same image waits, up to ``lock_wait_s`` of shipyard/data/stage.yaml."""
     path = lock_path(dest)
-    flags = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    # O_NONBLOCK: a FIFO planted at the lock's name opens without waiting for a writer, then is refused below
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, perm)

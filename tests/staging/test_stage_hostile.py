@@ -290,3 +290,32 @@ def test_the_python_field_reader_is_the_launchers_sed(built):
             sed = subprocess.run(["sed", "-n", "s/" + staged.SHELL_FIELD_LINE.replace("KEY", key) + "/\\1/p"],
                                  input=body.encode(), capture_output=True).stdout.decode().split("\n")[0]
             assert staged.shell_field(body, key) == sed, (key, body)
+
+
+def test_a_fifo_at_the_lock_path_is_one_line_not_a_hang(built, monkeypatch):
+    """As a user who cannot write the FIFO (someone else's): the read-only open must not wait for a writer."""
+    dest = storage(built) / "tiny.sif"
+    os.mkfifo(stage_module.lock_path(dest), 0o644)
+    real_open = os.open
+
+    def not_writable(path, flags, *a):
+        if str(path) == str(stage_module.lock_path(dest)) and flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *a)
+    monkeypatch.setattr(stage_module.os, "open", not_writable)
+    got = {}
+
+    def run():
+        try:
+            helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+        except ShipyardError as exc:
+            got["error"] = str(exc)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(20)
+    if t.is_alive():  # release the hung open so the test process can end
+        fd = real_open(stage_module.lock_path(dest), os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        t.join(10)
+        pytest.fail("invoke stage hangs on a FIFO at its lock path")
+    assert "not a regular file" in got["error"] and "\n" not in got["error"]
