@@ -14,6 +14,7 @@ the cluster's MaxArraySize the combinations are split into several arrays, each 
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import itertools
 import re
@@ -23,7 +24,7 @@ from typing import Sequence
 
 from shipyard import project
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
+from shipyard.files import atomic_write, read_capped_text
 
 _PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _SAFE = re.compile(r"[A-Za-z0-9.+-]+")
@@ -81,25 +82,48 @@ def parse_spec(spec: str) -> Sweep:
     return Sweep(names, tuple(tuple(c) for c in itertools.product(*values)))
 
 
+def _tsv_rows(text: str, where: str) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of a tab-separated table, by Python's csv reader with these rules: cells are separated by
+    one tab and taken as they are (no quoting, no escapes: every character of a cell is the value); a row ends at
+    ``\n`` or ``\r\n`` and nowhere else (a vertical tab, form feed or other Unicode line break is a character of
+    its cell, refused there as a control character); an empty line is skipped; there are no comments (a row that
+    starts with ``#`` is a row). A carriage return inside a row is one line naming the row."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last row
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line:
+            continue
+        try:
+            (cells,) = csv.reader([line], delimiter="\t", quoting=csv.QUOTE_NONE, strict=True)
+        except csv.Error as exc:
+            raise ShipyardError(f"{where}: line {n}: {exc} (a row ends at a newline; a cell holds no carriage "
+                                "return)") from None
+        rows.append((n, cells))
+    return rows
+
+
 def parse_file(path: str | Path) -> Sweep:
-    """A tab-separated table: a header of parameter names, then one combination per line (no quoting: every
-    character of a cell is the value)."""
+    """A tab-separated table (:func:`_tsv_rows`' rules): a header of parameter names, then one combination per
+    line. Read capped (``input_bytes.sweep_file``): /dev/zero is one line, a FIFO without a writer is empty."""
     where = f"--sweep-file {path}"
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        text = read_capped_text(path, "sweep_file", "a sweep file")
     except (OSError, UnicodeDecodeError) as exc:
         raise ShipyardError(f"{where}: cannot read it ({exc})") from None
-    lines = [l for l in lines if l.strip() and not l.startswith("#")]
+    lines = _tsv_rows(text, where)
     if not lines:
         raise ShipyardError(f"{where}: empty (expected a header line of parameter names, then rows)")
-    names = _check_names(where, lines[0].split("\t"))
+    names = _check_names(where, lines[0][1])
+    if len(lines) - 1 > MAX_COMBINATIONS:
+        raise ShipyardError(f"{where}: {len(lines) - 1} combinations (1 to {MAX_COMBINATIONS})")
     rows = []
-    for n, line in enumerate(lines[1:], 2):
-        cells = line.split("\t")
+    for n, cells in lines[1:]:
         if len(cells) != len(names):
             raise ShipyardError(f"{where}: row {n} has {len(cells)} cells, the header {len(names)}")
         rows.append(tuple(_check_value(f"{where} row {n}", k, v) for k, v in zip(names, cells)))
-    if not rows or len(rows) > MAX_COMBINATIONS:
+    if not rows:
         raise ShipyardError(f"{where}: {len(rows)} combinations (1 to {MAX_COMBINATIONS})")
     return Sweep(names, tuple(rows))
 
@@ -145,16 +169,25 @@ def write_table(root: str | Path, name: str, sw: Sweep) -> Path:
 
 
 def read_table(root: str | Path, name: str) -> tuple[Sweep, list[str]]:
-    """The sweep written for launcher ``name`` and its run directory names."""
+    """The sweep written for launcher ``name`` and its run directory names: a regular file read capped
+    (``input_bytes.sweep_table``), every row ``index, dir, values`` with the index in order; anything else one line."""
     path = table_path(root, name)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
+        text = read_capped_text(path, "sweep_table", "a sweep table", regular=True)
+    except FileNotFoundError:
         raise ShipyardError(f"{path}: no sweep named {name} here (write one with invoke launch --name {name} "
                             "--sweep ...)") from None
-    head = lines[0].split("\t")
-    rows = [l.split("\t") for l in lines[1:]]
-    return Sweep(tuple(head[2:]), tuple(tuple(r[2:]) for r in rows)), [r[1] for r in rows]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShipyardError(f"{path}: cannot read it ({exc})") from None
+    rows = _tsv_rows(text, str(path))
+    again = f"write it again with invoke launch --name {name} --sweep ..."
+    if not rows or rows[0][1][:2] != ["index", "dir"] or len(rows[0][1]) < 3:
+        raise ShipyardError(f"{path}: not a sweep table (expected a header index, dir, parameters); {again}")
+    head = rows[0][1]
+    for i, (n, cells) in enumerate(rows[1:]):
+        if len(cells) != len(head) or cells[0] != str(i) or not cells[1] or "/" in cells[1] or cells[1] in (".", ".."):
+            raise ShipyardError(f"{path}: line {n} is not combination {i} of this table; {again}")
+    return Sweep(tuple(head[2:]), tuple(tuple(c[2:]) for _, c in rows[1:])), [c[1] for _, c in rows[1:]]
 
 
 def done(root: str | Path, name: str, dirs: Sequence[str]) -> list[bool]:
