@@ -319,3 +319,19 @@ def test_a_fifo_at_the_lock_path_is_one_line_not_a_hang(built, monkeypatch):
         t.join(10)
         pytest.fail("invoke stage hangs on a FIFO at its lock path")
     assert "not a regular file" in got["error"] and "\n" not in got["error"]
+
+
+@pytest.mark.parametrize(("source", "key"), [("containers", "source"), ([1], "source"), ({"kind": 5}, "source"),
+                                             ({"kind": "containers", "reference": ["x"]}, "source")])
+def test_a_stage_record_source_of_another_type_is_one_line(built, source, key):
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    rp = staged.record_path(dest)
+    data = json.loads(rp.read_text())
+    data["source"] = source
+    rp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    rec, why = staged.read_record(dest)
+    assert rec is None and key in why and "\n" not in why
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out)  # not a traceback: staged again
+    assert "staged tiny" in out.getvalue() and staged.read_record(dest)[0].source_kind == "containers"
