@@ -2,7 +2,9 @@
 
 One launcher runs every combination as one array task. The combinations are a table beside it,
 ``launch/<name>.sweep.tsv`` (tab-separated: index, run directory, one column per parameter; written atomically), and
-the job reads its row by index, so the values never pass through a shell parser: each reaches the training script
+a read-only copy named by its sha256 that the launcher names: the job checks that hash and reads its row by index
+from the copy (a later launch under the same name writes another copy, so a pending or requeued task runs the
+combinations it was submitted with), so the values never pass through a shell parser: each reaches the training script
 as two words ``--NAME VALUE``, exactly as typed (spaces, quotes, ``$(...)``). Each combination has a run directory
 named from its values (``launch/sweeps/<name>/lr=1e-3_seed=0``; a value with other characters than ``[A-Za-z0-9.+-]``
 adds a hash of the combination), the same on every requeue, chain segment and resubmit; a task that ends with exit 0
@@ -24,7 +26,7 @@ from typing import Sequence
 
 from shipyard import project
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write, read_capped_text
+from shipyard.files import atomic_write, exclusive_write, read_capped_text
 
 _PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _SAFE = re.compile(r"[A-Za-z0-9.+-]+")
@@ -164,8 +166,31 @@ def render_table(sw: Sweep) -> str:
     return "\n".join(lines) + "\n"
 
 
+def table_sha256(sw: Sweep) -> str:
+    return hashlib.sha256(render_table(sw).encode("utf-8")).hexdigest()
+
+
+def submitted_table_path(root: str | Path, name: str, sw: Sweep) -> Path:
+    """The copy of ``sw``'s table that its launcher's array tasks read: named by the table's sha256, so a later
+    launch under the same name (another table) writes another copy and never changes this one; a pending or
+    requeued task reads the combinations it was submitted with."""
+    return runs_dir(root, name) / ".tables" / f"{table_sha256(sw)}.tsv"
+
+
 def write_table(root: str | Path, name: str, sw: Sweep) -> Path:
-    return atomic_write(table_path(root, name), render_table(sw))
+    """``launch/NAME.sweep.tsv`` (the latest sweep of that name: sweep-status, resubmits) and the immutable copy the
+    launcher reads (:func:`submitted_table_path`; written once, kept while its content is its name)."""
+    text = render_table(sw)
+    copy = submitted_table_path(root, name, sw)
+    try:
+        kept = not copy.is_symlink() and copy.is_file() and \
+            hashlib.sha256(copy.read_bytes()).hexdigest() == table_sha256(sw)
+    except OSError:
+        kept = False
+    if not kept:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        exclusive_write(copy, text, mode=0o444)
+    return atomic_write(table_path(root, name), text)
 
 
 def read_table(root: str | Path, name: str) -> tuple[Sweep, list[str]]:

@@ -187,3 +187,33 @@ def test_the_written_table_reads_back(tmp_path):
     sweeps.write_table(tmp_path, "s", sw)
     back, dirs = sweeps.read_table(tmp_path, "s")
     assert back == sw and dirs == [sw.directory_name(i) for i in range(sw.count)]
+
+
+def test_a_pending_task_reads_the_table_it_was_submitted_with(launch_registry, tmp_path):
+    """Launcher A is submitted; `invoke launch --name SAME` then writes another sweep under the same name. A's
+    pending or requeued task still runs A's combination, in A's run directory, under A's parameter name."""
+    from dataclasses import replace
+
+    a = replace(build_launcher(launch_registry, cluster="lab-socket", sweep="lr=1e-3,1e-4", command=CMD),
+                root=str(tmp_path))
+    b = replace(build_launcher(launch_registry, cluster="lab-socket", sweep="wd=0.1,0.2,0.3", command=CMD),
+                root=str(tmp_path))
+    a_text = launch.render(a)
+    sweeps.write_table(a.root, a.name, a.combinations)
+    assert b.name == a.name
+    sweeps.write_table(b.root, b.name, b.combinations)
+    block = a_text[a_text.index("sweep_table="):a_text.index('echo "shipyard: sweep combination')]
+    script = block + 'printf "%s\\0" "$sweep_dir" "${sweep_args[@]}"'
+    out = subprocess.run(["bash", "-c", script], env={"SLURM_ARRAY_TASK_ID": "1", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, check=True).stdout.decode().split("\0")[:-1]
+    assert out[1:] == ["--lr", "1e-4"] and out[0].endswith("/lr=1e-4")
+    # the latest table of that name is B's (sweep-status), A's copy is unchanged and read-only
+    assert sweeps.read_table(a.root, a.name)[0] == b.combinations
+    copy = sweeps.submitted_table_path(a.root, a.name, a.combinations)
+    assert copy.read_text() == sweeps.render_table(a.combinations) and copy.stat().st_mode & 0o222 == 0
+    # a copy changed after the launcher was written is refused, not read
+    copy.chmod(0o644)
+    copy.write_text(sweeps.render_table(b.combinations))
+    res = subprocess.run(["bash", "-c", script], env={"SLURM_ARRAY_TASK_ID": "1", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True)
+    assert res.returncode == 3 and "not the sweep table this launcher was written for" in res.stderr
