@@ -216,6 +216,15 @@ def _untyped(fields: dict) -> str | None:
         return "pid is not a whole number"
     if fields.get("input_hash") is not None and not is_input_hash(fields["input_hash"]):
         return "input_hash is not 64 lowercase hex digits"
+    sig = fields.get("signature") or {}
+    if "signers" in sig and not (isinstance(sig["signers"], list) and all(isinstance(x, dict) for x in sig["signers"])):
+        return "signature.signers is not a list of mappings"
+    for key in ("image_sha256", "fingerprint"):
+        if sig.get(key) is not None and not isinstance(sig[key], str):
+            return f"signature.{key} is not a string"
+    for key in ("tag", "id"):
+        if (fields.get("image") or {}).get(key) is not None and not isinstance(fields["image"][key], str):
+            return f"image.{key} is not a string"
     for name, rec in (fields.get("pushed") or {}).items():
         if not isinstance(rec, dict):
             return f"pushed.{name} is not a mapping"
