@@ -335,3 +335,23 @@ def test_a_stage_record_source_of_another_type_is_one_line(built, source, key):
     out = io.StringIO()
     helpers_stage.stage(built, "tiny", "lab", out=out)  # not a traceback: staged again
     assert "staged tiny" in out.getvalue() and staged.read_record(dest)[0].source_kind == "containers"
+
+
+def test_stage_and_the_job_share_one_verification_per_image_file(built, tmp_path, monkeypatch):
+    """The job's check caches "this stamp had this sha256" in the user's cache; content_differs reads and writes
+    the same entries: what one verified the other does not hash again, and an entry for another stamp is no proof."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    block = _check_block(_launch(built, environment="tiny", cluster="lab", dry_run=True))
+    assert _run(block, home).returncode == 0  # the job verified it and wrote its cache entry
+    hashed = []
+    real = staged.sha256_fd
+    monkeypatch.setattr(staged, "sha256_fd", lambda fd: hashed.append(fd) or real(fd))
+    assert staged.content_differs(dest, rec) is None and hashed == []
+    entry = home / ".cache" / "shipyard" / "verified-images" / rec.sha256
+    entry.write_text(entry.read_text().replace(f" {rec.ino} ", f" {rec.ino + 1} "))
+    assert staged.content_differs(dest, rec) is None and len(hashed) == 1  # re-hashed, then cached again
+    res = _run(block, home)
+    assert res.returncode == 0 and "verifying the sha256" not in res.stdout  # the job accepts Python's entry
