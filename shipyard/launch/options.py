@@ -53,8 +53,8 @@ def at_least(minimum: int, maximum: int | None = None, why: str = "") -> Callabl
     strings from invoke, as ints from Python callers."""
 
     def check(flag: str, value: Any) -> int:
-        try:
-            n = int(str(value)) if len(str(value)) <= 24 else None
+        try:  # a number of more digits than any bound is refused before it is converted
+            n = value if type(value) is int else int(str(value)) if len(str(value)) <= 24 else None
         except (TypeError, ValueError):
             n = None
         if n is None:
