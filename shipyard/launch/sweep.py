@@ -17,6 +17,7 @@ the cluster's MaxArraySize the combinations are split into several arrays, each 
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import itertools
 import re
@@ -94,15 +95,14 @@ def _tsv_rows(text: str, where: str) -> list[tuple[int, list[str]]]:
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last row
     rows = []
-    for n, line in enumerate(lines, 1):
-        if not line:
-            continue
-        try:
-            (cells,) = csv.reader([line], delimiter="\t", quoting=csv.QUOTE_NONE, strict=True)
-        except csv.Error as exc:
-            raise ShipyardError(f"{where}: line {n}: {exc} (a row ends at a newline; a cell holds no carriage "
-                                "return)") from None
-        rows.append((n, cells))
+    reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True)  # one row per element
+    try:
+        for n, cells in enumerate(reader, 1):
+            if cells:
+                rows.append((n, cells))
+    except csv.Error as exc:
+        raise ShipyardError(f"{where}: line {reader.line_num}: {exc} (a row ends at a newline; a cell holds no "
+                            "carriage return)") from None
     return rows
 
 
@@ -160,6 +160,7 @@ def runs_dir(root: str | Path, name: str) -> Path:
     return project.launchers_dir(Path(root)) / "sweeps" / name
 
 
+@functools.lru_cache(maxsize=4)  # the launcher, its table, the copy's name and hash all need the same text
 def render_table(sw: Sweep) -> str:
     lines = ["\t".join(("index", "dir", *sw.names))]
     lines += ["\t".join((str(i), sw.directory_name(i), *row)) for i, row in enumerate(sw.rows)]
