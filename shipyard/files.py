@@ -23,19 +23,31 @@ from shipyard.errors import ShipyardError
 _CHUNK = 1 << 20
 
 
-def read_capped(path: str | os.PathLike, kind: str, what: str | None = None) -> bytes:
+def read_capped(path: str | os.PathLike, kind: str, what: str | None = None, *, regular: bool = False) -> bytes:
     """The bytes of ``path``, reading at most the cap ``input_bytes.KIND`` of ``shipyard/data/limits.yaml`` plus one.
 
     Why a cap before reading: ``/dev/zero``, a FIFO nobody writes or a runaway log must be one line naming the file
     and the cap, not an OOM or a hang. A FIFO is opened without waiting for a writer (one without a writer reads
-    empty; a pipe from bash's ``<(...)`` is read to its end); a larger input is a :class:`ShipyardError`. OSError (missing, a directory, no permission) is left to the caller,
-    who knows what the file is for."""
+    empty; a pipe from bash's ``<(...)`` is read to its end); a larger input is a :class:`ShipyardError`. With
+    ``regular`` (a file another user or host controls) anything but a regular file -- a FIFO, a device, a symlink
+    at ``path`` itself -- is a :class:`ShipyardError` before a byte is read. OSError (missing, a directory, no
+    permission) is left to the caller, who knows what the file is for."""
 
     cap = int(facts.load("limits")["input_bytes"][kind])
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    nofollow = os.O_NOFOLLOW if regular else 0
     try:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | nofollow | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if regular and os.path.islink(path):
+            raise ShipyardError(f"{path}: {what or 'input'} is a symlink, never followed (someone else put it "
+                                "there); remove it") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
             raise IsADirectoryError(21, "Is a directory", str(path))
+        if regular and not stat.S_ISREG(mode):
+            raise ShipyardError(f"{path}: {what or 'input'} is not a regular file (a FIFO or a device); remove it")
         os.set_blocking(fd, True)  # opened without waiting for a writer; now read what a writer sends (bash's <(...))
         chunks, got = [], 0
         while got <= cap:
@@ -65,9 +77,10 @@ def output_to(flag: str, value: object):
             from None
 
 
-def read_capped_text(path: str | os.PathLike, kind: str, what: str | None = None, errors: str = "strict") -> str:
+def read_capped_text(path: str | os.PathLike, kind: str, what: str | None = None, errors: str = "strict", *,
+                     regular: bool = False) -> str:
     """:func:`read_capped` decoded as UTF-8 (``errors`` as for ``bytes.decode``)."""
-    return read_capped(path, kind, what).decode("utf-8", errors)
+    return read_capped(path, kind, what, regular=regular).decode("utf-8", errors)
 
 
 def atomic_write(path: str | os.PathLike, text: str | bytes, mode: int | None = None) -> Path:

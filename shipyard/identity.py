@@ -16,8 +16,9 @@ job applies the rule without Python.
 
 What it is not: a content check. A recorded stamp is only as good as the record that holds it; a record that someone
 else can rewrite names whatever stamp they like. The job therefore also verifies the image's sha256 itself, once per
-image file: :data:`SHELL_VERIFY` caches "this stamp had this sha256" in the user's own 0700 cache directory, keyed by
-this stamp (which the file's writer cannot reproduce for other content).
+image file: the launcher (and :func:`shipyard.staging.record.content_differs`) caches "this stamp had this sha256"
+in the user's own 0700 cache directory, keyed by this stamp (which the file's writer cannot reproduce for other
+content).
 
 A recorded stamp without inode/ctime (a build manifest written before they were recorded) never equals a stamp now:
 callers that may meet one fall back to the content (the build cache re-hashes and re-records).

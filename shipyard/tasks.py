@@ -584,7 +584,8 @@ def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="",
         "env": "environment to lock (default: defaults.environment)",
         "exclude_newer": "resolve as PyPI was at this UTC date/time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ); "
                          "default: the cut-off recorded in the existing lock, else today 00:00 UTC",
-        "index_url": "package index to resolve against instead of PyPI, uv's default (e.g. a site mirror)",
+        "index_url": "package index to resolve against instead of PyPI, uv's default (e.g. a site mirror); without "
+                     "credentials: those go in ~/.netrc, or give the whole URL in $UV_DEFAULT_INDEX instead",
     },
 )
 @task_guard

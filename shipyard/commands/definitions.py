@@ -38,8 +38,10 @@ def render(ctx: Context, env: str | None = None, all_envs: bool = False, check: 
 
 
 def lock(ctx: Context, env: str | None = None, exclude_newer: str | None = None, index_url: str | None = None) -> int:
-    """`invoke lock [ENV]`: lock and re-render, then say what was written."""
-    path = definitions.relock(ctx.registry, ctx.environment(env), exclude_newer, index_url)
+    """`invoke lock [ENV]`: lock and re-render, then say what was written. The index: ``--index-url`` without
+    credentials, else uv's index variables (:func:`shipyard.definitions.pylock.index_from`)."""
+    index = pylock.index_from(index_url)
+    path = definitions.relock(ctx.registry, ctx.environment(env), exclude_newer, index)
     pkgs, hashes = pylock.count_pins(path.read_text())
     ctx.say(f"wrote {path.relative_to(ctx.root)}: {pkgs} packages, {hashes} sha256 hashes, "
             f"exclude-newer {pylock.read_header(path)['exclude-newer']}")

@@ -171,6 +171,10 @@ class Manifest:
             raise ShipyardError(f"{where}: not a shipyard build manifest of schema {SCHEMA} (unknown field "
                                 f"{unknown[0]!r}); delete it and rebuild with `invoke build ENV --force`")
         fields = {k: v for k, v in data.items() if k in names}
+        why = _untyped(fields)
+        if why:
+            raise ShipyardError(f"{where}: corrupt build manifest ({why}); delete it and rebuild with "
+                                "`invoke build ENV --force`")
         try:
             if fields.get("artifacts") is not None:
                 fields["artifacts"] = {fmt: _artifact(a) for fmt, a in fields["artifacts"].items()}
@@ -182,6 +186,56 @@ class Manifest:
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_STRINGS = ("environment", "status", "error", "spec_hash", "backend", "host", "started", "finished", "log")
+_MAPPINGS = ("tools", "tool_ids", "pins", "base", "artifacts", "image", "signature", "verification", "pushed",
+             "pulled")
+_LISTS = ("formats", "forced_checks")
+# what a push record's reference looks like: the scheme, a repository and a tag (its tag is what `pull` asks for)
+_REFERENCE = re.compile(r"(oras|docker)://[^\s:/]+(:[0-9]+)?/[^\s:]+:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
+
+def is_input_hash(value: object) -> bool:
+    """An input hash as a build computes it (:func:`shipyard.containers.engine.input_hash`): 64 lowercase hex."""
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
+
+
+def _untyped(fields: dict) -> str | None:
+    """Why a manifest's top-level fields are not of their types (None: they are). Checked on read, so that a
+    wrong type is one line here, not a traceback where a field is used (a tag cut from the input hash, a push
+    record's reference split at its colon)."""
+    for key in _STRINGS:
+        if fields.get(key) is not None and not isinstance(fields[key], str):
+            return f"{key} is not a string"
+    for key in _MAPPINGS:
+        if fields.get(key) is not None and not isinstance(fields[key], dict):
+            return f"{key} is not a mapping"
+    for key in _LISTS:
+        if fields.get(key) is not None and not isinstance(fields[key], list):
+            return f"{key} is not a list"
+    if fields.get("pid") is not None and type(fields["pid"]) is not int:
+        return "pid is not a whole number"
+    if fields.get("input_hash") is not None and not is_input_hash(fields["input_hash"]):
+        return "input_hash is not 64 lowercase hex digits"
+    sig = fields.get("signature") or {}
+    if "signers" in sig and not (isinstance(sig["signers"], list) and all(isinstance(x, dict) for x in sig["signers"])):
+        return "signature.signers is not a list of mappings"
+    for key in ("image_sha256", "fingerprint"):
+        if sig.get(key) is not None and not isinstance(sig[key], str):
+            return f"signature.{key} is not a string"
+    for key in ("tag", "id"):
+        if (fields.get("image") or {}).get(key) is not None and not isinstance(fields["image"][key], str):
+            return f"image.{key} is not a string"
+    for name, rec in (fields.get("pushed") or {}).items():
+        if not isinstance(rec, dict):
+            return f"pushed.{name} is not a mapping"
+        if not isinstance(rec.get("reference"), str) or not _REFERENCE.fullmatch(rec["reference"]):
+            return f"pushed.{name}.reference is not an oras:// or docker:// reference with a tag"
+        if rec.get("digest") is not None and not (isinstance(rec["digest"], str)
+                                                  and re.fullmatch(r"sha256:[0-9a-f]{64}", rec["digest"])):
+            return f"pushed.{name}.digest is not sha256:<64 hex digits>"
+        if rec.get("input_hash") is not None and not is_input_hash(rec["input_hash"]):
+            return f"pushed.{name}.input_hash is not 64 lowercase hex digits"
+    return None
 
 
 def _artifact(a: dict) -> Artifact:

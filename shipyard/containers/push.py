@@ -622,6 +622,12 @@ def pull(reg, env, registry_name: str | None = None, tag: str | None = None,
             try:
                 with transfer_deadline(target, what):
                     record = pull_sif(target, env.name, tag, tmp, expect, out)
+                made_by = record.get("input_hash")
+                if made_by is not None and not mf.is_input_hash(made_by):
+                    # it becomes the manifest's input hash, then a push's tag and a part of its URL
+                    raise ShipyardError(f"{record['reference']}: its org.shipyard.input-hash annotation "
+                                        f"{str(made_by)[:80]!r} is not 64 lowercase hex digits (not pushed by "
+                                        "shipyard, or changed since); nothing was written")
                 b.check_sif(tmp, "the registry served no SIF image")
                 if dest.exists() and not force and b.sha256_file(dest) != record["layer_digest"].split(":", 1)[1]:
                     raise ShipyardError(f"{dest.relative_to(root)} differs from {record['reference']}; keeping the "

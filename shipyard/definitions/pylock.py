@@ -148,6 +148,27 @@ def today_cutoff(now: _dt.datetime | None = None) -> str:
     return now.strftime("%Y-%m-%dT00:00:00Z")
 
 
+# uv's own variables for the index it resolves against, in uv's order: the whole URL, credentials included, may be
+# given here instead of on shipyard's command line (an environment is readable only by its user and root)
+INDEX_ENV = ("UV_DEFAULT_INDEX", "UV_INDEX_URL")
+
+
+def index_from(flag: str | None, environ: dict | None = None) -> str | None:
+    """The index ``invoke lock`` resolves against: ``--index-url`` (which must carry no credentials: a command line
+    is readable by every user of the machine, and shipyard's stays there for the whole lock), else uv's own
+    ``UV_DEFAULT_INDEX`` / ``UV_INDEX_URL`` from the environment, else None (PyPI). Credentials for an index given
+    without them come from where uv itself reads them: ``~/.netrc`` (or ``$NETRC``) and ``uv auth login``."""
+    environ = os.environ if environ is None else environ
+    if flag is not None:
+        if _USERINFO.search(flag):
+            raise ShipyardError(f"--index-url {redact(flag)}: credentials in the URL stay in shipyard's command line, "
+                                "which every user of this machine can read (ps); give the URL without them and put the "
+                                "credentials in ~/.netrc (or $NETRC) or `uv auth login HOST`, or give the whole URL in "
+                                "$UV_DEFAULT_INDEX instead of the flag")
+        return flag
+    return next((environ[k] for k in INDEX_ENV if environ.get(k)), None)
+
+
 def uv_argv(uv_bin: str, env: Environment, cutoff: str) -> list[str]:
     """The ``uv pip compile`` command line, run in a directory holding requirements.in (and overrides.txt).
 

@@ -416,9 +416,9 @@ def run_probes(reg: Registry, cluster: Cluster) -> tuple[str, Probe, Probe | Non
 
 def images(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
     """Per environment used on the cluster: is its image in the storage, readable, and the one its stage record
-    names (size and mtime; no re-hash)? Missing or not matching is a FAIL for ``env`` (the one launched) and a WARN
-    for the others. Checked on the login node, which sees the same storage as the nodes (the storage check says
-    whether it does)."""
+    names, by the job's own rule (:func:`shipyard.staging.record.job_check`: content hashed once per image file)?
+    Missing or not matching is a FAIL for ``env`` (the one launched) and a WARN for the others. Checked on the login
+    node, which sees the same storage as the nodes (the storage check says whether it does)."""
     rt = runtimes.get(cluster.runtime, f"clusters.{cluster.name}.runtime")
     if not rt.containerised or not cluster.storage:
         return []
@@ -435,9 +435,8 @@ def images(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
             out.append(Finding(bad, LOGIN, "image", f"{name}: {image} is not readable by {getpass.getuser()}",
                                f"ask whoever staged it to run `{stage} --mode group` (or world)"))
             continue
-        rec, why = staged.read_record(image)
-        changed = staged.image_changed(image, rec) if rec else why
-        if changed:
+        rec, changed = staged.job_check(image)  # the job's own rule: what a job refuses is never a PASS
+        if not rec:
             out.append(Finding(bad, LOGIN, "image", f"{name}: {changed}", f"run `{stage}` again"))
             continue
         built = staged.binding(reg.root, name, None, rt.suffix)  # the build manifest's image

@@ -525,7 +525,8 @@ def render(l: Launcher) -> str:
         # handout: the submit dir's logs/; a sweep: one log per array task
         log=(f"logs/{l.name}-%j.out" if l.handout
              else f"{l.log_dir}/{l.name}-" + ("%A_%a.out" if l.combinations else "%j.out")),
-        sweep_table=str(sweeps.table_path(l.root, l.name)) if l.combinations else "",
+        sweep_table=str(sweeps.submitted_table_path(l.root, l.name, l.combinations)) if l.combinations else "",
+        sweep_sha256=sweeps.table_sha256(l.combinations) if l.combinations else "",
         sweep_runs=str(sweeps.runs_dir(l.root, l.name)) if l.combinations else "",
         sweep_done=sweeps.DONE,
         usage_prefix=f"{l.log_dir}/{l.name}",

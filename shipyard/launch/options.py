@@ -48,16 +48,21 @@ def seconds(time: str) -> int:
     return ((int(days or 0) * 24 + h) * 60 + m) * 60 + s
 
 
-def at_least(minimum: int) -> Callable[[str, Any], int]:
-    """A check: an integer >= ``minimum`` (flags arrive as strings from invoke, as ints from Python callers)."""
+def at_least(minimum: int, maximum: int | None = None, why: str = "") -> Callable[[str, Any], int]:
+    """A check: an integer >= ``minimum`` (and <= ``maximum``, the bound of what reads it: ``why``). Flags arrive as
+    strings from invoke, as ints from Python callers."""
 
     def check(flag: str, value: Any) -> int:
-        try:
-            n = int(value)
+        try:  # a number of more digits than any bound is refused before it is converted
+            n = value if type(value) is int else int(str(value)) if len(str(value)) <= 24 else None
         except (TypeError, ValueError):
-            raise ShipyardError(f"{flag} {value!r}: expected an integer >= {minimum}") from None
+            n = None
+        if n is None:
+            raise ShipyardError(f"{flag} {str(value)[:24]!r}: expected an integer >= {minimum}") from None
         if n < minimum:
             raise ShipyardError(f"{flag} {value}: must be at least {minimum}")
+        if maximum is not None and n > maximum:
+            raise ShipyardError(f"{flag} {value}: out of range, valid is {minimum} to {maximum} ({why})")
         return n
 
     return check
@@ -98,6 +103,10 @@ def opt(default: bool | None = None, help: str = "", *, kinds: tuple[str, ...] =
 
 
 _POSITIVE = at_least(1)
+# Slurm's own bounds of what it reads from these flags (slurm.h: a node count is uint32_t with NO_VAL 0xfffffffe
+# reserved; --signal's time is a uint16_t number of seconds)
+_NODES = at_least(1, 4294967293, "Slurm's node count")
+_SIGNAL_TIME = at_least(1, 65535, "Slurm's --signal time in seconds")
 _SIZES = re.compile(r"^[0-9]+[KMG]?:[0-9]+[KMG]?$")
 
 
@@ -122,7 +131,7 @@ class Options:
 
     environment: str | None = opt(help="environment to run (default: defaults.environment)")
     cluster: str | None = opt(help="cluster profile (default: defaults.cluster)")
-    nodes: int | str | None = opt(help="number of nodes (default: {nodes})", check=_POSITIVE)
+    nodes: int | str | None = opt(help="number of nodes (default: {nodes})", check=_NODES)
     gpus_per_node: int | str | None = opt(help="GPUs per node (default: the cluster's gpus_per_node)",
                                           check=at_least(0))
     runtime: str | None = opt(help=f"{' | '.join(runtimes.NAMES)} (default: the cluster's runtime)")
@@ -175,7 +184,8 @@ class Options:
     max_restarts: int | str | None = opt(help="requeues allowed with --requeue (default {max_restarts})", kinds=(TORCHRUN,),
                                          check=at_least(0), only_with="requeue")
     signal_before: int | str | None = opt(help="send {signal} this many seconds before the time limit (default "
-                                               "{signal_before} with --requeue/--chain)", kinds=(TORCHRUN,), check=_POSITIVE)
+                                               "{signal_before} with --requeue/--chain)", kinds=(TORCHRUN,),
+                                         check=_SIGNAL_TIME)
     force: bool = opt(False, "write the launcher even when `invoke check` finds an ERROR for ENV on the cluster (warned, "
                              "and named in the launcher's header)")
     # issue 24: extra #SBATCH options and validation (shipyard/launch/passthrough.py)

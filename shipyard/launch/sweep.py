@@ -2,7 +2,9 @@
 
 One launcher runs every combination as one array task. The combinations are a table beside it,
 ``launch/<name>.sweep.tsv`` (tab-separated: index, run directory, one column per parameter; written atomically), and
-the job reads its row by index, so the values never pass through a shell parser: each reaches the training script
+a read-only copy named by its sha256 that the launcher names: the job checks that hash and reads its row by index
+from the copy (a later launch under the same name writes another copy, so a pending or requeued task runs the
+combinations it was submitted with), so the values never pass through a shell parser: each reaches the training script
 as two words ``--NAME VALUE``, exactly as typed (spaces, quotes, ``$(...)``). Each combination has a run directory
 named from its values (``launch/sweeps/<name>/lr=1e-3_seed=0``; a value with other characters than ``[A-Za-z0-9.+-]``
 adds a hash of the combination), the same on every requeue, chain segment and resubmit; a task that ends with exit 0
@@ -14,6 +16,8 @@ the cluster's MaxArraySize the combinations are split into several arrays, each 
 
 from __future__ import annotations
 
+import csv
+import functools
 import hashlib
 import itertools
 import re
@@ -23,7 +27,7 @@ from typing import Sequence
 
 from shipyard import project
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write
+from shipyard.files import atomic_write, exclusive_write, read_capped_text
 
 _PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _SAFE = re.compile(r"[A-Za-z0-9.+-]+")
@@ -81,25 +85,47 @@ def parse_spec(spec: str) -> Sweep:
     return Sweep(names, tuple(tuple(c) for c in itertools.product(*values)))
 
 
+def _tsv_rows(text: str, where: str) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of a tab-separated table, by Python's csv reader with these rules: cells are separated by
+    one tab and taken as they are (no quoting, no escapes: every character of a cell is the value); a row ends at
+    ``\n`` or ``\r\n`` and nowhere else (a vertical tab, form feed or other Unicode line break is a character of
+    its cell, refused there as a control character); an empty line is skipped; there are no comments (a row that
+    starts with ``#`` is a row). A carriage return inside a row is one line naming the row."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last row
+    rows = []
+    reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True)  # one row per element
+    try:
+        for n, cells in enumerate(reader, 1):
+            if cells:
+                rows.append((n, cells))
+    except csv.Error as exc:
+        raise ShipyardError(f"{where}: line {reader.line_num}: {exc} (a row ends at a newline; a cell holds no "
+                            "carriage return)") from None
+    return rows
+
+
 def parse_file(path: str | Path) -> Sweep:
-    """A tab-separated table: a header of parameter names, then one combination per line (no quoting: every
-    character of a cell is the value)."""
+    """A tab-separated table (:func:`_tsv_rows`' rules): a header of parameter names, then one combination per
+    line. Read capped (``input_bytes.sweep_file``): /dev/zero is one line, a FIFO without a writer is empty."""
     where = f"--sweep-file {path}"
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        text = read_capped_text(path, "sweep_file", "a sweep file")
     except (OSError, UnicodeDecodeError) as exc:
         raise ShipyardError(f"{where}: cannot read it ({exc})") from None
-    lines = [l for l in lines if l.strip() and not l.startswith("#")]
+    lines = _tsv_rows(text, where)
     if not lines:
         raise ShipyardError(f"{where}: empty (expected a header line of parameter names, then rows)")
-    names = _check_names(where, lines[0].split("\t"))
+    names = _check_names(where, lines[0][1])
+    if len(lines) - 1 > MAX_COMBINATIONS:
+        raise ShipyardError(f"{where}: {len(lines) - 1} combinations (1 to {MAX_COMBINATIONS})")
     rows = []
-    for n, line in enumerate(lines[1:], 2):
-        cells = line.split("\t")
+    for n, cells in lines[1:]:
         if len(cells) != len(names):
             raise ShipyardError(f"{where}: row {n} has {len(cells)} cells, the header {len(names)}")
         rows.append(tuple(_check_value(f"{where} row {n}", k, v) for k, v in zip(names, cells)))
-    if not rows or len(rows) > MAX_COMBINATIONS:
+    if not rows:
         raise ShipyardError(f"{where}: {len(rows)} combinations (1 to {MAX_COMBINATIONS})")
     return Sweep(names, tuple(rows))
 
@@ -134,27 +160,60 @@ def runs_dir(root: str | Path, name: str) -> Path:
     return project.launchers_dir(Path(root)) / "sweeps" / name
 
 
+@functools.lru_cache(maxsize=4)  # the launcher, its table, the copy's name and hash all need the same text
 def render_table(sw: Sweep) -> str:
     lines = ["\t".join(("index", "dir", *sw.names))]
     lines += ["\t".join((str(i), sw.directory_name(i), *row)) for i, row in enumerate(sw.rows)]
     return "\n".join(lines) + "\n"
 
 
+def table_sha256(sw: Sweep) -> str:
+    return hashlib.sha256(render_table(sw).encode("utf-8")).hexdigest()
+
+
+def submitted_table_path(root: str | Path, name: str, sw: Sweep) -> Path:
+    """The copy of ``sw``'s table that its launcher's array tasks read: named by the table's sha256, so a later
+    launch under the same name (another table) writes another copy and never changes this one; a pending or
+    requeued task reads the combinations it was submitted with."""
+    return runs_dir(root, name) / ".tables" / f"{table_sha256(sw)}.tsv"
+
+
 def write_table(root: str | Path, name: str, sw: Sweep) -> Path:
-    return atomic_write(table_path(root, name), render_table(sw))
+    """``launch/NAME.sweep.tsv`` (the latest sweep of that name: sweep-status, resubmits) and the immutable copy the
+    launcher reads (:func:`submitted_table_path`; written once, kept while its content is its name)."""
+    text = render_table(sw)
+    copy = submitted_table_path(root, name, sw)
+    try:
+        kept = not copy.is_symlink() and copy.is_file() and \
+            hashlib.sha256(copy.read_bytes()).hexdigest() == table_sha256(sw)
+    except OSError:
+        kept = False
+    if not kept:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        exclusive_write(copy, text, mode=0o444)
+    return atomic_write(table_path(root, name), text)
 
 
 def read_table(root: str | Path, name: str) -> tuple[Sweep, list[str]]:
-    """The sweep written for launcher ``name`` and its run directory names."""
+    """The sweep written for launcher ``name`` and its run directory names: a regular file read capped
+    (``input_bytes.sweep_table``), every row ``index, dir, values`` with the index in order; anything else one line."""
     path = table_path(root, name)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
+        text = read_capped_text(path, "sweep_table", "a sweep table", regular=True)
+    except FileNotFoundError:
         raise ShipyardError(f"{path}: no sweep named {name} here (write one with invoke launch --name {name} "
                             "--sweep ...)") from None
-    head = lines[0].split("\t")
-    rows = [l.split("\t") for l in lines[1:]]
-    return Sweep(tuple(head[2:]), tuple(tuple(r[2:]) for r in rows)), [r[1] for r in rows]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShipyardError(f"{path}: cannot read it ({exc})") from None
+    rows = _tsv_rows(text, str(path))
+    again = f"write it again with invoke launch --name {name} --sweep ..."
+    if not rows or rows[0][1][:2] != ["index", "dir"] or len(rows[0][1]) < 3:
+        raise ShipyardError(f"{path}: not a sweep table (expected a header index, dir, parameters); {again}")
+    head = rows[0][1]
+    for i, (n, cells) in enumerate(rows[1:]):
+        if len(cells) != len(head) or cells[0] != str(i) or not cells[1] or "/" in cells[1] or cells[1] in (".", ".."):
+            raise ShipyardError(f"{path}: line {n} is not combination {i} of this table; {again}")
+    return Sweep(tuple(head[2:]), tuple(tuple(c[2:]) for _, c in rows[1:])), [c[1] for _, c in rows[1:]]
 
 
 def done(root: str | Path, name: str, dirs: Sequence[str]) -> list[bool]:

@@ -395,6 +395,10 @@ def check_environment(env: Environment) -> list[Problem]:
     else:
         err("base", f"base image {env.base.value!r} is not an nvidia/cuda tag: its CUDA, OS and Python are not "
             "verified against the pins", WARN)
+    plain = os_base(env.os.value or "")
+    if env.stack == "base" and plain and env.base.value == plain:
+        err("stack", f"stack: base runs the Python and torch of the base image, and {plain} (the plain "
+            f"{env.os.value} image) has no torch; use stack: shipyard, or a base image that carries torch")
     glibc_min = wheel_fact(torch, cuda, "min_glibc")
     os_facts = facts()["os"].get(env.os.value or "", {})
     if env.stack == "shipyard" and os_facts and py != os_facts.get("system_python") \

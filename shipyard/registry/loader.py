@@ -270,6 +270,13 @@ def _describe(err: jsonschema.ValidationError) -> str:
         want = " or ".join(want) if isinstance(want, list) else want
         return f"expected {want}, got {type(inst).__name__} {inst!r}" if not isinstance(inst, (dict, list)) \
             else f"expected {want}, got {type(inst).__name__}"
+    if v in ("minimum", "maximum"):
+        lo, hi = sub.get("minimum"), sub.get("maximum")
+        valid = f"{lo} to {hi}" if lo is not None and hi is not None else \
+            f"at least {lo}" if lo is not None else f"at most {hi}"
+        shown = str(inst) if len(str(inst)) <= 24 else f"a number of {len(str(inst))} digits"
+        why = f" ({sub['description']})" if sub.get("description") else ""
+        return f"{shown} is out of range: valid is {valid}{why}"
     if v == "enum":
         return f"{inst!r} is not one of: {', '.join(map(str, sub['enum']))}"
     if v == "required":
@@ -559,6 +566,7 @@ def _scalar(v: Any) -> str:
 
 
 _MEM_UNITS = {"": 1, "M": 1, "K": 1 / 1024, "G": 1024, "T": 1024 * 1024}
+_MEM_MAX_MB = 2 ** 63 - 1  # Slurm parses a memory size into a signed 64-bit number of MB (strtoll)
 
 
 def mem_mb(text: str | None) -> int | None:
@@ -568,7 +576,12 @@ def mem_mb(text: str | None) -> int | None:
     m = re.match(r"^([0-9]+)([KMGT]?)$", str(text))
     if not m:
         raise ShipyardError(f"{text!r}: expected a Slurm memory size like 64G or 65536M")
+    if len(m.group(1)) > 20:
+        raise ShipyardError(f"{str(text)[:24]}...: a memory size of {len(m.group(1))} digits; Slurm reads at most "
+                            f"{_MEM_MAX_MB} MB (a 63-bit number)")
     mb = int(int(m.group(1)) * _MEM_UNITS[m.group(2)])
+    if mb > _MEM_MAX_MB:
+        raise ShipyardError(f"{text!r}: more than {_MEM_MAX_MB} MB, the most Slurm reads (a 63-bit number)")
     if mb < 1:  # Slurm reads --mem=0 as "all the memory of the node"
         raise ShipyardError(f"{text!r}: less than 1M; Slurm reads a zero memory size as all of a node's memory")
     return mb

@@ -18,8 +18,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from shipyard import facts
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
+from shipyard.files import read_capped, sha256_file
 from shipyard.remote import transport
 
 
@@ -54,16 +56,25 @@ def code_identity(root: Path, *, own_checkout: bool = False) -> tuple[str, bool 
     if head is not None and head.returncode == 0:
         status = _git(root, "status", "--porcelain", "--untracked-files=no")
         return head.stdout.decode().strip(), bool(status.stdout.strip())
-    record = root / transport.policy()["shipped_record"]
     try:
-        if record.is_symlink():
-            return "unknown", None
-        data = json.loads(record.read_text())
-        if not _COMMIT.match(str(data["commit"])):
-            return "unknown", None
-        return str(data["commit"]), bool(data["dirty"])
-    except (OSError, ValueError, KeyError, TypeError):
+        data = shipped_record(read_capped(root / transport.policy()["shipped_record"], "shipped_record",
+                                          "the remote.sync record", regular=True))
+    except (OSError, ShipyardError):
         return "unknown", None
+    if not isinstance(data.get("commit"), str) or not _COMMIT.fullmatch(data["commit"]) \
+            or not isinstance(data.get("dirty"), bool):
+        return "unknown", None
+    return data["commit"], data["dirty"]
+
+
+def shipped_record(body: bytes) -> dict:
+    """The record a sync left (``.shipyard-shipped.json``), from bytes someone on the cluster may have written: a JSON
+    object, else {} (no record: the next sync ships everything and writes it again)."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def files_to_ship(root: Path) -> list[str]:
@@ -84,7 +95,7 @@ def files_to_ship(root: Path) -> list[str]:
 def _manifest_digest(root: Path, names: list[str]) -> str:
     h = hashlib.sha256()
     for n in names:
-        h.update(n.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256((root / n).read_bytes()).digest())
+        h.update(n.encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(sha256_file(root / n)))
     return h.hexdigest()
 
 
@@ -112,11 +123,13 @@ def sync(cluster, root: Path, *, method: str | None = None) -> Shipped:
     timeout = p["ssh"]["sync_timeout_s"]
     digest = _manifest_digest(root, names)
     record_path = f"{target}/{p['shipped_record']}"
-    old = _ssh_run(dest, f"cat -- {shell_quote(record_path)} 2>/dev/null || true", timeout=timeout)
-    try:
-        previous = json.loads(old.stdout.decode() or "{}")
-    except ValueError:
-        previous = {}
+    # the record as it lies on the cluster (a remote root others may write): a regular file only (a FIFO there would
+    # hold the read until the timeout), at most the cap plus one byte; anything else is no record
+    cap = int(facts.load("limits")["input_bytes"]["shipped_record"])
+    q = shell_quote(record_path)
+    old = _ssh_run(dest, f"if [ -f {q} ] && [ ! -L {q} ]; then head -c {cap + 1} -- {q}; fi 2>/dev/null || true",
+                   timeout=timeout)
+    previous = shipped_record(old.stdout) if len(old.stdout) <= cap else {}
     dirs = _parents(names)
     mk = _ssh_run(dest, _prepare_script(target, dirs), timeout=timeout)
     if mk.returncode == _REFUSED:

@@ -33,7 +33,7 @@ from pathlib import Path
 from shipyard import facts, identity, project
 from shipyard.containers import manifest as mf
 from shipyard.errors import ShipyardError
-from shipyard.files import exclusive_write
+from shipyard.files import exclusive_write, sha256_fd
 
 SCHEMA = 2
 MAX_BYTES = int(facts.load("limits")["input_bytes"]["stage_record"])  # a record is about 1 KiB
@@ -120,6 +120,16 @@ def _read_small(path: Path) -> str:
     return data.decode("utf-8")
 
 
+def _no_duplicates(pairs: list) -> dict:
+    """A JSON object whose keys are unique: with two, ``json`` keeps the last and the job's ``sed`` the first."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
 def _invalid(data: dict) -> str | None:
     """Why ``data`` is not a record of this schema (None: it is)."""
     for key in ("sha256", "input_hash"):
@@ -135,40 +145,55 @@ def _invalid(data: dict) -> str | None:
         v = data.get(key)
         if v is not None and (not isinstance(v, str) or any(c in v for c in "\n\r\0")):
             return f"{key} is not a one-line string"
+    src = data.get("source")
+    if src is not None and not (isinstance(src, dict) and all(isinstance(k, str) for k in src)
+                                and all(isinstance(src.get(k), (str, type(None))) for k in ("kind", "reference"))):
+        return "source is not an object with string kind and reference"
+    checks = data.get("forced_checks")
+    if checks is not None and not (isinstance(checks, list) and all(isinstance(c, str) for c in checks)):
+        return "forced_checks is not a list of strings"
     return None
 
 
 def read_record(image: str | Path) -> tuple[StageRecord | None, str]:
     """(record, "") when the record beside ``image`` is a readable record of this schema; else (None, why not)."""
+    rec, _, why = _load(image)
+    return rec, why
+
+
+def _load(image: str | Path) -> tuple[StageRecord | None, str, str]:
+    """:func:`read_record`'s (record, why) with the record's text between them."""
     path = record_path(image)
+    text = ""
     try:
-        data = json.loads(_read_small(path))
+        text = _read_small(path)
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
     except FileNotFoundError:
-        return None, f"{path} does not exist"
+        return None, text, f"{path} does not exist"
     except PermissionError:
-        return None, f"{path} is not readable"
+        return None, text, f"{path} is not readable"
     except OSError as exc:
         if path.is_symlink():
-            return None, f"{path} is a symlink, never a stage record (someone else put it there); stage again"
-        return None, f"{path}: unreadable ({exc.strerror or exc})"
+            return None, text, f"{path} is a symlink, never a stage record (someone else put it there); stage again"
+        return None, text, f"{path}: unreadable ({exc.strerror or exc})"
     except (ValueError, RecursionError) as exc:
-        return None, f"{path}: unreadable ({exc})"
+        return None, text, f"{path}: unreadable ({exc}); stage the image again"
     if not isinstance(data, dict):
-        return None, f"{path}: not a shipyard stage record (expected a JSON object)"
+        return None, text, f"{path}: not a shipyard stage record (expected a JSON object)"
     schema = data.get("schema")
     if schema != SCHEMA:
         what = "has no schema field (written by an older shipyard)" if schema is None else \
             f"is stage record schema {schema!r}, this shipyard reads schema {SCHEMA}"
-        return None, f"{path} {what}; stage the image again"
+        return None, text, f"{path} {what}; stage the image again"
     why = _invalid(data)
     if why:
-        return None, f"{path}: not a valid stage record ({why}); stage the image again"
+        return None, text, f"{path}: not a valid stage record ({why}); stage the image again"
     names = {f.name for f in dataclasses.fields(StageRecord)}
     try:
         rec = StageRecord(**{k: v for k, v in data.items() if k in names})
     except TypeError:
-        return None, f"{path}: not a shipyard stage record (needs {', '.join(SHELL_FIELDS)})"
-    return rec, ""
+        return None, text, f"{path}: not a shipyard stage record (needs {', '.join(SHELL_FIELDS)})"
+    return rec, text, ""
 
 
 def image_changed(image: str | Path, rec: StageRecord) -> str | None:
@@ -180,6 +205,101 @@ def image_changed(image: str | Path, rec: StageRecord) -> str | None:
     except OSError as exc:
         return f"{image}: {exc.strerror or exc}"
     return f"{image} changed after it was staged ({now}; the record says {rec.stamp.describe()})"
+
+
+# The job reads a field of the record with this sed expression (the launcher template's shipyard_field), taking the
+# first line that matches: a key on its own line, two spaces in, its value bare or in quotes, a comma or not.
+SHELL_FIELD_LINE = r'^  "KEY": "\{0,1\}\([0-9a-f]*\)"\{0,1\},\{0,1\}$'
+
+
+def shell_field(text: str, key: str) -> str:
+    """The value of ``key`` as the job's ``sed`` (:data:`SHELL_FIELD_LINE`) reads it from the record's ``text``;
+    "" when no line matches."""
+    line_re = re.compile(r'  "%s": "?([0-9a-f]*)"?,?' % re.escape(key))
+    for line in text.split("\n"):  # sed's lines: a carriage return stays part of its line
+        m = line_re.fullmatch(line)
+        if m:
+            return m.group(1)
+    return ""
+
+
+def _cache_dir() -> Path | None:
+    """The user's own cache of verified images (the job's ``shipyard_cache``): used only when it is a directory of
+    this user with mode 0700, not a symlink; else None (verify every time, cache nothing)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    path = Path(base) / "shipyard" / "verified-images"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    except OSError:
+        return None
+    if not stat_module.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o777 != 0o700:
+        return None
+    return path
+
+
+def _cache_key(rec: StageRecord) -> str:
+    return f"{rec.sha256} {rec.size} {rec.mtime_ns} {rec.ino} {rec.ctime_ns}"
+
+
+def content_differs(image: str | Path, rec: StageRecord) -> str | None:
+    """None when ``image``'s content hashes to ``rec.sha256``, verified as the job does: once per image file, cached
+    by its stamp in the user's own 0700 cache (the same entries the job writes and reads), the hash read through a
+    descriptor whose stamp is the record's; else why not, in one line."""
+    cache = _cache_dir()
+    entry = cache / rec.sha256 if cache else None
+    if entry is not None:
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                cached = os.read(fd, 300).decode("utf-8", "replace") if stat_module.S_ISREG(
+                    os.fstat(fd).st_mode) else ""
+            finally:
+                os.close(fd)
+        except OSError:
+            cached = ""
+        if cached == _cache_key(rec):
+            return None
+    try:
+        fd = os.open(image, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return f"{image}: {exc.strerror or exc}"
+    try:
+        if identity.fstamp(fd) != rec.stamp or not stat_module.S_ISREG(os.fstat(fd).st_mode):
+            return f"{image} changed after it was staged (its stamp is not its record's)"
+        got = sha256_fd(fd)
+    finally:
+        os.close(fd)
+    if got != rec.sha256:
+        return (f"{image} has content sha256 {got}, its record says {rec.sha256} (the file was replaced and its "
+                "record rewritten)")
+    if entry is not None:
+        try:
+            exclusive_write(entry, _cache_key(rec), mode=0o600)
+        except OSError:
+            pass  # a cache that cannot be written only means verifying again next time
+    return None
+
+
+def job_check(image: str | Path, content: bool = True) -> tuple[StageRecord | None, str]:
+    """(record, "") when a job would accept the record beside ``image`` and the image itself; else (None, why not).
+
+    The job's rule (the launcher's pre-srun check), whoever asks -- the job, `invoke stage` ("already staged") or
+    ``doctor``: the record is a typed record of this schema (:func:`read_record`) that the job's ``sed`` reads the same
+    (:func:`shell_field`: a record re-formatted onto one line, with CRLF, other indentation or a duplicate key is not),
+    the image still has the record's stamp (:func:`image_changed`) and, with ``content``, its content hashes to the
+    record's sha256 (:func:`content_differs`)."""
+    rec, text, why = _load(image)
+    if rec is None:
+        return None, why
+    for key in SHELL_FIELDS:
+        want = str(getattr(rec, key))
+        got = shell_field(text, key)
+        if got != want:
+            return None, (f"{record_path(image)}: the job reads {key} as {got or 'nothing'}, not {want} (the record "
+                          "is not in the one-key-per-line form `invoke stage` writes); stage the image again")
+    why = image_changed(image, rec) or (content_differs(image, rec) if content else None)
+    return (None, why) if why else (rec, "")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ Rules, whatever the source:
   and its record; data: ``shipyard/data/stage.yaml``.
 * **Idempotent and cheap.** When the record beside the image already names the same sha256 and input hash, the image
   is still the file it describes (:mod:`shipyard.identity`'s rule: inode and ctime, which no writer sets back) and
-  the mode is the one asked for, nothing is read or written; ``--force`` writes and verifies it again.
+  the mode is the one asked for, nothing is written; ``--force`` writes and verifies it again. "Already staged" is
+  the job's own rule (:func:`shipyard.staging.record.job_check`), content included (hashed once per image file).
 * **One line for what goes wrong on the storage:** missing, not writable, too little space.
 """
 
@@ -347,7 +348,8 @@ def _locked(dest: Path, perm: int, storage: Path, out: IO[str] | None):
     """Hold the per-destination lock (flock on ``.ENV.sif.lock``, never through a symlink) while staging ``dest``; a
     second stage of the same image waits, up to ``lock_wait_s`` of shipyard/data/stage.yaml."""
     path = lock_path(dest)
-    flags = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    # O_NONBLOCK: a FIFO planted at the lock's name opens without waiting for a writer, then is refused below
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, perm)
@@ -418,9 +420,11 @@ def _clean_stale(dest: Path, out: IO[str] | None) -> None:
 
 
 def up_to_date(dest: Path, src: Source, mode: int) -> staged.StageRecord | None:
-    """The existing record when ``dest`` is already this image with this mode (stat and a small read only)."""
-    rec, _ = staged.read_record(dest)
-    if not rec or staged.image_changed(dest, rec):
+    """The existing record when ``dest`` is already this image with this mode, by the job's own rule
+    (:func:`shipyard.staging.record.job_check`: a record a job would refuse is never "already staged"). The content
+    is verified last, once per image file (cached like the job's check), only when all else says up to date."""
+    rec, _ = staged.job_check(dest, content=False)
+    if not rec:
         return None
     if src.reference.startswith("docker://") and not src.input_hash:
         return None  # a registry tag with no recorded push behind it: it may have moved since, so import again
@@ -430,7 +434,7 @@ def up_to_date(dest: Path, src: Source, mode: int) -> staged.StageRecord | None:
         return None
     if dest.lstat().st_mode & 0o777 != mode or staged.record_path(dest).lstat().st_mode & 0o777 != mode:
         return None
-    return rec
+    return None if staged.content_differs(dest, rec) else rec
 
 
 def request(cluster: Cluster, source: str = "auto", mode: str | None = None):

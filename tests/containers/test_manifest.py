@@ -58,7 +58,7 @@ def test_corrupt_manifest_is_user_error(tmp_path):
 
 def _writer(path, i):
     """Each writer owns one field (as build, sign and push do) and grows it 20 times; the others must keep theirs."""
-    field = ("pushed", "pulled", "pins", "tools")[i]
+    field = ("signature", "pulled", "pins", "tools")[i]
     for j in range(20):
         current = getattr(manifest.read_manifest(path), field) or {}
         manifest.update_manifest(path, **{field: {**current, f"w{j}": j}})
@@ -74,7 +74,7 @@ def test_concurrent_writers_lose_no_field(tmp_path):
         pr.join()
         assert pr.exitcode == 0
     m = manifest.read_manifest(p)
-    assert [len(getattr(m, f)) for f in ("pushed", "pulled", "pins", "tools")] == [20, 20, 20, 20]
+    assert [len(getattr(m, f)) for f in ("signature", "pulled", "pins", "tools")] == [20, 20, 20, 20]
 
 
 def _normalized(m: manifest.Manifest) -> dict:
@@ -114,3 +114,37 @@ def test_cli_errors_are_one_line(project, tmp_path, invoke):
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert res.stderr.startswith("shipyard: error: ") and needle in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1
+
+
+GOOD_PUSH = {"reference": "oras://127.0.0.1:5000/shipyard/e:" + "a" * 12, "digest": "sha256:" + "b" * 64,
+             "input_hash": "a" * 64}
+
+
+@pytest.mark.parametrize(("fields", "key"), [
+    ({"pushed": []}, "pushed is not a mapping"),
+    ({"pushed": {"local": "x"}}, "pushed.local is not a mapping"),
+    ({"pushed": {"local": {**GOOD_PUSH, "reference": 5}}}, "pushed.local.reference"),
+    ({"pushed": {"local": {**GOOD_PUSH, "reference": "oras://h/r"}}}, "pushed.local.reference"),
+    ({"pushed": {"local": {**GOOD_PUSH, "digest": ["x"]}}}, "pushed.local.digest"),
+    ({"pushed": {"local": {**GOOD_PUSH, "input_hash": "../../x"}}}, "pushed.local.input_hash"),
+    ({"input_hash": 5}, "input_hash is not 64"),
+    ({"input_hash": ["a"]}, "input_hash is not 64"),
+    ({"input_hash": "../x"}, "input_hash is not 64"),
+    ({"status": {"a": 1}}, "status is not a string"),
+    ({"pid": "1"}, "pid is not a whole number"),
+    ({"formats": "sif"}, "formats is not a list"),
+])
+def test_a_field_of_another_type_is_one_line(tmp_path, fields, key):
+    p = tmp_path / "e.json"
+    p.write_text(json.dumps({"schema": 1, "environment": "e", **fields}))
+    with pytest.raises(ShipyardError, match="corrupt build manifest") as exc:
+        m = manifest.read_manifest(p)
+        m.pushed_to("local").tag, m.input_hash[:12]  # where a wrong type used to end in a traceback
+    assert key in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_typed_push_record_reads_back(tmp_path):
+    p = tmp_path / "e.json"
+    manifest.update_manifest(p, pushed={"local": GOOD_PUSH}, input_hash="c" * 64)
+    m = manifest.read_manifest(p)
+    assert m.pushed_to("local").tag == "a" * 12 and m.input_hash == "c" * 64

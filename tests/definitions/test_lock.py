@@ -265,3 +265,51 @@ def test_index_credentials_reach_uv_through_its_environment_not_its_argv(lock_pr
     seen = json.loads(rec.read_text())
     assert not any("s3cret" in a for a in seen["argv"])
     assert seen["env"]["UV_DEFAULT_INDEX"] == "https://alice:s3cret@mirror.invalid/simple"
+
+
+def _recording_uv(tmp_path):
+    rec = tmp_path / "rec.json"
+    fake = tmp_path / "uv"
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    f"json.dump({{'argv': sys.argv, 'env': dict(os.environ)}}, open({str(rec)!r}, 'w'))\n"
+                    "print('six==1.16.0 \\\\\\n    --hash=sha256:' + '0' * 64)\n")
+    fake.chmod(0o700)
+    return fake, rec
+
+
+@pytest.mark.parametrize("url", ["https://alice:s3cret@mirror.invalid/simple", "https://tok3n@mirror.invalid/simple"])
+def test_an_index_url_with_credentials_on_the_command_line_is_refused(lock_project, url, monkeypatch, tmp_path):
+    from shipyard.commands import definitions as definitions_commands
+    reg = lock_project()
+    fake, rec = _recording_uv(tmp_path)
+    monkeypatch.setattr(lock, "_uv_bin", lambda: str(fake))
+    monkeypatch.chdir(reg.root)
+    ctx = Context.load(reg.path)
+    with pytest.raises(ShipyardError, match="--index-url .*: credentials in the URL .* ~/.netrc .*UV_DEFAULT_INDEX") \
+            as exc:
+        definitions_commands.lock(ctx, "tiny", index_url=url)
+    assert "s3cret" not in str(exc.value) and "tok3n" not in str(exc.value) and "\n" not in str(exc.value)
+    assert not rec.exists()  # uv never ran
+
+
+def test_the_index_with_its_credentials_comes_from_uvs_environment(lock_project, monkeypatch, tmp_path):
+    """The URL with credentials in UV_DEFAULT_INDEX (or UV_INDEX_URL): it reaches uv through its environment, and the
+    lock's header names it without them; a URL without credentials on the flag leaves them to uv's netrc."""
+    from shipyard.commands import definitions as definitions_commands
+    reg = lock_project()
+    fake, rec = _recording_uv(tmp_path)
+    monkeypatch.setattr(lock, "_uv_bin", lambda: str(fake))
+    monkeypatch.chdir(reg.root)
+    monkeypatch.delenv("UV_DEFAULT_INDEX", raising=False)
+    monkeypatch.setenv("UV_INDEX_URL", "https://alice:s3cret@mirror.invalid/simple")
+    definitions_commands.lock(Context.load(reg.path), "tiny")
+    seen = json.loads(rec.read_text())
+    assert seen["env"]["UV_DEFAULT_INDEX"] == "https://alice:s3cret@mirror.invalid/simple"
+    assert "UV_INDEX_URL" not in seen["env"] and not any("s3cret" in a for a in seen["argv"])
+    text = paths.lock_path(reg, "tiny").read_text()
+    assert "s3cret" not in text and "# index: https://***@mirror.invalid/simple" in text
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    definitions_commands.lock(Context.load(reg.path), "tiny", index_url="https://mirror.invalid/simple")
+    seen = json.loads(rec.read_text())
+    assert seen["env"]["UV_DEFAULT_INDEX"] == "https://mirror.invalid/simple"
+    assert seen["env"]["NETRC"] == str(tmp_path / "netrc")  # uv reads the credentials there

@@ -91,3 +91,17 @@ def test_implied_values_come_from_data(launch_registry):
     assert one.chain == options.defaults()["chain"] and "--chain" not in one.regenerate
     three = build_launcher(launch_registry, command=CMD, chain=3)
     assert three.regenerate[three.regenerate.index("--chain") + 1] == "3"
+
+
+@pytest.mark.parametrize("flag, value, valid", [
+    ("--nodes", "9" * 31, "expected an integer"),
+    ("--nodes", "4294967294", "valid is 1 to 4294967293"),
+    ("--signal-before", "65536", "valid is 1 to 65535"),
+])
+def test_integers_slurm_reads_from_flags_are_bounded_by_slurm(flag, value, valid):
+    field = {"--nodes": "nodes", "--signal-before": "signal_before"}[flag]
+    check = {f.name: f for f in fields(Options)}[field].metadata["check"]
+    with pytest.raises(ShipyardError, match=valid) as exc:
+        check(flag, value)
+    assert "\n" not in str(exc.value) and "9" * 31 not in str(exc.value)
+    assert check(flag, "2") == 2

@@ -109,3 +109,111 @@ def test_submit_splits_at_max_array_size_and_skips_finished(launch_registry, mon
     calls.clear()
     assert launch.submit_sweep(l, tmp_path / "x.sbatch", 3) == (["1"], 2)
     assert calls == [["--array=1-2%2"]]
+
+
+@pytest.mark.parametrize(("text", "rows"), [
+    ("tag\tseed\n#1\t0\nb\t1\n", (("#1", "0"), ("b", "1"))),  # a row starting with '#' is a row
+    ("tag\tseed\r\na\t0\r\n\r\nb\t1", (("a", "0"), ("b", "1"))),  # CRLF ends a row; an empty line is skipped
+    ("tag\n  \n", (("  ",),)),  # spaces are a value
+])
+def test_sweep_file_rows_are_kept_as_written(tmp_path, text, rows):
+    f = tmp_path / "combos.tsv"
+    f.write_bytes(text.encode())
+    assert sweeps.parse_file(f).rows == rows
+
+
+@pytest.mark.parametrize(("text", "msg"), [
+    ("tag\tseed\na\vb\t0\n", "row 2: value 'a\\\\x0bb' of tag"),  # a vertical tab stays in its cell, refused there
+    ("tag\tseed\na\x1cb\t0\n", "row 2: value"),
+    ("tag\tseed\na\u2028b\t0\n", "row 2: value"),
+    ("tag\tseed\na\rb\t0\n", "line 2: new-line character"),
+])
+def test_a_line_break_inside_a_cell_is_one_line_not_two_rows(tmp_path, text, msg):
+    f = tmp_path / "combos.tsv"
+    f.write_bytes(text.encode())
+    with pytest.raises(ShipyardError, match=msg) as exc:
+        sweeps.parse_file(f)
+    assert "\n" not in str(exc.value)
+
+
+def _within(fn, seconds=20):
+    import threading
+    got = {}
+
+    def run():
+        try:
+            got["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - the test looks at whatever it was
+            got["error"] = exc
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    return t.is_alive(), got
+
+
+def test_sweep_file_on_dev_zero_and_a_fifo_is_one_line(tmp_path):
+    import os
+    hung, got = _within(lambda: sweeps.parse_file("/dev/zero"))
+    assert not hung and isinstance(got["error"], ShipyardError) and "larger than" in str(got["error"])
+    os.mkfifo(tmp_path / "fifo")
+    hung, got = _within(lambda: sweeps.parse_file(tmp_path / "fifo"))
+    if hung:
+        os.close(os.open(tmp_path / "fifo", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("--sweep-file hangs on a FIFO")
+    assert isinstance(got["error"], ShipyardError) and "empty" in str(got["error"])
+
+
+@pytest.mark.parametrize("plant", ["zero", "fifo", "bad"])
+def test_sweep_status_on_a_planted_table_is_one_line(tmp_path, plant):
+    import os
+    path = sweeps.table_path(tmp_path, "s")
+    path.parent.mkdir(parents=True)
+    if plant == "zero":
+        path.symlink_to("/dev/zero")
+    elif plant == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("index\tdir\tlr\n0\t../../x\t1\n")
+    hung, got = _within(lambda: sweeps.read_table(tmp_path, "s"))
+    if hung:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("sweep-status hangs")
+    assert isinstance(got.get("error"), ShipyardError), got
+    assert "\n" not in str(got["error"])
+
+
+def test_the_written_table_reads_back(tmp_path):
+    sw = sweeps.parse_spec("lr=1e-3,1e-4 seed=0,1")
+    sweeps.write_table(tmp_path, "s", sw)
+    back, dirs = sweeps.read_table(tmp_path, "s")
+    assert back == sw and dirs == [sw.directory_name(i) for i in range(sw.count)]
+
+
+def test_a_pending_task_reads_the_table_it_was_submitted_with(launch_registry, tmp_path):
+    """Launcher A is submitted; `invoke launch --name SAME` then writes another sweep under the same name. A's
+    pending or requeued task still runs A's combination, in A's run directory, under A's parameter name."""
+    from dataclasses import replace
+
+    a = replace(build_launcher(launch_registry, cluster="lab-socket", sweep="lr=1e-3,1e-4", command=CMD),
+                root=str(tmp_path))
+    b = replace(build_launcher(launch_registry, cluster="lab-socket", sweep="wd=0.1,0.2,0.3", command=CMD),
+                root=str(tmp_path))
+    a_text = launch.render(a)
+    sweeps.write_table(a.root, a.name, a.combinations)
+    assert b.name == a.name
+    sweeps.write_table(b.root, b.name, b.combinations)
+    block = a_text[a_text.index("sweep_table="):a_text.index('echo "shipyard: sweep combination')]
+    script = block + 'printf "%s\\0" "$sweep_dir" "${sweep_args[@]}"'
+    out = subprocess.run(["bash", "-c", script], env={"SLURM_ARRAY_TASK_ID": "1", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, check=True).stdout.decode().split("\0")[:-1]
+    assert out[1:] == ["--lr", "1e-4"] and out[0].endswith("/lr=1e-4")
+    # the latest table of that name is B's (sweep-status), A's copy is unchanged and read-only
+    assert sweeps.read_table(a.root, a.name)[0] == b.combinations
+    copy = sweeps.submitted_table_path(a.root, a.name, a.combinations)
+    assert copy.read_text() == sweeps.render_table(a.combinations) and copy.stat().st_mode & 0o222 == 0
+    # a copy changed after the launcher was written is refused, not read
+    copy.chmod(0o644)
+    copy.write_text(sweeps.render_table(b.combinations))
+    res = subprocess.run(["bash", "-c", script], env={"SLURM_ARRAY_TASK_ID": "1", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True)
+    assert res.returncode == 3 and "not the sweep table this launcher was written for" in res.stderr

@@ -666,3 +666,14 @@ def test_variant_arch_lists_of_the_release_matrix(torch, cuda, gpu, ok):
     ps = [p for p in problems(env_over=over, cluster=cluster(gpus=f"[{gpu}]", driver="615.20.01"))
           if p.key == "clusters.x.gpus"]
     assert [p.severity for p in ps] == ([] if ok else ["ERROR"]), ps
+
+
+@pytest.mark.parametrize("over", [{"os": "debian12", "stack": "base"},
+                                  {"os": "debian12", "stack": "base", "base": '"debian:12-slim"'}])
+def test_stack_base_on_the_plain_os_image_is_an_error(over):
+    """The OS's own base image (debian:12-slim) carries no Python or torch: `stack: base` there cannot work."""
+    fields = {"torch": '"2.14.1"', "cuda": '"13.0"', "python": '"3.11"', **over}
+    ps = errors(problems(env_over=fields))
+    assert len(ps) == 1 and ps[0].key == "environments.e.stack" and "no torch" in ps[0].message, ps
+    assert "\n" not in ps[0].message
+    assert errors(problems(env_over={**fields, "stack": "shipyard"})) == []

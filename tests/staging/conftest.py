@@ -53,6 +53,8 @@ def proj(tmp_path, monkeypatch):
     (root / "registry.yaml").write_text(text)
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
+    # stage and doctor verify an image once per file and cache it in the user's cache, as the job does: the test's own
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     no_build_network(monkeypatch)  # the host's CA bundle and proxy are not what these tests are about
     return registry.load(root / "registry.yaml")
 

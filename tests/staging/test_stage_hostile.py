@@ -215,3 +215,143 @@ def test_a_registry_file_name_with_a_newline_stays_in_the_header_comment(built):
     text = run_launch(["train.py"], registry_path=odd, environment="tiny", cluster="lab", dry_run=True)
     head = text[:text.index("#SBATCH")]
     assert all(ln.startswith("#") or not ln for ln in head.splitlines()), head
+
+
+def _one_line(text: str) -> str:
+    return json.dumps(json.loads(text), sort_keys=True)
+
+
+def _crlf(text: str) -> str:
+    return text.replace("\n", "\r\n")
+
+
+def _indent4(text: str) -> str:
+    return json.dumps(json.loads(text), indent=4, sort_keys=True) + "\n"
+
+
+def _duplicate_sha(text: str) -> str:
+    """A first sha256 line naming another image; json keeps the last (the real one), the job's sed the first."""
+    return text.replace("{\n", '{\n  "sha256": "' + "0" * 64 + '",\n', 1)
+
+
+@pytest.mark.parametrize("reformat", [_one_line, _crlf, _indent4, _duplicate_sha])
+def test_a_record_the_job_refuses_is_never_already_staged_nor_a_doctor_pass(built, tmp_path, reformat):
+    from shipyard.jobs import doctor
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    block = _check_block(_launch(built, environment="tiny", cluster="lab", dry_run=True))
+    dest = storage(built) / "tiny.sif"
+    rp = staged.record_path(dest)
+    rp.write_text(reformat(rp.read_text()), newline="")
+    res = _run(block, tmp_path / "home")
+    assert res.returncode == 3, (res.stdout, res.stderr)  # the job refuses it
+    rec, why = staged.job_check(dest)
+    assert rec is None and why.count("\n") == 0 and "stage" in why
+    finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), built.environment("tiny"))}
+    assert finds["tiny"].status == doctor.FAIL, finds["tiny"]
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out)
+    assert "already staged" not in out.getvalue() and "staged tiny" in out.getvalue()
+    assert _run(block, tmp_path / "home").returncode == 0
+    assert staged.job_check(dest)[0] is not None
+
+
+def test_a_replaced_image_with_a_rewritten_record_is_never_already_staged_nor_a_doctor_pass(built, tmp_path):
+    from shipyard.jobs import doctor
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    evil = dest.with_name("evil")
+    evil.write_bytes(dest.read_bytes()[:-1] + b"!")
+    os.chmod(evil, 0o640)
+    os.replace(evil, dest)
+    st = dest.stat()
+    data = json.loads(staged.record_path(dest).read_text())
+    data.update(size=st.st_size, mtime_ns=st.st_mtime_ns, ino=st.st_ino, ctime_ns=st.st_ctime_ns)
+    staged.record_path(dest).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    assert staged.read_record(dest)[0] is not None  # typed and well-formed: only the content tells
+    finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), built.environment("tiny"))}
+    assert finds["tiny"].status == doctor.FAIL and "content sha256" in finds["tiny"].detail
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out)
+    assert "already staged" not in out.getvalue() and sha256_file(dest) == rec.sha256
+    # verified once per image file: the next stage reads the cache, not the image
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out)
+    assert "already staged" in out.getvalue()
+
+
+def test_the_python_field_reader_is_the_launchers_sed(built):
+    """shell_field and the launcher's shipyard_field read the same value from every reformatted record."""
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    text = _launch(built, environment="tiny", cluster="lab", dry_run=True)
+    assert staged.SHELL_FIELD_LINE.replace("KEY", "'\"$1\"'") in text
+    good = staged.record_path(storage(built) / "tiny.sif").read_text()
+    for body in (good, _one_line(good), _crlf(good), _indent4(good), _duplicate_sha(good), good.rstrip("\n")):
+        for key in staged.SHELL_FIELDS:
+            sed = subprocess.run(["sed", "-n", "s/" + staged.SHELL_FIELD_LINE.replace("KEY", key) + "/\\1/p"],
+                                 input=body.encode(), capture_output=True).stdout.decode().split("\n")[0]
+            assert staged.shell_field(body, key) == sed, (key, body)
+
+
+def test_a_fifo_at_the_lock_path_is_one_line_not_a_hang(built, monkeypatch):
+    """As a user who cannot write the FIFO (someone else's): the read-only open must not wait for a writer."""
+    dest = storage(built) / "tiny.sif"
+    os.mkfifo(stage_module.lock_path(dest), 0o644)
+    real_open = os.open
+
+    def not_writable(path, flags, *a):
+        if str(path) == str(stage_module.lock_path(dest)) and flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *a)
+    monkeypatch.setattr(stage_module.os, "open", not_writable)
+    got = {}
+
+    def run():
+        try:
+            helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+        except ShipyardError as exc:
+            got["error"] = str(exc)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(20)
+    if t.is_alive():  # release the hung open so the test process can end
+        fd = real_open(stage_module.lock_path(dest), os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        t.join(10)
+        pytest.fail("invoke stage hangs on a FIFO at its lock path")
+    assert "not a regular file" in got["error"] and "\n" not in got["error"]
+
+
+@pytest.mark.parametrize(("source", "key"), [("containers", "source"), ([1], "source"), ({"kind": 5}, "source"),
+                                             ({"kind": "containers", "reference": ["x"]}, "source")])
+def test_a_stage_record_source_of_another_type_is_one_line(built, source, key):
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    rp = staged.record_path(dest)
+    data = json.loads(rp.read_text())
+    data["source"] = source
+    rp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    rec, why = staged.read_record(dest)
+    assert rec is None and key in why and "\n" not in why
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out)  # not a traceback: staged again
+    assert "staged tiny" in out.getvalue() and staged.read_record(dest)[0].source_kind == "containers"
+
+
+def test_stage_and_the_job_share_one_verification_per_image_file(built, tmp_path, monkeypatch):
+    """The job's check caches "this stamp had this sha256" in the user's cache; content_differs reads and writes
+    the same entries: what one verified the other does not hash again, and an entry for another stamp is no proof."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    block = _check_block(_launch(built, environment="tiny", cluster="lab", dry_run=True))
+    assert _run(block, home).returncode == 0  # the job verified it and wrote its cache entry
+    hashed = []
+    real = staged.sha256_fd
+    monkeypatch.setattr(staged, "sha256_fd", lambda fd: hashed.append(fd) or real(fd))
+    assert staged.content_differs(dest, rec) is None and hashed == []
+    entry = home / ".cache" / "shipyard" / "verified-images" / rec.sha256
+    entry.write_text(entry.read_text().replace(f" {rec.ino} ", f" {rec.ino + 1} "))
+    assert staged.content_differs(dest, rec) is None and len(hashed) == 1  # re-hashed, then cached again
+    res = _run(block, home)
+    assert res.returncode == 0 and "verifying the sha256" not in res.stdout  # the job accepts Python's entry
