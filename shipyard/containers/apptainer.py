@@ -151,16 +151,20 @@ class ApptainerBackend:
         return {"sif": tmp}, {}
 
     def probe(self, reg, env, extra: dict) -> contents.Contents:
-        """The contents record, read inside the SIF just built: ``apptainer exec IMAGE /bin/sh -c PROBE``."""
-        sif = project.artifact_path(reg, env.name, "sif")
-        argv = ["apptainer", "exec", "--cleanenv", str(sif), "/bin/sh", "-c", contents.probe_script()]
-        try:
-            res = subprocess.run(argv, cwd=reg.root, capture_output=True, text=True, errors="replace",
-                                 timeout=contents.settings()["probe_timeout_s"])
-        except subprocess.TimeoutExpired:
-            raise ShipyardError(f"contents probe: apptainer exec {sif.name} did not finish in "
-                                f"{contents.settings()['probe_timeout_s']} s") from None
-        if res.returncode != 0:
-            why = (res.stderr.strip().splitlines() or [""])[-1][:200]
-            raise ShipyardError(f"contents probe: apptainer exec {sif.name} exited {res.returncode}: {why}")
-        return contents.parse_probe(res.stdout, "apptainer exec")
+        """The contents record, read inside the SIF just built."""
+        return probe_sif(project.artifact_path(reg, env.name, "sif"), Path(reg.root))
+
+
+def probe_sif(sif: Path, cwd: Path) -> contents.Contents:
+    """``apptainer exec --cleanenv IMAGE /bin/sh -c PROBE``: the contents record of a SIF, read inside it."""
+    argv = ["apptainer", "exec", "--cleanenv", str(sif), "/bin/sh", "-c", contents.probe_script()]
+    limit = contents.settings()["probe_timeout_s"]
+    try:
+        res = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace", timeout=limit,
+                             stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ShipyardError(f"contents probe: apptainer exec {sif.name} did not finish in {limit} s") from None
+    if res.returncode != 0:
+        why = (res.stderr.strip().splitlines() or [""])[-1][:200]
+        raise ShipyardError(f"contents probe: apptainer exec {sif.name} exited {res.returncode}: {why}")
+    return contents.parse_probe(res.stdout, "apptainer exec")

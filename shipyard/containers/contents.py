@@ -85,22 +85,23 @@ def settings() -> dict:
 
 def probe_script() -> str:
     """The POSIX shell script run inside the image: each section after a marker line, the end marked too (a
-    probe cut short is refused rather than read as an image with fewer packages)."""
+    probe cut short is refused rather than read as an image with fewer packages). Each marker starts a line of
+    its own even after output with no final newline (Apptainer's labels.json has none)."""
     cfg = settings()
     names = " -o ".join(f"-name {shlex.quote(n)}" for n in cfg["libraries"])
     roots = " ".join(shlex.quote(r) for r in cfg["roots"])
     python = f"{VENV}/bin/python"
     return "\n".join([
-        f"echo '{MARK} python'",
+        f"printf '\\n%s\\n' '{MARK} python'",
         f"if [ -x {python} ]; then {python} -m pip list --format=json --disable-pip-version-check 2>/dev/null "
         "|| echo '[]'; else echo '[]'; fi",
-        f"echo '{MARK} apt'",
+        f"printf '\\n%s\\n' '{MARK} apt'",
         "if command -v dpkg-query > /dev/null 2>&1; then dpkg-query -W 2>/dev/null; fi",
-        f"echo '{MARK} libraries'",
+        f"printf '\\n%s\\n' '{MARK} libraries'",
         f"find {roots} -xdev -type f \\( {names} \\) 2>/dev/null",
-        f"echo '{MARK} labels'",
+        f"printf '\\n%s\\n' '{MARK} labels'",
         f"if [ -f {SIF_LABELS} ]; then cat {SIF_LABELS}; fi",
-        f"echo '{MARK} end'",
+        f"printf '\\n%s\\n' '{MARK} end'",
     ]) + "\n"
 
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from shipyard import project
-from shipyard.containers import buildnet
+from shipyard.containers import buildnet, contents
 from shipyard.containers.common import (
     Job,
     ShipyardError,

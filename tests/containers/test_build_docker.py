@@ -69,6 +69,12 @@ def test_tiny_builds_runs_its_test_and_is_cached(dproject, docker_env, capsys):
     assert "up to date" in capsys.readouterr().out and again.log == m.log
     forced = b.build(dproject, dproject.environment("tiny"), backend="docker", force=True)
     assert forced.log != m.log and "%test passed" in (dproject.root / forced.log).read_text()
+    # the contents record, read from the image in a container of it, the labels from the engine
+    rec = m.contents_record
+    assert rec is not None and rec.probed == "docker run", log
+    assert rec.labels == {k: str(v) for k, v in labels.items()}
+    assert rec.apt == {} and rec.python == {}  # the fixture base is FROM scratch: no dpkg, no pip in its venv
+    assert forced.previous_contents_record == rec and forced.contents_record.python == rec.python
 
     api.remove_image(tag)  # the image vanished from the daemon: not a cache hit any more
     rebuilt = b.build(dproject, dproject.environment("tiny"), backend="docker")
