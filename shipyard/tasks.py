@@ -670,7 +670,7 @@ def verify(c, env=None):
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, sweep_status, nccl_report, usage, status, logs,
                 shell, doctor, sandbox_tasks, remote_tasks, cluster_tasks, snakemake_tasks, compat_tasks, demo, build,
-                push, pull, stage, lock_, modules, sign, verify, course_tasks)
+                push, pull, stage, lock_, modules, sign, verify, diff, course_tasks)
 
 
 def main(argv: list[str] | None = None) -> None:
