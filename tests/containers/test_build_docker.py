@@ -202,3 +202,19 @@ def test_files_reach_the_image_through_the_build_context(dproject, docker_env):
     assert out == b"lr: 0.1\n"
     ls = client.containers.run(m.image["tag"], ["/bin/ls", "/"], remove=True, network_mode="none").decode()
     assert "containers" not in ls.split()
+
+
+def test_verify_rebuild_of_the_same_lock_finds_no_python_difference(dproject, docker_env):
+    """`invoke build tiny --verify-rebuild` with the docker backend: two builds, both images probed, compared."""
+    import io
+
+    from shipyard.commands import containers as container_commands
+    from shipyard.commands.context import Context
+
+    ctx = Context(dproject, out=io.StringIO(), err=io.StringIO())
+    rc = container_commands.build(ctx, "tiny", backend="docker", force=True, verify_rebuild=True)
+    text = ctx.out.getvalue()
+    assert rc == 0, text + ctx.err.getvalue()
+    assert "Python packages: identical in both builds" in text and "ERROR" not in text
+    m = mf.read_manifest(dproject.root / "containers" / "tiny.json")
+    assert m.contents_record is not None and m.previous_contents_record is not None
