@@ -131,7 +131,9 @@ def _build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, forc
             what = ", ".join(a.path for a in (m.artifacts or {}).values()) or m.docker_tag or ""
             print(f"{env.name}: up to date ({what}; input hash {key[:12]}); --force rebuilds", file=out)
             return m
-        before = m  # the last build's manifest: its contents become this build's previous_contents
+        # the manifest before this build: its contents (those of the image now in containers/, whatever became of
+        # later attempts: a failed build replaces nothing) become this build's previous_contents
+        before = m
         for path, text in inputs.items():
             with contextlib.suppress(FileNotFoundError):
                 if path.read_text(encoding="utf-8") == text:
@@ -171,7 +173,7 @@ def _build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, forc
             # a docker image from an earlier docker-backend build no longer describes this build
             m = mf.update_manifest(mpath, status="ok", finished=now_iso(), pid=None, artifacts=records,
                                    contents=found.to_dict() if found else None,
-                                   previous_contents=before.contents if before.built else before.previous_contents,
+                                   previous_contents=before.contents,
                                    **{"image": None, **extra})
             done = ", ".join(a.path for a in records.values()) or extra.get("image", {}).get("tag", "")
             log.write(f"built {done}")
