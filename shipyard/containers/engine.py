@@ -169,14 +169,15 @@ def _build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, forc
                 log.write(f"build failed: {msg}")
                 mf.update_manifest(mpath, status="failed", error=msg, finished=now_iso(), pid=None)
                 raise
-            found = probe_contents(be, reg, env, extra, log)
             # a docker image from an earlier docker-backend build no longer describes this build
             m = mf.update_manifest(mpath, status="ok", finished=now_iso(), pid=None, artifacts=records,
-                                   contents=found.to_dict() if found else None,
-                                   previous_contents=before.contents,
-                                   **{"image": None, **extra})
+                                   contents=None, previous_contents=before.contents, **{"image": None, **extra})
             done = ", ".join(a.path for a in records.values()) or extra.get("image", {}).get("tag", "")
             log.write(f"built {done}")
+            # after the image is recorded as built: a probe cut short (Ctrl-C, a signal) costs only the record
+            found = probe_contents(be, reg, env, extra, log)
+            if found:
+                m = mf.update_manifest(mpath, contents=found.to_dict())
     return m
 
 
