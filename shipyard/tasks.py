@@ -39,12 +39,17 @@ def list_(c):
     raise SystemExit(registry_commands.list_(Context.load()))
 
 
-@task(positional=["env"], help={"env": "environment name (default: defaults.environment)"})
+@task(positional=["env"], help={"env": "environment name (default: defaults.environment)",
+                                 "contents": "instead: what the last build's image holds (Python and apt packages, "
+                                             "CUDA/cuDNN/NCCL libraries, labels), read from the image"})
 @task_guard
-def show(c, env=None):
+def show(c, env=None, contents=False):
     """Show an environment's fully resolved pins and where each came from."""
-    from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
     from shipyard.commands.context import Context  # lazy: start-up of every task
+    if contents:
+        from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
+        raise SystemExit(container_commands.show_contents(Context.load(), env))
+    from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
     raise SystemExit(registry_commands.show(Context.load(), env))
 
 
@@ -500,18 +505,38 @@ cluster_tasks = Collection("cluster", cluster_import_pcluster)
         "cluster": "with --slurm: cluster profile to use (default: defaults.cluster)",
         "partition": "with --slurm: override the cluster's build partition",
         "wait": "with --slurm: follow the job's log until it ends; exit 1 unless it COMPLETED",
+        "verify_rebuild": "build again from the same lock and compare what the two images hold (read from each "
+                          "image): apt drift is reported, a Python difference exits 1",
     },
 )
 @task_guard
 def build(c, env=None, backend="", fakeroot=False, force=False, formats="", no_block=False, slurm=False,
-          cluster="", partition="", wait=False):
+          cluster="", partition="", wait=False, verify_rebuild=False):
     """Build containers/ENV.sif (and .sqsh / a docker image) when its inputs changed; record containers/ENV.json."""
     from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
     raise SystemExit(container_commands.build(
         Context.load(), env, backend=backend, fakeroot=fakeroot, force=force, formats=formats or None,
-        block=not no_block, slurm=slurm, cluster=cluster, partition=partition, wait=wait))
+        block=not no_block, slurm=slurm, cluster=cluster, partition=partition, wait=wait,
+        verify_rebuild=verify_rebuild))
+
+
+@task(
+    positional=["env"],
+    help={
+        "env": "environment (default: defaults.environment)",
+        "against": "another build manifest (a kept containers/ENV.json, or the one of a staged version) to compare "
+                   "the last build with (default: the build before the last)",
+    },
+)
+@task_guard
+def diff(c, env=None, against=""):
+    """What changed between two builds of ENV: Python packages, apt packages, libraries, labels (read from the images)."""
+    from shipyard.commands.context import Context  # lazy: start-up of every task
+    from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
+
+    raise SystemExit(container_commands.diff(Context.load(), env, against or None))
 
 
 @task(
@@ -646,7 +671,7 @@ def verify(c, env=None):
 
 ns = Collection(list_, show, check, render, test_, launch, nccl_test, sweep_status, nccl_report, usage, status, logs,
                 shell, doctor, sandbox_tasks, remote_tasks, cluster_tasks, snakemake_tasks, compat_tasks, demo, build,
-                push, pull, stage, lock_, modules, sign, verify, course_tasks)
+                push, pull, stage, lock_, modules, sign, verify, diff, course_tasks)
 
 
 def main(argv: list[str] | None = None) -> None:

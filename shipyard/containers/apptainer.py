@@ -8,12 +8,13 @@ import os
 import pwd
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Callable
 
 from shipyard import facts as data
 from shipyard import project
-from shipyard.containers import buildnet
+from shipyard.containers import buildnet, contents
 from shipyard.containers.common import (
     Job,
     check_sif,
@@ -149,4 +150,21 @@ class ApptainerBackend:
             raise
         return {"sif": tmp}, {}
 
+    def probe(self, reg, env, extra: dict) -> contents.Contents:
+        """The contents record, read inside the SIF just built."""
+        return probe_sif(project.artifact_path(reg, env.name, "sif"), Path(reg.root))
 
+
+def probe_sif(sif: Path, cwd: Path) -> contents.Contents:
+    """``apptainer exec --cleanenv IMAGE /bin/sh -c PROBE``: the contents record of a SIF, read inside it."""
+    argv = ["apptainer", "exec", "--cleanenv", str(sif), "/bin/sh", "-c", contents.probe_script()]
+    limit = contents.settings()["probe_timeout_s"]
+    try:
+        res = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace", timeout=limit,
+                             stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ShipyardError(f"contents probe: apptainer exec {sif.name} did not finish in {limit} s") from None
+    if res.returncode != 0:
+        why = (res.stderr.strip().splitlines() or [""])[-1][:200]
+        raise ShipyardError(f"contents probe: apptainer exec {sif.name} exited {res.returncode}: {why}")
+    return contents.parse_probe(res.stdout, "apptainer exec")

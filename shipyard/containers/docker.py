@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from shipyard import project
-from shipyard.containers import buildnet
+from shipyard.containers import buildnet, contents
 from shipyard.containers.common import (
     Job,
     ShipyardError,
@@ -201,6 +201,26 @@ class DockerBackend:
         if rc != 0:
             raise ShipyardError(f"%test failed in the built image of {job.env.name} (exit {rc}); the image was "
                                 f"not tagged; full output in {job.log.path}")
+
+    def probe(self, reg, env, extra: dict) -> contents.Contents:
+        """The contents record, read in a container of the image just built (no network), and its labels from the
+        engine's inspect (a docker image has no labels file inside)."""
+        image_id = extra["image"]["id"]
+        cid = self.api.create_container(image_id, ["/bin/sh", "-c", contents.probe_script()], network_disabled=True,
+                                        host_config=self.api.create_host_config(network_mode="none"))["Id"]
+        try:
+            self.api.start(cid)
+            rc = self.api.wait(cid, timeout=contents.settings()["probe_timeout_s"]).get("StatusCode", 1)
+            out = self.api.logs(cid, stdout=True, stderr=False).decode(errors="replace")
+        finally:
+            try:
+                self.api.remove_container(cid, force=True)
+            except Exception:
+                pass
+        if rc != 0:
+            raise ShipyardError(f"contents probe: the container of {image_id[:19]} exited {rc}")
+        labels = (self.api.inspect_image(image_id).get("Config") or {}).get("Labels") or {}
+        return contents.parse_probe(out, "docker run", labels={str(k): str(v) for k, v in labels.items()})
 
     def run(self, job: Job) -> tuple[dict[str, Path], dict]:
         image_id = self._build_image(job)

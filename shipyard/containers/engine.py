@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from shipyard import project
+from shipyard.containers import contents
 from shipyard.containers import manifest as mf
 from shipyard.containers.apptainer import ApptainerBackend
 from shipyard.containers.common import (
@@ -130,6 +131,9 @@ def _build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, forc
             what = ", ".join(a.path for a in (m.artifacts or {}).values()) or m.docker_tag or ""
             print(f"{env.name}: up to date ({what}; input hash {key[:12]}); --force rebuilds", file=out)
             return m
+        # the manifest before this build: its contents (those of the image now in containers/, whatever became of
+        # later attempts: a failed build replaces nothing) become this build's previous_contents
+        before = m
         for path, text in inputs.items():
             with contextlib.suppress(FileNotFoundError):
                 if path.read_text(encoding="utf-8") == text:
@@ -167,10 +171,28 @@ def _build(reg, env, *, backend: str = "apptainer", fakeroot: bool = False, forc
                 raise
             # a docker image from an earlier docker-backend build no longer describes this build
             m = mf.update_manifest(mpath, status="ok", finished=now_iso(), pid=None, artifacts=records,
-                                   **{"image": None, **extra})
+                                   contents=None, previous_contents=before.contents, **{"image": None, **extra})
             done = ", ".join(a.path for a in records.values()) or extra.get("image", {}).get("tag", "")
             log.write(f"built {done}")
+            # after the image is recorded as built: a probe cut short (Ctrl-C, a signal) costs only the record
+            found = probe_contents(be, reg, env, extra, log)
+            if found:
+                m = mf.update_manifest(mpath, contents=found.to_dict())
     return m
+
+
+def probe_contents(be, reg, env, extra: dict, log: BuildLog):
+    """The built image's contents record (:mod:`shipyard.containers.contents`), or None when the probe could not
+    read it: the image is built and tested, so a probe that fails costs the record, said in the log, not the
+    build."""
+    try:
+        found = be.probe(reg, env, extra)
+    except Exception as exc:  # any failure of a read-only probe of a finished image: recorded as "not recorded"
+        log.write(f"contents not recorded: {_describe(exc)}")
+        return None
+    log.write("contents recorded: " + ", ".join(f"{len(found.section(s))} {contents.TITLES[s]}"
+                                                for s in contents.SECTIONS))
+    return found
 
 
 def _describe(exc: BaseException) -> str:

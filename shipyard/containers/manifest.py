@@ -5,8 +5,10 @@ manifest (build, sign, push, pull, stage, the launcher binding, doctor) gets a :
 so a field is spelled once, here.
 
 Versioned: the writer stamps ``"schema": SCHEMA``. A file without the field is read as version 1, the layout shipyard
-wrote before the field existed (the same keys); a file of another version is one error line that says which version
-this shipyard reads (a newer shipyard wrote it, or it was edited by hand).
+wrote before the field existed (the same keys); version 2 added the contents records (``contents``,
+``previous_contents``: :mod:`shipyard.containers.contents`), so a version 1 file reads as a manifest with none. A file
+of another version is one error line that says which versions this shipyard reads (a newer shipyard wrote it, or it
+was edited by hand).
 
 Several writers touch one manifest (build, sign, push), sometimes from different processes. Every change is
 therefore a read-modify-write under an exclusive ``fcntl`` lock on a sidecar file, finished with an atomic rename
@@ -27,10 +29,12 @@ from pathlib import Path
 from typing import Iterator
 
 from shipyard import identity
+from shipyard.containers.contents import Contents
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, read_capped_text, sha256_file
 
-SCHEMA = 1
+SCHEMA = 2
+READS = (1, 2)  # the schemas a manifest may have: 1 is 2 without the contents records
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ class Manifest:
     verification: dict | None = None  # shipyard.containers.sign
     pushed: dict | None = None  # registry name -> push record (shipyard.containers.push)
     pulled: dict | None = None  # registry name -> pull record
+    contents: dict | None = None  # what the image holds, read from it after the build (Contents.to_dict())
+    previous_contents: dict | None = None  # the same record of the build before this one
 
     def artifact(self, fmt: str) -> Artifact | None:
         return (self.artifacts or {}).get(fmt)
@@ -148,6 +154,17 @@ class Manifest:
             return list(sig["signers"])
         return [{k: v for k, v in sig.items() if k != "image_sha256"}] if sig.get("fingerprint") else []
 
+    @property
+    def contents_record(self) -> Contents | None:
+        """The contents of the current image (None: built by a shipyard that did not record them, or not built)."""
+        return None if self.contents is None else Contents.from_dict(self.contents, "build manifest contents")
+
+    @property
+    def previous_contents_record(self) -> Contents | None:
+        """The contents of the build before the current one (None: no earlier build recorded them)."""
+        return (None if self.previous_contents is None
+                else Contents.from_dict(self.previous_contents, "build manifest previous_contents"))
+
     def to_dict(self) -> dict:
         out: dict = {"schema": SCHEMA}
         for f in dataclasses.fields(self):
@@ -162,19 +179,24 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: dict, where: str) -> Manifest:
         schema = data.get("schema", 1)
-        if schema != SCHEMA:
-            raise ShipyardError(f"{where}: build manifest schema {schema!r}, this shipyard reads schema {SCHEMA}; "
+        if schema not in READS:
+            raise ShipyardError(f"{where}: build manifest schema {schema!r}, this shipyard reads schemas "
+                                f"{', '.join(map(str, READS))}; "
                                 "rebuild with `invoke build ENV --force` (or use the shipyard that wrote it)")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names - {"schema"})
+        known = names - {"contents", "previous_contents"} if schema == 1 else names
+        unknown = sorted(set(data) - known - {"schema"})
         if unknown:
-            raise ShipyardError(f"{where}: not a shipyard build manifest of schema {SCHEMA} (unknown field "
+            raise ShipyardError(f"{where}: not a shipyard build manifest of schema {schema} (unknown field "
                                 f"{unknown[0]!r}); delete it and rebuild with `invoke build ENV --force`")
         fields = {k: v for k, v in data.items() if k in names}
         why = _untyped(fields)
         if why:
             raise ShipyardError(f"{where}: corrupt build manifest ({why}); delete it and rebuild with "
                                 "`invoke build ENV --force`")
+        for key in ("contents", "previous_contents"):
+            if fields.get(key) is not None:
+                Contents.from_dict(fields[key], f"{where} ({key})")  # refused here, not when a command reads it
         try:
             if fields.get("artifacts") is not None:
                 fields["artifacts"] = {fmt: _artifact(a) for fmt, a in fields["artifacts"].items()}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard import __version__, facts, project
+from shipyard.registry import fabric_checks
 from shipyard.registry.model import BaseMirror, Environment
 
 VENV = "/opt/venv"
@@ -145,21 +146,43 @@ def fabric_install(env: Environment) -> tuple[Step, ...]:
     if "efa" in env.fabrics and env.efa_installer:
         efa = data["efa"]
         tarball = f"aws-efa-installer-{env.efa_installer}.tar.gz"
-        steps.append(Step(f"EFA userspace: EFA installer {env.efa_installer} in container mode (no kernel module), "
-                          f"bringing libfabric and aws-ofi-nccl; {why}", (
+        steps.append(Step(f"EFA userspace: EFA installer {env.efa_installer} (sha256-checked) in container mode "
+                          f"(no kernel module), bringing libfabric and aws-ofi-nccl; {why}", (
             "export DEBIAN_FRONTEND=noninteractive",
             "apt-get update",
             "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in efa["apt"]),
             "cd /tmp",
-            f"curl --fail --silent --show-error --location --retry 3 --max-time 600 -o {_q(tarball)} "
-            f"{_q(efa['url'].format(version=env.efa_installer))}",
-            f"tar -xzf {_q(tarball)}",
+            *efa_fetch(env.efa_installer),
             "cd aws-efa-installer",
             "./efa_installer.sh " + " ".join(_q(f) for f in efa["flags"]),
             "cd /",
             f"rm -rf /tmp/aws-efa-installer /tmp/{_q(tarball)}",
         )))
     return tuple(steps)
+
+
+def efa_fetch(version: str) -> tuple[str, ...]:
+    """Download EFA installer ``version`` into the working directory, check its sha256 against the recorded one
+    (shipyard/data/fabrics.yaml ``efa.sha256``), and only then unpack it. Any other bytes, or an installer with no
+    recorded sha256, end the build with one line before anything from the archive runs."""
+    tarball = f"aws-efa-installer-{version}.tar.gz"
+    where = f"shipyard/data/fabrics.yaml efa.sha256[{version}]"
+    sha = fabric_checks.efa_installer_sha256(version)
+    if sha is None:
+        return (_fail(f"shipyard: no sha256 of EFA installer {version} is recorded ({where}); refusing to download "
+                      "and unpack unverified bytes"),)
+    return (
+        f"curl --fail --silent --show-error --location --retry 3 --max-time 600 -o {_q(tarball)} "
+        f"{_q(fabric_data()['efa']['url'].format(version=version))}",
+        f"echo {_q(sha + '  ' + tarball)} | sha256sum --check --status - || "
+        + _fail(f"shipyard: {tarball} does not have the sha256 recorded in {where}; not unpacking it"),
+        f"tar -xzf {_q(tarball)}",
+    )
+
+
+def _fail(message: str) -> str:
+    """One shell command that prints ``message`` on stderr and fails the step (%post and RUN both stop on it)."""
+    return f"{{ echo {_q(message)} >&2; exit 1; }}"
 
 
 def fabric_environment(env: Environment) -> list[EnvVar]:

@@ -28,6 +28,13 @@ def _installer(inst) -> dict | None:
     return next((v for k, v in installers.items() if _v(k) == _v(str(inst))), None)
 
 
+def efa_installer_sha256(version: str) -> str | None:
+    """The recorded sha256 of EFA installer ``version``'s tarball (shipyard/data/fabrics.yaml ``efa.sha256``, with
+    its source), whether written '1.43' or '1.43.0'; None when not recorded (the build then refuses to unpack it)."""
+    table = facts.load("fabrics")["efa"].get("sha256") or {}
+    return next((str(v) for k, v in table.items() if _v(k) == _v(str(version))), None)
+
+
 def aws_ofi_nccl(cluster: Cluster) -> str | None:
     """The cluster's aws-ofi-nccl: given directly, or the one its EFA installer bundles (compatibility data)."""
     ofi = cluster.fabric_options.get("aws_ofi_nccl")
@@ -88,6 +95,11 @@ def _efa(env: Environment, cluster: Cluster, add: Callable[[str, str, str], None
     if inst and _installer(inst) is None:
         add(WARN, f"{ckey}.fabric_options.efa_installer",
             f"EFA installer {inst} is not in the compatibility data: the aws-ofi-nccl it bundles is not verified")
+    if "efa" in env.fabrics and env.efa_installer and efa_installer_sha256(env.efa_installer) is None:
+        add(WARN, f"{ckey}.fabric_options.efa_installer",
+            f"no sha256 of EFA installer {env.efa_installer} is recorded in shipyard/data/fabrics.yaml (efa.sha256): "
+            f"building {env.name} fails before unpacking it; record AWS's published checksum, or pin an installer "
+            "that has one")
     if "efa" in env.fabrics and env.efa_installer and inst and _v(str(inst)) != _v(env.efa_installer):
         add(WARN, f"{ckey}.fabric_options.efa_installer",
             f"{env.name} installs EFA installer {env.efa_installer} (the newest of its EFA clusters), not {inst}")

@@ -69,6 +69,12 @@ def test_tiny_builds_runs_its_test_and_is_cached(dproject, docker_env, capsys):
     assert "up to date" in capsys.readouterr().out and again.log == m.log
     forced = b.build(dproject, dproject.environment("tiny"), backend="docker", force=True)
     assert forced.log != m.log and "%test passed" in (dproject.root / forced.log).read_text()
+    # the contents record, read from the image in a container of it, the labels from the engine
+    rec = m.contents_record
+    assert rec is not None and rec.probed == "docker run", log
+    assert rec.labels == {k: str(v) for k, v in labels.items()}
+    assert rec.apt == {} and rec.python == {}  # the fixture base is FROM scratch: no dpkg, no pip in its venv
+    assert forced.previous_contents_record == rec and forced.contents_record.python == rec.python
 
     api.remove_image(tag)  # the image vanished from the daemon: not a cache hit any more
     rebuilt = b.build(dproject, dproject.environment("tiny"), backend="docker")
@@ -196,3 +202,19 @@ def test_files_reach_the_image_through_the_build_context(dproject, docker_env):
     assert out == b"lr: 0.1\n"
     ls = client.containers.run(m.image["tag"], ["/bin/ls", "/"], remove=True, network_mode="none").decode()
     assert "containers" not in ls.split()
+
+
+def test_verify_rebuild_of_the_same_lock_finds_no_python_difference(dproject, docker_env):
+    """`invoke build tiny --verify-rebuild` with the docker backend: two builds, both images probed, compared."""
+    import io
+
+    from shipyard.commands import containers as container_commands
+    from shipyard.commands.context import Context
+
+    ctx = Context(dproject, out=io.StringIO(), err=io.StringIO())
+    rc = container_commands.build(ctx, "tiny", backend="docker", force=True, verify_rebuild=True)
+    text = ctx.out.getvalue()
+    assert rc == 0, text + ctx.err.getvalue()
+    assert "Python packages: identical in both builds" in text and "ERROR" not in text
+    m = mf.read_manifest(dproject.root / "containers" / "tiny.json")
+    assert m.contents_record is not None and m.previous_contents_record is not None

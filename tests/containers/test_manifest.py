@@ -20,7 +20,7 @@ def test_update_merges_and_removes(tmp_path):
     manifest.update_manifest(p, environment="e", image={"tag": "x"})
     out = manifest.update_manifest(p, image=None, status="ok")
     assert out == manifest.Manifest(environment="e", status="ok")
-    assert json.loads(p.read_text()) == {"schema": 1, "environment": "e", "status": "ok"}
+    assert json.loads(p.read_text()) == {"schema": manifest.SCHEMA, "environment": "e", "status": "ok"}
     assert p.read_text().endswith("\n")
     # no temp files left beside it
     assert sorted(x.name for x in p.parent.iterdir()) == ["e.json", "e.json.lock"]
@@ -38,14 +38,21 @@ def test_schema_field_is_written_and_checked(tmp_path):
     version is one error line naming both versions."""
     p = tmp_path / "e.json"
     manifest.update_manifest(p, status="ok")
-    assert json.loads(p.read_text())["schema"] == manifest.SCHEMA == 1
+    assert json.loads(p.read_text())["schema"] == manifest.SCHEMA == 2
     p.write_text(json.dumps({"status": "ok", "input_hash": "a" * 64}))
     assert manifest.read_manifest(p).input_hash == "a" * 64
-    p.write_text(json.dumps({"schema": 2, "status": "ok"}))
-    with pytest.raises(ShipyardError, match="build manifest schema 2, this shipyard reads schema 1"):
+    p.write_text(json.dumps({"schema": 1, "status": "ok", "input_hash": "b" * 64}))
+    old = manifest.read_manifest(p)
+    assert old.input_hash == "b" * 64 and old.contents_record is None
+    p.write_text(json.dumps({"schema": 3, "status": "ok"}))
+    with pytest.raises(ShipyardError, match="build manifest schema 3, this shipyard reads schemas 1, 2"):
         manifest.read_manifest(p)
-    p.write_text(json.dumps({"schema": 1, "colour": "red"}))
+    p.write_text(json.dumps({"schema": 2, "colour": "red"}))
     with pytest.raises(ShipyardError, match="unknown field 'colour'"):
+        manifest.read_manifest(p)
+    # schema 1 had no contents records: one that carries them was not written by a shipyard of schema 1
+    p.write_text(json.dumps({"schema": 1, "contents": {"schema": 1}}))
+    with pytest.raises(ShipyardError, match="unknown field 'contents'"):
         manifest.read_manifest(p)
 
 

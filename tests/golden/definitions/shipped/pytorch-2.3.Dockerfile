@@ -65,13 +65,12 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends libibverbs1 ibverbs-providers librdmacm1; \
-    # EFA userspace: EFA installer 1.51.0 in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.3.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
+    # EFA userspace: EFA installer 1.51.0 (sha256-checked) in container mode (no kernel module), bringing libfabric and aws-ofi-nccl; environments.pytorch-2.3.fabrics: ib, efa (derived from clusters grete, aws-pcluster)
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates curl; \
     cd /tmp; \
-    curl --fail --silent --show-error --location --retry 3 --max-time 600 -o aws-efa-installer-1.51.0.tar.gz https://efa-installer.amazonaws.com/aws-efa-installer-1.51.0.tar.gz; \
-    tar -xzf aws-efa-installer-1.51.0.tar.gz; \
+    { echo 'shipyard: no sha256 of EFA installer 1.51.0 is recorded (shipyard/data/fabrics.yaml efa.sha256[1.51.0]); refusing to download and unpack unverified bytes' >&2; exit 1; }; \
     cd aws-efa-installer; \
     ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
     cd /; \
