@@ -94,6 +94,10 @@ def _normalized(m: manifest.Manifest) -> dict:
     out["artifacts"] = {fmt: dict(rec) for fmt, rec in out["artifacts"].items()}
     for rec in out["artifacts"].values():
         rec.update(sha256="<sha256>", mtime_ns="<mtime_ns>", size="<size>", ino="<ino>", ctime_ns="<ctime_ns>")
+    labels = (out.get("contents") or {}).get("labels") or {}
+    for key, value in (("org.label-schema.build-date", "<build date>"), ("org.shipyard.spec-sha256", "<spec_hash>")):
+        if key in labels:
+            labels[key] = value
     return out
 
 
