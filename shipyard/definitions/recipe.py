@@ -152,7 +152,7 @@ def fabric_install(env: Environment) -> tuple[Step, ...]:
             "apt-get update",
             "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in efa["apt"]),
             "cd /tmp",
-            *efa_fetch(env.efa_installer),
+            *efa_fetch(env.efa_installer, env.efa_installer_sha256),
             "cd aws-efa-installer",
             "./efa_installer.sh " + " ".join(_q(f) for f in efa["flags"]),
             "cd /",
@@ -161,16 +161,18 @@ def fabric_install(env: Environment) -> tuple[Step, ...]:
     return tuple(steps)
 
 
-def efa_fetch(version: str) -> tuple[str, ...]:
-    """Download EFA installer ``version`` into the working directory, check its sha256 against the recorded one
-    (shipyard/data/fabrics.yaml ``efa.sha256``), and only then unpack it. Any other bytes, or an installer with no
-    recorded sha256, end the build with one line before anything from the archive runs."""
+def efa_fetch(version: str, given: str | None = None) -> tuple[str, ...]:
+    """Download EFA installer ``version`` into the working directory, check its sha256 against the one a cluster
+    gives (``fabric_options.efa_installer_sha256``) or else the recorded one (shipyard/data/fabrics.yaml
+    ``efa.sha256``), and only then unpack it. Any other bytes, or an installer with no known sha256, end the build
+    with one line before anything from the archive runs."""
     tarball = f"aws-efa-installer-{version}.tar.gz"
-    where = f"shipyard/data/fabrics.yaml efa.sha256[{version}]"
-    sha = fabric_checks.efa_installer_sha256(version)
+    where = ("registry.yaml clusters.*.fabric_options.efa_installer_sha256" if given
+             else f"shipyard/data/fabrics.yaml efa.sha256[{version}]")
+    sha = given or fabric_checks.efa_installer_sha256(version)
     if sha is None:
-        return (_fail(f"shipyard: no sha256 of EFA installer {version} is recorded ({where}); refusing to download "
-                      "and unpack unverified bytes"),)
+        return (_fail(f"shipyard: no sha256 of EFA installer {version} is known ({where}, or a cluster's "
+                      "fabric_options.efa_installer_sha256); refusing to download and unpack unverified bytes"),)
     return (
         f"curl --fail --silent --show-error --location --retry 3 --max-time 600 -o {_q(tarball)} "
         f"{_q(fabric_data()['efa']['url'].format(version=version))}",

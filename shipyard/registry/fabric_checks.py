@@ -95,11 +95,12 @@ def _efa(env: Environment, cluster: Cluster, add: Callable[[str, str, str], None
     if inst and _installer(inst) is None:
         add(WARN, f"{ckey}.fabric_options.efa_installer",
             f"EFA installer {inst} is not in the compatibility data: the aws-ofi-nccl it bundles is not verified")
-    if "efa" in env.fabrics and env.efa_installer and efa_installer_sha256(env.efa_installer) is None:
+    if ("efa" in env.fabrics and env.efa_installer and not env.efa_installer_sha256
+            and efa_installer_sha256(env.efa_installer) is None):
         add(WARN, f"{ckey}.fabric_options.efa_installer",
             f"no sha256 of EFA installer {env.efa_installer} is recorded in shipyard/data/fabrics.yaml (efa.sha256): "
-            f"building {env.name} fails before unpacking it; record AWS's published checksum, or pin an installer "
-            "that has one")
+            f"building {env.name} fails before unpacking it; set {ckey}.fabric_options.efa_installer_sha256 to "
+            "AWS's published checksum of that tarball, or pin an installer that has one")
     if "efa" in env.fabrics and env.efa_installer and inst and _v(str(inst)) != _v(env.efa_installer):
         add(WARN, f"{ckey}.fabric_options.efa_installer",
             f"{env.name} installs EFA installer {env.efa_installer} (the newest of its EFA clusters), not {inst}")

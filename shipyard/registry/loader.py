@@ -683,15 +683,21 @@ def _with_fabrics(env: Environment, clusters: Mapping[str, Cluster]) -> Environm
     efa = sorted({str(c.fabric_options["efa_installer"]) for c in targets
                   if c.fabric == "efa" and c.fabric_options.get("efa_installer")}, key=compat.vtuple)
     installer = efa[-1] if efa else None
+    # a checksum a cluster gives for that very installer (for one shipyard's data does not know)
+    sha = next((str(c.fabric_options["efa_installer_sha256"]) for c in targets
+                if c.fabric_options.get("efa_installer_sha256") and installer
+                and compat.vtuple(str(c.fabric_options.get("efa_installer", ""))) == compat.vtuple(installer)), None)
     if env.fabrics_source:
-        return replace(env, efa_installer=installer if "efa" in env.fabrics else None)
+        return replace(env, efa_installer=installer if "efa" in env.fabrics else None,
+                       efa_installer_sha256=sha if "efa" in env.fabrics else None)
     need = [c for c in targets if c.fabric in FAST_FABRICS and c.host_injection is None]
     fabrics = tuple(f for f in FAST_FABRICS if any(c.fabric == f for c in need))
     if not fabrics:
         return env
     names = ", ".join(c.name for c in need)
     return replace(env, fabrics=fabrics, fabrics_source=f"derived from clusters {names}",
-                   efa_installer=installer if "efa" in fabrics else None)
+                   efa_installer=installer if "efa" in fabrics else None,
+                   efa_installer_sha256=sha if "efa" in fabrics else None)
 
 
 def _check_mirrored_bases(envs: Mapping[str, Environment], mirror: Mapping, lines, fname: str) -> None:

@@ -94,6 +94,7 @@ class Environment:
     fabrics: tuple[str, ...] = ()  # fast-fabric userspace the image carries: "ib", "efa" (see fabrics_source)
     fabrics_source: str = ""  # explicit, or which clusters it was derived from
     efa_installer: str | None = None  # the EFA installer version the image installs (from its EFA clusters)
+    efa_installer_sha256: str | None = None  # its tarball's sha256 as a cluster gives it (else shipyard's data)
     description: str = ""
     extends_chain: tuple[str, ...] = ()
     line: int | None = None  # line in registry.yaml where the environment starts
@@ -139,6 +140,7 @@ class Environment:
             "labels": [list(kv) for kv in self.labels],
             "build_args": [list(kv) for kv in self.build_args],
         } | ({"fabrics": list(self.fabrics), "efa_installer": self.efa_installer} if self.fabrics else {}) | (
+            {"efa_installer_sha256": self.efa_installer_sha256} if self.efa_installer_sha256 else {}) | (
             {"nccl_tests": {"version": self.nccl_tests.version, "sha256": self.nccl_tests.sha256,
                             "mpi": self.nccl_tests.mpi, "compiler": self.nccl_tests.compiler}}
             if self.nccl_tests else {})

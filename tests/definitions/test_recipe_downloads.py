@@ -97,8 +97,8 @@ def test_an_installer_with_no_recorded_sha256_is_refused_without_a_download(inst
     res = run_fetch("9.9.9", tmp_path / "work")
     assert res.returncode == 1 and requested == []
     assert res.stderr.strip().splitlines() == [
-        "shipyard: no sha256 of EFA installer 9.9.9 is recorded (shipyard/data/fabrics.yaml efa.sha256[9.9.9]); "
-        "refusing to download and unpack unverified bytes"]
+        "shipyard: no sha256 of EFA installer 9.9.9 is known (shipyard/data/fabrics.yaml efa.sha256[9.9.9], or a "
+        "cluster's fabric_options.efa_installer_sha256); refusing to download and unpack unverified bytes"]
 
 
 def test_recorded_checksums_are_sha256_hex_and_looked_up_by_version_value():
@@ -107,7 +107,8 @@ def test_recorded_checksums_are_sha256_hex_and_looked_up_by_version_value():
     assert fabric_checks.efa_installer_sha256("1.43") == table["1.43.0"]
 
 
-def efa_registry(installer: str) -> registry.Registry:
+def efa_registry(installer: str, sha256: str | None = None) -> registry.Registry:
+    given = f", efa_installer_sha256: {sha256}" if sha256 else ""
     return registry.load_text(f"""environments:
   e: {{torch: "2.3.1", cuda: "12.1", python: "3.11", os: ubuntu22.04, fabrics: [efa]}}
 clusters:
@@ -116,8 +117,38 @@ clusters:
     fabric: efa
     gpus_per_node: 8
     scheduler: {{partition: p}}
-    fabric_options: {{efa_installer: "{installer}"}}
+    fabric_options: {{efa_installer: "{installer}"{given}}}
 """, "t.yaml")
+
+
+def test_a_checksum_the_cluster_gives_is_what_the_download_is_checked_against(installer_server, tmp_path):
+    """An installer shipyard's data has no checksum of: the site gives AWS's in the cluster's fabric_options; check
+    does not warn, the rendered step checks the download against it, and other bytes are refused naming that key."""
+    served, _ = installer_server
+    archive = installer_archive("GIVEN-RAN")
+    (served / "aws-efa-installer-9.9.9.tar.gz").write_bytes(archive)
+    sha = hashlib.sha256(archive).hexdigest()
+    reg = efa_registry("9.9.9", sha)
+    env = reg.environment("e")
+    assert env.efa_installer_sha256 == sha
+    assert not [p for p in compat.check_on_cluster(env, reg.cluster("aws")) if "no sha256" in p.message]
+    assert f"echo '{sha}  aws-efa-installer-9.9.9.tar.gz' | sha256sum --check" in render.render_definition(env, reg)
+    script = "\n".join(["set -eu", *recipe.efa_fetch("9.9.9", sha), "sh aws-efa-installer/efa_installer.sh"])
+    (tmp_path / "ok").mkdir()
+    res = subprocess.run(["bash", "-c", script], cwd=tmp_path / "ok", capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "GIVEN-RAN", res.stderr
+    (served / "aws-efa-installer-9.9.9.tar.gz").write_bytes(installer_archive("TAMPERED-RAN"))
+    (tmp_path / "bad").mkdir()
+    res = subprocess.run(["bash", "-c", script], cwd=tmp_path / "bad", capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "TAMPERED-RAN" not in res.stdout
+    assert "clusters.*.fabric_options.efa_installer_sha256" in res.stderr
+
+
+def test_a_checksum_that_is_not_sha256_hex_is_refused_at_load():
+    from shipyard.errors import ShipyardError
+
+    with pytest.raises(ShipyardError, match="efa_installer_sha256"):
+        efa_registry("9.9.9", "abc")
 
 
 @pytest.mark.parametrize("installer, warned", [(RECORDED, False), ("1.51.0", True)])

@@ -58,7 +58,7 @@ RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates curl; \
     cd /tmp; \
-    { echo 'shipyard: no sha256 of EFA installer 1.51.0 is recorded (shipyard/data/fabrics.yaml efa.sha256[1.51.0]); refusing to download and unpack unverified bytes' >&2; exit 1; }; \
+    { echo 'shipyard: no sha256 of EFA installer 1.51.0 is known (shipyard/data/fabrics.yaml efa.sha256[1.51.0], or a cluster'"'"'s fabric_options.efa_installer_sha256); refusing to download and unpack unverified bytes' >&2; exit 1; }; \
     cd aws-efa-installer; \
     ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify; \
     cd /; \
