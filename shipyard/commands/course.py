@@ -12,10 +12,17 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
+from shipyard import slurm
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import handout, launcher
 from shipyard.launch.options import Options
+
+
+def sandbox_conf(cluster) -> str | None:
+    """The sandbox's slurm.conf, which students' own clients read (the host is on the sandbox's network); None for
+    a real cluster, whose login node's clients find their configuration themselves."""
+    return str(slurm.sandbox_directory() / "etc" / "slurm.conf") if slurm.is_sandbox(cluster) else None
 
 
 def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str] = (),
@@ -37,7 +44,7 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
     interactive = handout.shell_line(student, shell_part, l.time, l.modules)
     dest = Path(out).absolute()
     md = handout.students_md(student, env.name, shlex.join(command), interactive, str(dest),
-                             cluster.host_requirements)
+                             cluster.host_requirements, sandbox_conf(cluster))
     script = handout.copy_source(Path(ctx.registry.root), here, command)
     written = handout.write(dest, l.name, text, md, script, force=force)
     ctx.say(f"wrote the handout for {env.name} on {cluster.name} into {dest}:")

@@ -86,15 +86,16 @@ def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[
 
 
 def students_md(l: Launcher, course: str, script: str, interactive: str, where: str,
-                host_requirements: Sequence[str] = ()) -> str:
+                host_requirements: Sequence[str] = (), slurm_conf: str | None = None) -> str:
     """STUDENTS.md: one page, for this course's cluster; ``where``: the handout folder students copy.
 
     On a ``host`` cluster the job runs the ``torchrun`` on the student's own PATH (the launcher names no Python, so
     it never depends on the instructor's environment, which may be private); the page says so, with the cluster's
-    ``host_requirements``."""
+    ``host_requirements``. ``slurm_conf``: the configuration file students point their Slurm clients at, where the
+    cluster has no login node whose clients already find theirs (the local sandbox)."""
     return templating.render("shipyard.launch", "STUDENTS.md.j2", trim_blocks=True, l=l, course=course,
                              script=script, interactive=interactive, where=where, version=__version__,
-                             host_requirements=tuple(host_requirements))
+                             host_requirements=tuple(host_requirements), slurm_conf=slurm_conf)
 
 
 def copy_source(project: Path, workdir: Path, command: Sequence[str]) -> tuple[Path, PurePosixPath] | None:

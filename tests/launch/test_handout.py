@@ -60,6 +60,19 @@ def test_students_md_on_a_host_cluster_says_whose_python_runs(launch_registry):
     assert "torchrun` on your `PATH`" not in handout.students_md(pyxis, "c", "train.py", "x", "/scratch/h")
 
 
+def test_students_md_for_the_sandbox_says_how_to_reach_its_slurm(launch_registry):
+    """On the local sandbox a student's own clients need its slurm.conf: the page gives the one line (quoted), and
+    the stand-in for sacct, which the sandbox cannot answer; a cluster's page has neither."""
+    l = handout.student_launcher(build_launcher(launch_registry, cluster="lab-socket", runtime="host", nodes=2,
+                                                command=CMD, workdir=FAKE_ROOT))
+    text = handout.students_md(l, "course", "train.py", "srun --pty bash", "/scratch/h",
+                               slurm_conf="/var/tmp/my sandbox/etc/slurm.conf")
+    assert "    export SLURM_CONF='/var/tmp/my sandbox/etc/slurm.conf'\n" in text
+    assert "scontrol show job JOBID" in text and "sacct" not in text.replace("for sacct", "")
+    plain = handout.students_md(l, "course", "train.py", "srun --pty bash", "/scratch/h")
+    assert "SLURM_CONF" not in plain and "sacct -j JOBID" in plain
+
+
 def test_an_image_inside_the_instructors_project_is_refused(launch_registry):
     """lab-socket's storage is relative (under the project): a container launcher there would name it."""
     with pytest.raises(ShipyardError, match="would still name /srv/shipyard-project"):

@@ -1,5 +1,5 @@
 """`invoke course.handout` for real: two Unix users (created here) copy the same handout and submit it at once to
-the Slurm sandbox; both jobs train on 2 nodes, and each user's logs and checkpoint are in that user's own copy,
+the Slurm sandbox, as themselves, with the line STUDENTS.md gives; both jobs train on 2 nodes, and each user's logs and checkpoint are in that user's own copy,
 owned by that user, while the handout folder and the instructor's course folder get nothing.
 
 The jobs run as the students, so the Python that runs shipyard (and torch) must be reachable by them. Where it lies
@@ -55,15 +55,20 @@ def test_two_students_run_the_same_handout_at_once(sandbox):
         handout_files = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
         assert handout_files == ["STUDENTS.md", "logs", "train-sandbox.sbatch", "train.py"]
         assert str(course) not in (out / "train-sandbox.sbatch").read_text()
+        students_md = (out / "STUDENTS.md").read_text()
+        conf_line = next(line.strip() for line in students_md.splitlines()
+                         if line.strip().startswith("export SLURM_CONF="))
+        student_env = {k: v for k, v in sandbox.env().items() if k != "SLURM_CONF"}
         users = [make_user(n, base / n) for n in names]
         jobs = {}
         for u in users:  # each copies the handout as itself, then submits from its copy, both before either ends
             user = as_user(u)
             Path(u.pw_dir).chmod(0o700)
             subprocess.run([*user, "cp", "-r", str(out), f"{u.pw_dir}/course"], check=True, timeout=60)
-            sub = subprocess.run(sandbox.argv([*user, "bash", "-c", f"cd {u.pw_dir}/course && "
-                                               "sbatch --parsable train-sandbox.sbatch"]),
-                                 capture_output=True, text=True, timeout=60, env=sandbox.env())
+            # as the student itself, with STUDENTS.md's own line for the sandbox's Slurm (no root, no nsenter)
+            sub = subprocess.run([*user, "bash", "-c", f"{conf_line} && cd {u.pw_dir}/course && "
+                                  "sbatch --parsable train-sandbox.sbatch"],
+                                 capture_output=True, text=True, timeout=60, env=student_env)
             assert sub.returncode == 0, sub.stderr
             jobs[u.pw_name] = sub.stdout.strip().split(";")[0]
         for u in users:
