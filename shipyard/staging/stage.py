@@ -22,7 +22,8 @@ Rules, whatever the source:
   checked (:func:`shipyard.containers.push.pull_sif`). For pyxis from a docker image: ``enroot import`` runs as a
   batch job on the cluster's build partition (never on the login node), and the squashfs it writes is hashed here.
 * **Readable by the course.** ``--mode group`` (0640, the default), ``world`` (0644) or an octal mode, for the image
-  and its record; data: ``shipyard/data/stage.yaml``.
+  and its record; data: ``shipyard/data/stage.yaml``. A re-stage without ``--mode`` keeps the readers the staged
+  image has; an explicit ``--mode`` that takes some away says whom (:func:`keep_readers`).
 * **Idempotent and cheap.** When the record beside the image already names the same sha256 and input hash, the image
   is still the file it describes (:mod:`shipyard.identity`'s rule: inode and ctime, which no writer sets back) and
   the mode is the one asked for, nothing is read or written; ``--force`` writes and verifies it again.
@@ -433,6 +434,34 @@ def up_to_date(dest: Path, src: Source, mode: int) -> staged.StageRecord | None:
     return rec
 
 
+def keep_readers(dest: Path, mode: str | None, perm: int) -> tuple[int, str | None]:
+    """The mode to stage with, and a line to say about it. A re-stage without ``--mode`` keeps the readers the
+    staged image has (a course published to everyone stays published: the default would lock its students out); an
+    explicit ``--mode`` that takes readers away goes on and says whom it drops."""
+    try:
+        st = dest.lstat()
+    except FileNotFoundError:
+        return perm, None
+    if not stat_module.S_ISREG(st.st_mode):
+        return perm, None
+    had = stat_module.S_IMODE(st.st_mode)
+    if mode is None:
+        if had & 0o044 & ~perm:
+            try:
+                kept = parse_mode(f"{had | perm:04o}")
+            except ShipyardError:
+                return perm, None
+            return kept, (f"{dest.name}: keeping its readers (mode {kept:04o}, was {had:04o}); pass --mode to "
+                          "change that")
+        return perm, None
+    lost = had & 0o044 & ~perm
+    if lost:
+        who = " and ".join(w for w, bit in (("its group", 0o040), ("everyone else", 0o004)) if lost & bit)
+        return perm, (f"{dest.name}: narrowing mode {had:04o} to {perm:04o} as --mode asks: {who} can no longer "
+                      "read the image (jobs of those students will fail)")
+    return perm, None
+
+
 def request(cluster: Cluster, source: str = "auto", mode: str | None = None):
     """Refuse a request that cannot stage anything before the checks run: a runtime without images, an unknown
     ``--from`` or ``--mode``. Returns the cluster's runtime and the mode bits."""
@@ -456,6 +485,9 @@ def stage(reg: Registry, env: Environment, cluster: Cluster, *, source: str = "a
     dest = Path(rt.image(reg.root, env.name, cluster))
     storage = dest.parent
     check_storage(cluster, storage)
+    perm, note = keep_readers(dest, mode, perm)
+    if note:
+        print(note, file=out)
     if source == "auto":
         source = "containers" if fmt == "sif" or project.artifact_path(reg, env.name, fmt).is_file() else "docker"
     if source == "docker" and fmt != "sqsh":

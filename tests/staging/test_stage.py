@@ -121,6 +121,21 @@ def test_identical_restage_is_a_no_op_and_mode_world_restages(built):
     assert dest.stat().st_mode & 0o777 == 0o644
 
 
+def test_restage_keeps_its_readers_and_narrows_only_when_told(built):
+    """A world stage stays world without --mode (the default would lock every student outside the group out, and
+    their jobs would fail on an image they could read yesterday); an explicit --mode narrows and says whom it drops."""
+    helpers_stage.stage(built, "tiny", "lab", mode="world", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out, force=True)
+    assert "tiny.sif: keeping its readers (mode 0644, was 0644)" in out.getvalue()
+    assert dest.stat().st_mode & 0o777 == 0o644 and staged.record_path(dest).stat().st_mode & 0o777 == 0o644
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", mode="group", out=out)
+    assert "narrowing mode 0644 to 0640 as --mode asks: everyone else can no longer read" in out.getvalue()
+    assert dest.stat().st_mode & 0o777 == 0o640 and staged.record_path(dest).stat().st_mode & 0o777 == 0o640
+
+
 def test_stage_link_hard_links_on_the_same_filesystem(built):
     helpers_stage.stage(built, "tiny", "lab", link=True, out=io.StringIO())
     assert os.stat(storage(built) / "tiny.sif").st_ino == os.stat(built.root / "containers" / "tiny.sif").st_ino
