@@ -280,7 +280,7 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
     help={
         "environment": "the course environment (default: defaults.environment)",
         "cluster": "cluster the students run on (default: defaults.cluster)",
-        "out": "folder to write the handout into (students copy it from there); must be empty unless --force",
+        "out": "folder to write the handout into (students copy it from there); must be empty unless --replace",
         "nodes": "nodes per student job (default: 1)",
         "gpus_per_node": "GPUs per node (default: the partition's)",
         "partition": "Slurm partition (default: the cluster's scheduler.partition)",
@@ -288,12 +288,13 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
         "name": "launcher name: writes OUT/<name>.sbatch (default: train-<cluster>)",
         "account": "Slurm account the students' jobs use (default: the cluster's scheduler.account)",
         "registry": "registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
-        "force": "replace the handout's files in a non-empty --out; also go on despite `invoke check` ERRORs",
+        "replace": "replace the handout's files in a non-empty --out (a new handout over an old one)",
+        "force": "go on despite `invoke check` ERRORs (named in the launcher's header)",
     },
 )
 @task_guard
 def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_per_node=None, partition=None,
-                   time=None, name=None, account=None, registry=None, force=False):
+                   time=None, name=None, account=None, registry=None, replace=False, force=False):
     """Write a student folder: a launcher with no instructor path (per-user logs, checkpoints), STUDENTS.md."""
     from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import course as course_commands  # lazy: start-up of every task
@@ -302,7 +303,7 @@ def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_p
                                   partition=partition, time=time, name=name, account=account, registry=registry,
                                   force=force)
     raise SystemExit(course_commands.handout_folder(Context.load(registry), opts, out, argv_after_dashdash(sys.argv),
-                                                    force=force))
+                                                    replace=replace))
 
 
 course_tasks = Collection("course", course_handout)

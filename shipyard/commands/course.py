@@ -26,8 +26,9 @@ def sandbox_conf(cluster) -> str | None:
 
 
 def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str] = (),
-                   workdir: str | os.PathLike | None = None, *, force: bool = False) -> int:
-    """Write the handout into ``out``; 0, or a ShipyardError line."""
+                   workdir: str | os.PathLike | None = None, *, replace: bool = False) -> int:
+    """Write the handout into ``out``; 0, or a ShipyardError line. ``replace`` (``--replace``) writes over the
+    handout files of a non-empty ``out``; ``--force`` (in ``opts``) means only "go on despite check ERRORs"."""
     if not out:
         raise ShipyardError("--out: name the folder to write the handout into (students copy it from there)")
     if not command:
@@ -46,7 +47,7 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
     md = handout.students_md(student, env.name, shlex.join(command), interactive, str(dest),
                              cluster.host_requirements, sandbox_conf(cluster))
     script = handout.copy_source(Path(ctx.registry.root), here, command)
-    written = handout.write(dest, l.name, text, md, script, force=force)
+    written = handout.write(dest, l.name, text, md, script, force=replace)
     ctx.say(f"wrote the handout for {env.name} on {cluster.name} into {dest}:")
     for p in written:
         ctx.say(f"  {os.path.relpath(p, dest)}{'/' if p.is_dir() else ''}")

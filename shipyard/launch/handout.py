@@ -125,7 +125,7 @@ def write(out: Path, name: str, text: str, students: str, script: tuple[Path, Pu
     if out.exists() and not out.is_dir():
         raise ShipyardError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise ShipyardError(f"--out {out}: is not empty; pass --force to replace the handout's files in it")
+        raise ShipyardError(f"--out {out}: is not empty; pass --replace to replace the handout's files in it")
     out.mkdir(parents=True, exist_ok=True)
     os.chmod(out, 0o755)
     logs = out / "logs"

@@ -89,6 +89,7 @@ class Launcher:
     rdzv_port: int  # the first c10d store port; a job uses rdzv_port + job id % rdzv_ports
     rdzv_ports: int
     srun_wait: int
+    umask: str  # every launcher's umask (shipyard/data/launch.yaml): what its job writes is its user's alone
     chain: int
     transport: str
     failure_hints: str  # awk over the log of a failed step: a hint per known misleading error (launch/hints.py)
@@ -117,6 +118,11 @@ class Launcher:
     @property
     def path(self) -> Path:
         return project.launcher_path(Path(self.root), self.name)
+
+    @property
+    def log_mode(self) -> str:
+        """The mode a file created under the launcher's umask gets (its log, which Slurm opened before the umask)."""
+        return f"{0o666 & ~int(self.umask, 8):04o}"
 
     @property
     def log_dir(self) -> str:
@@ -434,11 +440,19 @@ def _monitoring(kind: str, monitor: bool, monitor_interval) -> dict:
             "monitor_interval": options.check("monitor_interval", interval)}
 
 
+def umask(value) -> str:
+    """The data file's umask as four octal digits; one line when it is not a umask."""
+    text = str(value)
+    if not re.fullmatch(r"0?[0-7]{3}", text):
+        raise ShipyardError(f"shipyard/data/launch.yaml defaults.umask {text!r}: expected an octal umask such as 077")
+    return f"{int(text, 8):04o}"
+
+
 def _site_constants(cl: Cluster) -> dict:
     """What no flag sets: shipyard/data/launch.yaml's ports and waits, and the transport the fabric should pick."""
     defaults = launch_data()["defaults"]
     return {"rdzv_port": int(defaults["rdzv_port"]), "rdzv_ports": int(defaults["rdzv_ports"]),
-            "srun_wait": int(defaults["srun_wait"]),
+            "srun_wait": int(defaults["srun_wait"]), "umask": umask(defaults["umask"]),
             "transport": expected_transport(cl.fabric),
             "failure_hints": hints.awk_program(hints.failure_hints())}
 

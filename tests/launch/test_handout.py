@@ -88,7 +88,7 @@ def test_write_refuses_a_non_empty_folder_and_copies_the_script(tmp_path):
     assert sorted(p.name for p in written) == ["STUDENTS.md", "logs", "train-x.sbatch", "train.py"]
     assert (out / "train-x.sbatch").stat().st_mode & 0o777 == 0o755
     assert (out / "train.py").stat().st_mode & 0o777 == 0o644 and (out / "logs").is_dir()
-    with pytest.raises(ShipyardError, match="is not empty; pass --force"):
+    with pytest.raises(ShipyardError, match="is not empty; pass --replace"):
         handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src)
     handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src, force=True)
     with pytest.raises(ShipyardError, match="relative to where you run"):

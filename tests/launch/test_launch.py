@@ -130,6 +130,12 @@ def test_shell_quote_round_trips_through_bash(words):
     assert bash_words(" ".join(escaping.shell_quote(w) for w in words)) == words
 
 
+@pytest.mark.parametrize("word", ["='", "=", "==", "=a'b", "=\n", "if", "=$(id)"])
+def test_words_that_start_with_an_equals_sign_round_trip(word):
+    """Such words are quoted even when plain (`A==` reads as a typo); one with a quote inside is still shlex's."""
+    assert bash_words(escaping.shell_quote(word)) == [word]
+
+
 def test_hostile_args_reach_argv_through_the_rendered_script(launch_registry, tmp_path):
     """Execute the launcher's own srun line with stand-ins for srun/torchrun that print their argv."""
     l = _build(launch_registry, cluster="lab-socket", nodes=1, command=("train.py", *HOSTILE_ARGS))
@@ -539,3 +545,14 @@ def test_pyxis_names_the_container_after_the_staged_images_hash(launch_registry)
     assert f"--container-name={l.environment}-{'ef' * 8}" in launch.container_argv(again)
     app = replace(_build(launch_registry, cluster="lab-efa", runtime="apptainer", nodes=2), image_sha256="ab" * 32)
     assert not any("container-name" in w for w in launch.container_argv(app))
+
+
+@pytest.mark.parametrize(("value", "mode"), [("077", "0077"), ("0027", "0027"), ("022", "0022")])
+def test_umask_from_the_data_file(value, mode):
+    assert launch.umask(value) == mode
+
+
+@pytest.mark.parametrize("value", ["77", "0o77", "u=rwx", "0888", ""])
+def test_a_bad_umask_in_the_data_file_is_one_line(value):
+    with pytest.raises(ShipyardError, match=r"^shipyard/data/launch.yaml defaults.umask .*expected an octal umask"):
+        launch.umask(value)
