@@ -67,6 +67,8 @@ def render(l: Launcher, instructor_root: str) -> str:
 def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[str]) -> str:
     """The srun line STUDENTS.md gives for an interactive shell on one GPU (or CPU) node, in the course image."""
     words = ["srun", f"--partition={partition}", "--nodes=1"]
+    if l.account:  # the batch launcher's account: a cluster that requires one refuses an srun without it
+        words.append(f"--account={l.account}")
     if l.gpus_per_node:
         words.append("--gpus=1")
     if time:

@@ -456,6 +456,29 @@ def test_transport_line_reads_only_this_runs_part_of_the_log(launch_registry, tm
     assert res.stdout.strip().startswith(expect), res.stdout
 
 
+@pytest.mark.parametrize(("rc", "logged", "expect"), [
+    (143, "shipyard: error: node 1 (node2): torchrun is not on the PATH of the job (/usr/bin)", 127),
+    (143, "rank 0 step 1 loss 0.5", 143),
+    (0, "shipyard: error: node 1 (node2): torchrun is not on the PATH of the job (/usr/bin)", 0),
+])
+def test_a_missing_torchrun_is_the_jobs_exit_code(launch_registry, tmp_path, rc, logged, expect):
+    """One node without torchrun exits 127 and srun ends the others (143), then reports the highest code: the
+    launcher's own block makes the job's code the cause's. Only this run's part of the log counts."""
+    t = launch.render(_build(launch_registry, cluster="lab-socket", nodes=2))
+    start = t.index("since=$((log_start + 1))")
+    block = t[start: t.index('echo "shipyard: job step exit code $rc"', start)]
+    log = tmp_path / "job.out"
+    log.write_text("" if expect == 143 else "earlier run\n")
+    script = (f'log={log}\nlog_start=$(stat -c %s "$log")\nprintf "%s\\n" {escaping.shell_quote(logged)} >> "$log"\n'
+              f'rc={rc}\n{block}echo "$rc"')
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.split() == [str(expect)], (res.stdout, res.stderr)
+    old = tmp_path / "old.out"  # a requeued run's earlier part says it; this run's does not
+    old.write_text(logged + "\n")
+    script = f'log={old}\nlog_start=$(stat -c %s "$log")\nrc={rc}\n{block}echo "$rc"'
+    assert subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.split() == [str(rc)]
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True),
                        st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=16),
