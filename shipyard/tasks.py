@@ -562,17 +562,23 @@ def pull(c, env=None, registry="", tag="", force=False):
         "tag": "with --from registry: tag to pull (default: the one the last push recorded)",
         "mode": "permissions of the image and its record: group (0640, default), world (0644) or an octal mode",
         "link": "hard-link instead of copying (same filesystem only)",
-        "force": "stage even when `invoke check` finds an ERROR for ENV on the cluster (warned, recorded beside the image)",
+        "force": "stage even when `invoke check` finds an ERROR for ENV on the cluster (warned, recorded beside the "
+                 "image); with --prune, remove versions that handouts bind too",
+        "list": "list the staged versions of ENV's image, the current one and the handouts that bind each",
+        "rollback": "point ENV's image back at the version staged before the current one",
+        "prune": "remove the staged versions that are not current and that no handout binds",
     },
 )
 @task_guard
-def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="", link=False, force=False):
+def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="", link=False, force=False,
+          list_=False, rollback=False, prune=False):
     """Put ENV's image into the cluster's storage atomically, verified, with a record launchers check."""
     from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import stage as stage_commands  # lazy: the build backends cost ~0.1 s
 
     raise SystemExit(stage_commands.stage(Context.load(), env, cluster, source=from_, registry=registry, tag=tag,
-                                          mode=mode, link=link, force=force))
+                                          mode=mode, link=link, force=force, list_=list_, rollback=rollback,
+                                          prune=prune))
 
 
 # ----------------------------------------------------------------------------------------------- locks, modules, signing

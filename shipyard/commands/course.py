@@ -12,17 +12,34 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
-from shipyard import slurm
+from shipyard import runtimes, slurm
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import handout, launcher
 from shipyard.launch.options import Options
+from shipyard.staging import versions
 
 
 def sandbox_conf(cluster) -> str | None:
     """The sandbox's slurm.conf, which students' own clients read (the host is on the sandbox's network); None for
     a real cluster, whose login node's clients find their configuration themselves."""
     return str(slurm.sandbox_directory() / "etc" / "slurm.conf") if slurm.is_sandbox(cluster) else None
+
+
+def remember(ctx: Context, env, cluster, dest: Path) -> None:
+    """List the handout beside the staged image, so that `stage --list` shows and `stage --prune` keeps the version
+    its launcher is written for."""
+    rt = runtimes.get(cluster.runtime)
+    if not rt.containerised:
+        return
+    pointer = Path(rt.image(ctx.registry.root, env.name, cluster))
+    if not versions.is_pointer(pointer):
+        return
+    try:
+        versions.add_handout(pointer, dest)
+    except OSError as exc:
+        ctx.say(f"note: cannot list this handout in {versions.handouts_file(pointer)} ({exc.strerror or exc}); "
+                f"`stage --prune` will not know that it runs {versions.current(pointer).name}")
 
 
 def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str] = (),
@@ -48,6 +65,7 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
                              cluster.host_requirements, sandbox_conf(cluster))
     script = handout.copy_source(Path(ctx.registry.root), here, command)
     written = handout.write(dest, l.name, text, md, script, force=replace)
+    remember(ctx, env, cluster, dest)
     ctx.say(f"wrote the handout for {env.name} on {cluster.name} into {dest}:")
     for p in written:
         ctx.say(f"  {os.path.relpath(p, dest)}{'/' if p.is_dir() else ''}")

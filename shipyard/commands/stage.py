@@ -7,21 +7,45 @@ cluster, and hands the objects and the overridden errors (``--force``) to :func:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
+from shipyard.errors import ShipyardError
 from shipyard.remote import transport
+from shipyard.staging import history
 from shipyard.staging import stage as staging
 
 
 def stage(ctx: Context, env: str | None = None, cluster: str | None = None, *, source: str = "auto",
           registry: str | None = None, tag: str | None = None, mode: str | None = None, link: bool = False,
-          force: bool = False) -> int:
-    """`invoke stage`."""
+          force: bool = False, list_: bool = False, rollback: bool = False, prune: bool = False) -> int:
+    """`invoke stage`; with ``list_``, ``rollback`` or ``prune`` the staged versions instead (no check gate: they
+    stage nothing new)."""
     environment, where = ctx.environment(env), ctx.cluster(cluster)
     if transport.is_remote(where):  # the images and the stage record live on the cluster's storage
         return remote_commands.forward(ctx, where)
+    actions = [name for name, on in (("--list", list_), ("--rollback", rollback), ("--prune", prune)) if on]
+    if actions:
+        return versions_action(ctx, environment, where, actions, force)
     staging.request(where, source, mode or None)
     forced = ctx.gate(environment, where, what=f"stage {environment.name}", force=force)
     staging.stage(ctx.registry, environment, where, source=source, registry_name=registry or None, tag=tag or None,
                   mode=mode or None, link=link, forced=forced, force=force, out=ctx.out)
+    return 0
+
+
+def versions_action(ctx: Context, environment, where, actions: list[str], force: bool) -> int:
+    """One of --list, --rollback, --prune on the image's staged versions."""
+    if len(actions) > 1:
+        raise ShipyardError(f"{' and '.join(actions)}: give one of them at a time")
+    rt, _ = staging.request(where)
+    dest = Path(rt.image(ctx.registry.root, environment.name, where))
+    if actions == ["--list"]:
+        for line in history.list_lines(dest):
+            ctx.say(line)
+    elif actions == ["--rollback"]:
+        history.rollback(dest, ctx.out)
+    else:
+        history.prune(dest, force=force, out=ctx.out)
     return 0

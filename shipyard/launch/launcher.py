@@ -31,6 +31,7 @@ from shipyard.files import atomic_write
 from shipyard import runtimes
 from shipyard.launch import hints, options, passthrough, sweep as sweeps
 from shipyard.staging import record as staged
+from shipyard.staging import versions
 from shipyard.launch.fabric import (
     EnvVar,
     check_forbidden,
@@ -387,7 +388,9 @@ def _image(reg: Registry, env_name: str, cl: Cluster, rt: Runtime, image: str | 
         others = "|".join(n for n in runtimes.NAMES if runtimes.get(n).containerised)
         raise ShipyardError(f"--image: the {rt.name} runtime runs without a container; drop --image or pick "
                             f"--runtime {others}")
-    return {"image": image or rt.image(reg.root, env_name, cl, override_flag="--image"), "modules": rt.modules(cl)}
+    # the version stage's pointer names now: a job queued before the next stage still runs what it was written for
+    return {"image": image or versions.resolve(rt.image(reg.root, env_name, cl, override_flag="--image")),
+            "modules": rt.modules(cl)}
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
