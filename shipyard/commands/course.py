@@ -69,6 +69,6 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
     ctx.say(f"wrote the handout for {env.name} on {cluster.name} into {dest}:")
     for p in written:
         ctx.say(f"  {os.path.relpath(p, dest)}{'/' if p.is_dir() else ''}")
-    ctx.say(f"students: cp -r {shlex.quote(str(dest))} ~/{env.name} && cd ~/{env.name} && sbatch {l.name}.sbatch"
-            " (see STUDENTS.md)")
+    ctx.say(f"students: mkdir -p ~/{env.name} && cp -r {shlex.quote(str(dest))}/. ~/{env.name}/ && cd ~/{env.name} "
+            f"&& sbatch {l.name}.sbatch (see STUDENTS.md; the same copy line updates a copy)")
     return 0

@@ -73,6 +73,32 @@ def test_students_md_for_the_sandbox_says_how_to_reach_its_slurm(launch_registry
     assert "SLURM_CONF" not in plain and "sacct -j JOBID" in plain
 
 
+def test_students_md_copy_and_update_lines_work_as_printed(launch_registry, tmp_path):
+    """The copy line of step 1 and the update of step 5, run by bash as printed: the second copy never nests inside
+    the first, replaces the course's files and keeps the student's logs and checkpoints."""
+    where = tmp_path / "hand out"  # a space: the line quotes the folder
+    (where / "logs").mkdir(parents=True)
+    (where / "train.py").write_text("v1\n")
+    l = handout.student_launcher(build_launcher(launch_registry, cluster="lab-socket", runtime="host", nodes=2,
+                                                command=CMD, workdir=FAKE_ROOT))
+    text = handout.students_md(l, "course", "train.py", "srun --pty bash", str(where))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("mkdir -p ~/course")]
+    assert len(lines) == 2 and lines[0] == lines[1]
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["bash", "-c", lines[0]], env=env, check=True)
+    mine = home / "course"
+    (mine / "logs" / "train-1.out").write_text("my log\n")
+    (mine / "checkpoints").mkdir()
+    (mine / "checkpoints" / "train.pt").write_text("my weights\n")
+    (where / "train.py").write_text("v2\n")  # the course is updated
+    subprocess.run(["bash", "-c", lines[1]], env=env, check=True)
+    assert (mine / "train.py").read_text() == "v2\n" and not (mine / "hand out").exists()
+    assert (mine / "logs" / "train-1.out").read_text() == "my log\n"
+    assert (mine / "checkpoints" / "train.pt").read_text() == "my weights\n"
+
+
 def test_an_image_inside_the_instructors_project_is_refused(launch_registry):
     """lab-socket's storage is relative (under the project): a container launcher there would name it."""
     with pytest.raises(ShipyardError, match="would still name /srv/shipyard-project"):
