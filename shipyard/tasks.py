@@ -290,11 +290,12 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
         "registry": "registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
         "replace": "replace the handout's files in a non-empty --out (a new handout over an old one)",
         "force": "go on despite `invoke check` ERRORs (named in the launcher's header)",
+        "dry_run": "print the launcher and STUDENTS.md instead of writing them (also before the image is staged)",
     },
 )
 @task_guard
 def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_per_node=None, partition=None,
-                   time=None, name=None, account=None, registry=None, replace=False, force=False):
+                   time=None, name=None, account=None, registry=None, replace=False, force=False, dry_run=False):
     """Write a student folder: a launcher with no instructor path (per-user logs, checkpoints), STUDENTS.md."""
     from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import course as course_commands  # lazy: start-up of every task
@@ -303,7 +304,7 @@ def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_p
                                   partition=partition, time=time, name=name, account=account, registry=registry,
                                   force=force)
     raise SystemExit(course_commands.handout_folder(Context.load(registry), opts, out, argv_after_dashdash(sys.argv),
-                                                    replace=replace))
+                                                    replace=replace, dry_run=dry_run))
 
 
 course_tasks = Collection("course", course_handout)

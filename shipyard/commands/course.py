@@ -42,8 +42,19 @@ def remember(ctx: Context, env, cluster, dest: Path) -> None:
                 f"`stage --prune` will not know that it runs {versions.current(pointer).name}")
 
 
+def preview(ctx: Context, name: str, text: str, md: str, dest: Path, unbound: str | None) -> int:
+    """--dry-run: the launcher and STUDENTS.md as they would be written into ``dest``; nothing is written."""
+    ctx.say(f"--- {dest / (name + '.sbatch')} (dry run: not written)")
+    ctx.say(text.rstrip("\n"))
+    ctx.say(f"--- {dest / 'STUDENTS.md'} (dry run: not written)")
+    ctx.say(md.rstrip("\n"))
+    ctx.say("dry run: nothing written" + (f"; NOT READY: {unbound}" if unbound else
+                                          "; the launcher is bound to the staged image it names"))
+    return 0
+
+
 def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str] = (),
-                   workdir: str | os.PathLike | None = None, *, replace: bool = False) -> int:
+                   workdir: str | os.PathLike | None = None, *, replace: bool = False, dry_run: bool = False) -> int:
     """Write the handout into ``out``; 0, or a ShipyardError line. ``replace`` (``--replace``) writes over the
     handout files of a non-empty ``out``; ``--force`` (in ``opts``) means only "go on despite check ERRORs"."""
     if not out:
@@ -55,15 +66,23 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
     forced = ctx.gate(env, cluster, what="handout", force=opts.force)
     here = Path(workdir or Path.cwd())
     l = launcher.build(ctx.registry, env, cluster, opts, command, here, forced)
-    launcher.require_bound(l)
+    unbound = None
+    if runtimes.get(l.runtime).containerised and not (l.image_bound_from or "").startswith("stage record"):
+        # students cannot read the instructor's containers/: only a staged image (its record) binds a handout
+        unbound = (f"{l.image}: no staged image to bind the handout to; run `stage {env.name} --cluster "
+                   f"{cluster.name}` first (--dry-run shows the handout before that)")
+        if not dry_run:
+            raise ShipyardError(f"course.handout: {unbound}")
     student = handout.student_launcher(l)
-    text = handout.render(student, str(ctx.registry.root))
+    text = handout.render(student, str(ctx.registry.root), preview=dry_run)
     shell_part = cluster.interactive_partition or l.partition
     interactive = handout.shell_line(student, shell_part, l.time, l.modules)
     dest = Path(out).absolute()
     md = handout.students_md(student, env.name, shlex.join(command), interactive, str(dest),
                              cluster.host_requirements, sandbox_conf(cluster))
     script = handout.copy_source(Path(ctx.registry.root), here, command)
+    if dry_run:
+        return preview(ctx, l.name, text, md, dest, unbound)
     written = handout.write(dest, l.name, text, md, script, force=replace)
     remember(ctx, env, cluster, dest)
     ctx.say(f"wrote the handout for {env.name} on {cluster.name} into {dest}:")

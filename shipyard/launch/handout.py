@@ -44,8 +44,9 @@ def student_launcher(l: Launcher) -> Launcher:
                                mounts=mounts, registry="", regenerate=(), chain=1)
 
 
-def render(l: Launcher, instructor_root: str) -> str:
-    """The student launcher's text for ``l`` (already :func:`student_launcher`'d)."""
+def render(l: Launcher, instructor_root: str, preview: bool = False) -> str:
+    """The student launcher's text for ``l`` (already :func:`student_launcher`'d); ``preview`` shows it even while
+    it still names the instructor's project (`course.handout --dry-run` before the image is staged)."""
     text = launcher.render(l)
     out = []
     for n, line in enumerate(text.splitlines(keepends=True), 1):
@@ -57,7 +58,7 @@ def render(l: Launcher, instructor_root: str) -> str:
             line = line.replace(SUBMIT_DIR, SUBMIT_DIR_SHELL)
         out.append(line)
     text = "".join(out)
-    if re.search(re.escape(instructor_root.rstrip("/")) + r"(?=[/'\":,\s]|$)", text, re.M):
+    if not preview and re.search(re.escape(instructor_root.rstrip("/")) + r"(?=[/'\":,\s]|$)", text, re.M):
         raise ShipyardError(f"course.handout: the launcher would still name {instructor_root} (the instructor's "
                             "project), e.g. an image stored under it; stage the image to shared storage "
                             "(an absolute clusters.NAME.storage) first")

@@ -136,3 +136,32 @@ def test_a_foreign_symlink_is_no_pointer(tmp_path, target):
     dest.unlink()
     dest.symlink_to("tiny.0123456789ab.sif")
     assert versions.current(dest) == tmp_path / "tiny.0123456789ab.sif"
+
+
+def _handout(reg, out: Path, **flags) -> tuple[int, str]:
+    from shipyard.commands import course
+    from shipyard.launch.options import Options
+
+    (reg.root / "train.py").write_text("print('train')\n")
+    ctx = helpers_stage.context(reg)
+    code = course.handout_folder(ctx, Options(environment="tiny", cluster="lab"), str(out), ["train.py"],
+                                 workdir=reg.root, **flags)
+    return code, ctx.out.getvalue()
+
+
+def test_a_handout_previews_before_staging_and_binds_its_version_after(built, tmp_path):
+    out = tmp_path / "handout"
+    with pytest.raises(ShipyardError, match=r"^course.handout: .*no staged image to bind the handout to; run `stage "
+                                            r"tiny --cluster lab` first \(--dry-run shows"):
+        _handout(built, out)
+    code, said = _handout(built, out, dry_run=True)
+    assert code == 0 and not out.exists()
+    assert "#SBATCH --job-name=train-lab" in said and "## 5. When the course is updated" in said
+    last = said.rstrip().splitlines()[-1]
+    assert last.startswith("dry run: nothing written; NOT READY: ") and "no staged image to bind" in last
+    rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    v1 = versions.version_path(storage(built) / "tiny.sif", rec.sha256)
+    code, said = _handout(built, out)
+    assert code == 0 and str(v1) in (out / "train-lab.sbatch").read_text()
+    assert versions.binders(storage(built) / "tiny.sif") == {v1.name: [out]}
+    assert f"handouts: {out}" in _action(built, list_=True)
