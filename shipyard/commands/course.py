@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from shipyard import runtimes, slurm
+from shipyard.commands import launch as launch_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import handout, launcher
@@ -73,6 +74,7 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
                    f"{cluster.name}` first (--dry-run shows the handout before that)")
         if not dry_run:
             raise ShipyardError(f"course.handout: {unbound}")
+    launch_commands.require_current_spec(ctx, l, env, opts.force)
     student = handout.student_launcher(l)
     text = handout.render(student, str(ctx.registry.root), preview=dry_run)
     shell_part = cluster.interactive_partition or l.partition

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from shipyard import __version__, facts, identity, project, slurm, templating
+from shipyard.containers import manifest as mf
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
 from shipyard.files import atomic_write
@@ -602,6 +603,27 @@ def require_bound(l: Launcher) -> None:
                         f"{runtimes.get(l.runtime).suffix} in containers/{l.environment}.json); run `invoke build "
                         f"{l.environment}` and `invoke stage {l.environment} --cluster {l.cluster}`, or give --image "
                         "PATH to run an image unchecked")
+
+
+def spec_drift(l: Launcher, env: Environment, root: Path) -> str | None:
+    """Why the image ``l`` is bound to is not what registry.yaml's environment gives today (the spec recorded with
+    it differs), naming the pins that differ when the build manifest in ``root`` is that build; None when it is, or
+    when nothing was recorded to compare (an image given with --image, a launcher without a container)."""
+    if not runtimes.get(l.runtime).containerised or l.image_opt_out or not l.image_spec_sha256:
+        return None
+    if l.image_spec_sha256 == env.spec_hash:
+        return None
+    what = f"spec sha256 {l.image_spec_sha256[:12]}, registry.yaml's is {env.spec_hash[:12]}"
+    try:
+        m = mf.read_manifest(project.manifest_path(root, env.name))
+    except (ShipyardError, OSError):
+        m = None
+    if m and m.spec_hash == l.image_spec_sha256 and m.pins:
+        now = {k: p.value for k, p in env.pins().items()}
+        diff = [f"{k} {m.pins.get(k)} -> {v}" for k, v in now.items() if m.pins.get(k) != v]
+        if diff:
+            what = ", ".join(diff)
+    return f"{l.image} was built from another spec of environments.{env.name} than registry.yaml's today ({what})"
 
 
 def require_nccl_tests(l: Launcher, env: Environment, vouched: bool) -> None:

@@ -16,10 +16,11 @@ from shipyard.staging import stage as staging
 from shipyard.staging import versions
 
 
-def _staged(version: Path) -> tuple[str, staged.StageRecord | None]:
-    """(when it was staged, its record) for ordering; a version without a readable record sorts first."""
+def _staged(version: Path) -> tuple[tuple[str, int], staged.StageRecord | None]:
+    """(when it was staged, its record) for ordering; a version without a readable record sorts first. The record's
+    time has whole seconds; the image's ctime at its rename (in the record too) orders two stages of one second."""
     rec, _ = staged.read_record(version)
-    return ((rec.staged or "") if rec else ""), rec
+    return (((rec.staged or ""), rec.ctime_ns or 0) if rec else ("", 0)), rec
 
 
 def _all(dest: Path) -> list[tuple[Path, staged.StageRecord | None]]:

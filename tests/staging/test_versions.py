@@ -165,3 +165,23 @@ def test_a_handout_previews_before_staging_and_binds_its_version_after(built, tm
     assert code == 0 and str(v1) in (out / "train-lab.sbatch").read_text()
     assert versions.binders(storage(built) / "tiny.sif") == {v1.name: [out]}
     assert f"handouts: {out}" in _action(built, list_=True)
+
+
+def test_an_image_of_another_spec_than_the_registry_is_refused_then_forced(built, tmp_path, capsys):
+    """The registry changed after the image was built and staged: launch and course.handout refuse it in one line
+    that names the pins that differ; --force goes on and says so."""
+    from shipyard import registry
+
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    text = built.path.read_text()
+    built.path.write_text(text.replace('    OMP_NUM_THREADS: "1"\n', '    OMP_NUM_THREADS: "2"\n', 1))
+    changed = registry.load(built.path)
+    assert changed.environment("tiny").spec_hash != built.environment("tiny").spec_hash
+    with pytest.raises(ShipyardError, match=r"tiny\.[0-9a-f]{12}\.sif was built from another spec of environments\."
+                                            r"tiny than registry.yaml's today \(.*\); rebuild and stage it"):
+        _launch(changed, environment="tiny", cluster="lab", dry_run=True)
+    with pytest.raises(ShipyardError, match="was built from another spec"):
+        _handout(changed, tmp_path / "handout")
+    forced = _launch(changed, environment="tiny", cluster="lab", dry_run=True, force=True)
+    assert "#SBATCH --job-name" in forced
+    assert "was built from another spec" in capsys.readouterr().err
