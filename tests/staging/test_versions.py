@@ -185,3 +185,18 @@ def test_an_image_of_another_spec_than_the_registry_is_refused_then_forced(built
     forced = _launch(changed, environment="tiny", cluster="lab", dry_run=True, force=True)
     assert "#SBATCH --job-name" in forced
     assert "was built from another spec" in capsys.readouterr().err
+
+
+def test_stage_refuses_a_build_of_another_spec_then_forced(built, capsys):
+    """containers/ holds a build of yesterday's registry: stage says so in one line instead of publishing it."""
+    from shipyard import registry
+
+    text = built.path.read_text()
+    built.path.write_text(text.replace('    OMP_NUM_THREADS: "1"\n', '    OMP_NUM_THREADS: "2"\n', 1))
+    changed = registry.load(built.path)
+    with pytest.raises(ShipyardError, match=r"^containers/tiny.sif was built from another spec of environments.tiny "
+                                            r"than registry.yaml's today \(spec sha256 [0-9a-f]{12}, registry.yaml's"):
+        helpers_stage.stage(changed, "tiny", "lab", out=io.StringIO())
+    assert not (storage(built) / "tiny.sif").exists()
+    helpers_stage.stage(changed, "tiny", "lab", out=io.StringIO(), force=True)
+    assert "staging it anyway (--force)" in capsys.readouterr().err
