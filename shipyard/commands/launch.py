@@ -140,6 +140,11 @@ def modules(ctx: Context, env: str | None = None, cluster: str | None = None, pr
         paths = module_files.write_modules(ctx.registry, envs, cl, prefix)
     mods = sorted(p for p in paths if p.suffix == ".lua")
     ctx.say(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods)} wrapper(s)")
+    for e in envs:  # written all the same: the wrappers name the image's place, which a stage fills later
+        image = module_files.image_path(ctx.registry, cl, e)
+        if image and not os.path.exists(image):
+            ctx.say(f"note: {image} is not staged yet: the wrappers of {e.name} fail until `invoke stage {e.name} "
+                    f"--cluster {cl.name}`")
     if mods:
         ctx.say(f"  module use {shlex.quote(str(mods[0].parent.parent))}")
         for m in mods:

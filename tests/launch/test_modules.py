@@ -319,6 +319,10 @@ def test_invoke_modules_task(tmp_path):
     res = _invoke("modules", "pytorch-2.3", "--cluster", "grete", "--prefix", str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert f"module use {tmp_path}/modulefiles" in res.stdout and "module load shipyard/pytorch-2.3" in res.stdout
+    # grete's storage (/scratch/...) holds no image on this machine: the wrappers are written and the gap is said
+    image = modules.image_path(SHIPPED, SHIPPED.cluster("grete"), SHIPPED.environment("pytorch-2.3"))
+    assert (f"note: {image} is not staged yet: the wrappers of pytorch-2.3 fail until `invoke stage pytorch-2.3 "
+            "--cluster grete`") in res.stdout
     res = _invoke("modules", "--prefix", str(tmp_path))  # defaults.cluster is the host-runtime sandbox
     assert res.returncode == 2 and "runtime is host" in res.stderr and res.stderr.count("\n") == 1
 
