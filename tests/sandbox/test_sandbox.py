@@ -253,3 +253,13 @@ def test_stop_also_ends_what_starts_inside_while_the_first_ones_stop(tmp_path):
         if late.is_file():  # the late process, when stop missed it
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(late.read_text()), 9)
+
+
+def test_info_line_says_how_other_users_reach_it():
+    info = {"directory": "/S", "already_running": True, "partition": "debug", "gpus_per_node": 2,
+            "nodes": [{"hostname": "node1", "ip": "10.77.0.11"}], "env_file": "/S/env.sh", "conf": "/S/etc/slurm.conf"}
+    assert sandbox.info_line(dict(info, host_access=True)).endswith(
+        "\n  any local user, as themselves: export SLURM_CONF=/S/etc/slurm.conf")
+    assert sandbox.info_line(dict(info, host_access="the host already has route 10.0.0.0/8")).endswith(
+        "\n  other users cannot reach it: the host already has route 10.0.0.0/8")
+    assert "SLURM_CONF" not in sandbox.info_line(info)
