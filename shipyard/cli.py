@@ -7,6 +7,7 @@ Kept here so that ``tasks.py`` stays a thin layer of flags -> package calls.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import io
 import os
@@ -127,6 +128,9 @@ def install_parser_hooks(names=OPTIONAL_POSITIONALS) -> None:
 
     def handle_help_first(self, token):
         context = self.context
+        unknown = unknown_flag(self, token)
+        if unknown:
+            raise ParseError(unknown)
         flag = _help_flag(self, token)
         if (flag is not None and self.current_state != "unknown" and context is not None
                 and context is not self.initial and token not in context.flags
@@ -165,6 +169,24 @@ def install_parser_hooks(names=OPTIONAL_POSITIONALS) -> None:
     Program.print_task_help = print_task_help_with_positionals
     Program.parse_tasks = parse_tasks_bad_input_is_2
     ParseMachine._shipyard_hooks = True
+
+
+def unknown_flag(machine, token: str) -> str | None:
+    """One line for a long flag the task does not have, with the closest one it has; None for anything else.
+
+    Why here and not in invoke's own "No idea what ... is!": a task with a positional takes a mistyped flag as that
+    positional's value (`--imag x` became the environment "--imag"), and the error named the next word instead."""
+    context = machine.context
+    if (context is None or context is machine.initial or machine.waiting_for_flag_value
+            or not token.startswith("--") or token == "--"):
+        return None
+    name = token.partition("=")[0]
+    known = {*context.flags, *context.inverse_flags, *(machine.initial.flags if machine.initial else ())}
+    if name in known:
+        return None
+    close = difflib.get_close_matches(name, sorted(k for k in known if k.startswith("--")), n=1, cutoff=0.8)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"{context.name}: no flag {name}{hint} (--help lists its flags)"
 
 
 def usage_line(binary: str, task: str, positionals: Sequence, optional=OPTIONAL_POSITIONALS) -> str:

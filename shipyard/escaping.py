@@ -29,10 +29,13 @@ def shell_quote(word: object) -> str:
     would end a ``#`` comment line (the regenerate header) and let the rest run as code.
     """
     word = str(word)
-    if word in _RESERVED or word.startswith("="):  # `export A==` is valid bash, but reads as a typo for `==`
-        return f"'{word}'"
     if word.isprintable():
-        return shlex.quote(word)
+        quoted = shlex.quote(word)
+        # `export A==` is valid bash, but reads as a typo for `==`; shlex leaves such words bare only when they hold
+        # no quote or other special character, so plain single quotes are then safe
+        if (word in _RESERVED or word.startswith("=")) and not quoted.startswith("'"):
+            return f"'{word}'"
+        return quoted
     out = []
     for ch in word:
         if ch in "\\'":

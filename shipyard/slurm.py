@@ -213,9 +213,28 @@ def submit(cluster, script: str | os.PathLike, *, after: str | None = None, dire
             + [str(script)])  # extra: a sweep's --array and offset (issue 24)
     res = run(cluster, argv, timeout=policy()["timeouts"]["submit_s"], directory=directory)
     if res.returncode != 0:
+        elsewhere = not_a_login_node(cluster, res)
+        if elsewhere:
+            raise ShipyardError(elsewhere)
         raise ShipyardError(f"sbatch {Path(script).name} on cluster {cluster_name(cluster)}: {last_error(res)}",
                             exit_code=1)
     return res.stdout.strip().split(";")[0]
+
+
+# What Slurm's clients say when this machine has no configuration of the cluster (slurm.conf or configless): the
+# command ran where no Slurm cluster is, not a job that Slurm refused.
+_NO_CLUSTER_HERE = ("Could not establish a configuration source", "Unable to contact slurm controller",
+                    "s_p_parse_file: unable to read")
+
+
+def not_a_login_node(cluster, res: subprocess.CompletedProcess) -> str | None:
+    """One line (bad input: exit 2) when a client failed because this machine is no login node of ``cluster``."""
+    text = (res.stderr or "") + (res.stdout or "")
+    if not any(s in text for s in _NO_CLUSTER_HERE) or is_sandbox(cluster):
+        return None
+    name = cluster_name(cluster)
+    return (f"cluster {name}: this machine is not one of its login nodes ({last_error(res)}); run the command on "
+            f"one, or set clusters.{name}.login and remote to reach it over ssh (docs/remote.md)")
 
 
 def test_only(cluster, script: str | os.PathLike, *, directory=None) -> str:

@@ -285,7 +285,7 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
     help={
         "environment": "the course environment (default: defaults.environment)",
         "cluster": "cluster the students run on (default: defaults.cluster)",
-        "out": "folder to write the handout into (students copy it from there); must be empty unless --force",
+        "out": "folder to write the handout into (students copy it from there); must be empty unless --replace",
         "nodes": "nodes per student job (default: 1)",
         "gpus_per_node": "GPUs per node (default: the partition's)",
         "partition": "Slurm partition (default: the cluster's scheduler.partition)",
@@ -293,12 +293,14 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
         "name": "launcher name: writes OUT/<name>.sbatch (default: train-<cluster>)",
         "account": "Slurm account the students' jobs use (default: the cluster's scheduler.account)",
         "registry": "registry file (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
-        "force": "replace the handout's files in a non-empty --out; also go on despite `invoke check` ERRORs",
+        "replace": "replace the handout's files in a non-empty --out (a new handout over an old one)",
+        "force": "go on despite `invoke check` ERRORs (named in the launcher's header)",
+        "dry_run": "print the launcher and STUDENTS.md instead of writing them (also before the image is staged)",
     },
 )
 @task_guard
 def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_per_node=None, partition=None,
-                   time=None, name=None, account=None, registry=None, force=False):
+                   time=None, name=None, account=None, registry=None, replace=False, force=False, dry_run=False):
     """Write a student folder: a launcher with no instructor path (per-user logs, checkpoints), STUDENTS.md."""
     from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import course as course_commands  # lazy: start-up of every task
@@ -307,7 +309,7 @@ def course_handout(c, environment=None, cluster=None, out="", nodes=None, gpus_p
                                   partition=partition, time=time, name=name, account=account, registry=registry,
                                   force=force)
     raise SystemExit(course_commands.handout_folder(Context.load(registry), opts, out, argv_after_dashdash(sys.argv),
-                                                    force=force))
+                                                    replace=replace, dry_run=dry_run))
 
 
 course_tasks = Collection("course", course_handout)
@@ -586,17 +588,23 @@ def pull(c, env=None, registry="", tag="", force=False):
         "tag": "with --from registry: tag to pull (default: the one the last push recorded)",
         "mode": "permissions of the image and its record: group (0640, default), world (0644) or an octal mode",
         "link": "hard-link instead of copying (same filesystem only)",
-        "force": "stage even when `invoke check` finds an ERROR for ENV on the cluster (warned, recorded beside the image)",
+        "force": "stage even when `invoke check` finds an ERROR for ENV on the cluster (warned, recorded beside the "
+                 "image); with --prune, remove versions that handouts bind too",
+        "list": "list the staged versions of ENV's image, the current one and the handouts that bind each",
+        "rollback": "point ENV's image back at the version staged before the current one",
+        "prune": "remove the staged versions that are not current and that no handout binds",
     },
 )
 @task_guard
-def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="", link=False, force=False):
+def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="", link=False, force=False,
+          list_=False, rollback=False, prune=False):
     """Put ENV's image into the cluster's storage atomically, verified, with a record launchers check."""
     from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import stage as stage_commands  # lazy: the build backends cost ~0.1 s
 
     raise SystemExit(stage_commands.stage(Context.load(), env, cluster, source=from_, registry=registry, tag=tag,
-                                          mode=mode, link=link, force=force))
+                                          mode=mode, link=link, force=force, list_=list_, rollback=rollback,
+                                          prune=prune))
 
 
 # ----------------------------------------------------------------------------------------------- locks, modules, signing

@@ -114,3 +114,24 @@ def test_a_real_value_is_still_a_positional(invoke):
     assert res.returncode == 0 and res.stdout.startswith("environment pytorch-2.3"), res.stderr
     bad = invoke("logs", "12;x")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("course.handout", "--forse"), "course.handout: no flag --forse; did you mean --force?"),
+    (("course.handout", "--out=/tmp/h", "--replce"), "course.handout: no flag --replce; did you mean --replace?"),
+    (("launch", "--nodse", "2"), "launch: no flag --nodse; did you mean --nodes?"),
+    (("course.handout", "--image", "x.sif"), "course.handout: no flag --image (--help lists its flags)"),
+])
+def test_a_mistyped_flag_is_one_line_with_the_closest_flag(args, line):
+    """A task with a positional took a mistyped flag as that positional's value and blamed the next word (or ran
+    with an environment named "--forse"); now the flag is named, with the nearest real one."""
+    res = in_process(*args)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert res.stderr.strip() == f"shipyard: error: {line}" + ("" if line.endswith(")") else
+                                                               " (--help lists its flags)")
+
+
+def test_a_flag_value_that_looks_like_a_flag_is_still_a_value(invoke):
+    """`--name --help` names the launcher "--help", as invoke does: only a word in a flag's place is checked."""
+    res = in_process("launch", "--name", "--nodse", "--help")
+    assert "no flag" not in res.stderr, res.stderr

@@ -12,15 +12,52 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
+from shipyard import runtimes, slurm
+from shipyard.commands import launch as launch_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import handout, image_check, launcher
 from shipyard.launch.options import Options
+from shipyard.staging import versions
+
+
+def sandbox_conf(cluster) -> str | None:
+    """The sandbox's slurm.conf, which students' own clients read (the host is on the sandbox's network); None for
+    a real cluster, whose login node's clients find their configuration themselves."""
+    return str(slurm.sandbox_directory() / "etc" / "slurm.conf") if slurm.is_sandbox(cluster) else None
+
+
+def remember(ctx: Context, env, cluster, dest: Path) -> None:
+    """List the handout beside the staged image, so that `stage --list` shows and `stage --prune` keeps the version
+    its launcher is written for."""
+    rt = runtimes.get(cluster.runtime)
+    if not rt.containerised:
+        return
+    pointer = Path(rt.image(ctx.registry.root, env.name, cluster))
+    if not versions.is_pointer(pointer):
+        return
+    try:
+        versions.add_handout(pointer, dest)
+    except OSError as exc:
+        ctx.say(f"note: cannot list this handout in {versions.handouts_file(pointer)} ({exc.strerror or exc}); "
+                f"`stage --prune` will not know that it runs {versions.current(pointer).name}")
+
+
+def preview(ctx: Context, name: str, text: str, md: str, dest: Path, unbound: str | None) -> int:
+    """--dry-run: the launcher and STUDENTS.md as they would be written into ``dest``; nothing is written."""
+    ctx.say(f"--- {dest / (name + '.sbatch')} (dry run: not written)")
+    ctx.say(text.rstrip("\n"))
+    ctx.say(f"--- {dest / 'STUDENTS.md'} (dry run: not written)")
+    ctx.say(md.rstrip("\n"))
+    ctx.say("dry run: nothing written" + (f"; NOT READY: {unbound}" if unbound else
+                                          "; the launcher is bound to the staged image it names"))
+    return 0
 
 
 def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str] = (),
-                   workdir: str | os.PathLike | None = None, *, force: bool = False) -> int:
-    """Write the handout into ``out``; 0, or a ShipyardError line."""
+                   workdir: str | os.PathLike | None = None, *, replace: bool = False, dry_run: bool = False) -> int:
+    """Write the handout into ``out``; 0, or a ShipyardError line. ``replace`` (``--replace``) writes over the
+    handout files of a non-empty ``out``; ``--force`` (in ``opts``) means only "go on despite check ERRORs"."""
     if not out:
         raise ShipyardError("--out: name the folder to write the handout into (students copy it from there)")
     if not command:
@@ -30,9 +67,16 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
     forced = ctx.gate(env, cluster, what="handout", force=opts.force)
     here = Path(workdir or Path.cwd())
     l = launcher.build(ctx.registry, env, cluster, opts, command, here, forced)
-    launcher.require_bound(l)
+    unbound = None
+    if runtimes.get(l.runtime).containerised and not (l.image_bound_from or "").startswith("stage record"):
+        # students cannot read the instructor's containers/: only a staged image (its record) binds a handout
+        unbound = (f"{l.image}: no staged image to bind the handout to; run `stage {env.name} --cluster "
+                   f"{cluster.name}` first (--dry-run shows the handout before that)")
+        if not dry_run:
+            raise ShipyardError(f"course.handout: {unbound}")
+    launch_commands.require_current_spec(ctx, l, env, opts.force)
     student = handout.student_launcher(l)
-    text = handout.render(student, str(ctx.registry.root))
+    text = handout.render(student, str(ctx.registry.root), preview=dry_run)
     shell_part = cluster.interactive_partition or l.partition
     check = (image_check.Check(l.image, l.image_sha256, l.image_input_hash, l.image_bound_from)
              if l.image_sha256 else None)  # the launcher's own binding; --image opts out, as in the launcher
@@ -43,12 +87,16 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
         if check else None
     dest = Path(out).absolute()
     md = handout.students_md(student, env.name, shlex.join(command), interactive, str(dest),
-                             cluster.host_requirements, image_check.SCRIPT if check else None)
+                             cluster.host_requirements, image_check.SCRIPT if check else None,
+                             sandbox_conf(cluster))
     script = handout.copy_source(Path(ctx.registry.root), here, command)
-    written = handout.write(dest, l.name, text, md, script, force=force, extra=extra)
+    if dry_run:
+        return preview(ctx, l.name, text, md, dest, unbound)
+    written = handout.write(dest, l.name, text, md, script, force=replace, extra=extra)
+    remember(ctx, env, cluster, dest)
     ctx.say(f"wrote the handout for {env.name} on {cluster.name} into {dest}:")
     for p in written:
         ctx.say(f"  {os.path.relpath(p, dest)}{'/' if p.is_dir() else ''}")
-    ctx.say(f"students: cp -r {shlex.quote(str(dest))} ~/{env.name} && cd ~/{env.name} && sbatch {l.name}.sbatch"
-            " (see STUDENTS.md)")
+    ctx.say(f"students: mkdir -p ~/{env.name} && cp -r {shlex.quote(str(dest))}/. ~/{env.name}/ && cd ~/{env.name} "
+            f"&& sbatch {l.name}.sbatch (see STUDENTS.md; the same copy line updates a copy)")
     return 0

@@ -24,6 +24,18 @@ from shipyard.launch.options import NCCL_TEST, TORCHRUN, Options
 from shipyard.remote import transport
 
 
+def require_current_spec(ctx: Context, l, env, force: bool) -> None:
+    """Refuse a launcher (or handout) whose image was built from another spec than registry.yaml's today, in one
+    line; with ``force`` go on and say so (on the error stream: a dry run's launcher is the output)."""
+    drift = launcher.spec_drift(l, env, Path(ctx.registry.root))
+    if not drift:
+        return
+    if not force:
+        raise ShipyardError(f"{drift}; rebuild and stage it (`invoke build {env.name}`, `invoke stage {env.name} "
+                            f"--cluster {l.cluster}`), or --force to run it anyway")
+    print(f"WARNING: {drift}; going on (--force)", file=ctx.err)
+
+
 def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: str | os.PathLike | None = None, *,
            kind: str = TORCHRUN) -> int:
     """`invoke launch` (``kind`` torchrun) and `invoke nccl-test`: build the launcher, write it (or print it with
@@ -44,6 +56,8 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
     launcher.require_bound(l)
     if kind == NCCL_TEST:
         launcher.require_nccl_tests(l, env, opts.image_has_nccl_tests)
+    else:
+        require_current_spec(ctx, l, env, opts.force)
     if opts.dry_run:
         ctx.say(launcher.render(l).rstrip("\n") + ("\n" + launcher.chain_plan(l) if l.chain > 1 else ""))
         return 0
@@ -146,6 +160,11 @@ def modules(ctx: Context, env: str | None = None, cluster: str | None = None, pr
     checks = [p for p in paths if p.name == image_check.SCRIPT]
     ctx.say(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods) - len(checks)} wrapper(s), which run "
             f"{len(checks)} image check(s) first")
+    for e in envs:  # written all the same: the wrappers name the image's place, which a stage fills later
+        image = module_files.image_path(ctx.registry, cl, e)
+        if image and not os.path.exists(image):
+            ctx.say(f"note: {image} is not staged yet: the wrappers of {e.name} fail until `invoke stage {e.name} "
+                    f"--cluster {cl.name}`")
     if mods:
         ctx.say(f"  module use {shlex.quote(str(mods[0].parent.parent))}")
         for m in mods:

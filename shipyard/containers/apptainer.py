@@ -80,8 +80,10 @@ def preflight_apptainer(*, fakeroot: bool, environ: dict | None = None, uid: int
         user = pwd.getpwuid(uid).pw_name
     problems = []
     if not which("apptainer"):
+        # inside a Slurm job (a `build --slurm` job among them) --slurm would only send the build here again
+        elsewhere = "" if environ.get("SLURM_JOB_ID") else ", or --slurm to build on a cluster node that has it"
         problems.append("apptainer is not on PATH: install it (or `module load apptainer`), "
-                        "or use --backend docker, or --slurm to build on a cluster node that has it")
+                        f"or use --backend docker{elsewhere}")
     if fakeroot and uid != 0:
         mapped = _has_mapping(subuid, user, uid) and _has_mapping(subgid, user, uid)
         if not mapped and not which("fakeroot"):

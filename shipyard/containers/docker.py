@@ -59,7 +59,9 @@ def client(timeout: int = 3600):
     try:  # DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, as the docker CLI reads them
         api = docker.APIClient(timeout=timeout, version="auto", **docker.utils.kwargs_from_env())
     except docker.errors.DockerException as exc:
-        raise ShipyardError(f"docker backend: no Docker engine at ${{DOCKER_HOST}} or /var/run/docker.sock "
+        where = f"DOCKER_HOST={os.environ['DOCKER_HOST']}" if os.environ.get("DOCKER_HOST") else \
+            "/var/run/docker.sock (DOCKER_HOST is not set)"
+        raise ShipyardError(f"docker backend: no Docker engine at {where} "
                             f"({str(exc).splitlines()[0][:160]}); start dockerd or set DOCKER_HOST") from None
     return api
 

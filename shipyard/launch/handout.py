@@ -43,8 +43,9 @@ def student_launcher(l: Launcher) -> Launcher:
                                mounts=mounts, registry="", regenerate=(), chain=1)
 
 
-def render(l: Launcher, instructor_root: str) -> str:
-    """The student launcher's text for ``l`` (already :func:`student_launcher`'d)."""
+def render(l: Launcher, instructor_root: str, preview: bool = False) -> str:
+    """The student launcher's text for ``l`` (already :func:`student_launcher`'d); ``preview`` shows it even while
+    it still names the instructor's project (`course.handout --dry-run` before the image is staged)."""
     text = launcher.render(l)
     out = []
     for n, line in enumerate(text.splitlines(keepends=True), 1):
@@ -56,7 +57,7 @@ def render(l: Launcher, instructor_root: str) -> str:
             line = line.replace(SUBMIT_DIR, SUBMIT_DIR_SHELL)
         out.append(line)
     text = "".join(out)
-    if re.search(re.escape(instructor_root.rstrip("/")) + r"(?=[/'\":,\s]|$)", text, re.M):
+    if not preview and re.search(re.escape(instructor_root.rstrip("/")) + r"(?=[/'\":,\s]|$)", text, re.M):
         raise ShipyardError(f"course.handout: the launcher would still name {instructor_root} (the instructor's "
                             "project), e.g. an image stored under it; stage the image to shared storage "
                             "(an absolute clusters.NAME.storage) first")
@@ -69,6 +70,8 @@ def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[
     ``check``: the image check script in the handout (relative to the student's copy), run first: srun only when
     it passes."""
     words = ["srun", f"--partition={partition}", "--nodes=1"]
+    if l.account:  # the batch launcher's account: a cluster that requires one refuses an srun without it
+        words.append(f"--account={l.account}")
     if l.gpus_per_node:
         words.append("--gpus=1")
     if time:
@@ -90,15 +93,18 @@ def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[
 
 
 def students_md(l: Launcher, course: str, script: str, interactive: str, where: str,
-                host_requirements: Sequence[str] = (), checked: str | None = None) -> str:
+                host_requirements: Sequence[str] = (), checked: str | None = None,
+                slurm_conf: str | None = None) -> str:
     """STUDENTS.md: one page, for this course's cluster; ``where``: the handout folder students copy.
 
     On a ``host`` cluster the job runs the ``torchrun`` on the student's own PATH (the launcher names no Python, so
     it never depends on the instructor's environment, which may be private); the page says so, with the cluster's
-    ``host_requirements``. ``checked``: the image check script the interactive line runs first (said on the page)."""
+    ``host_requirements``. ``checked``: the image check script the interactive line runs first (said on the page).
+    ``slurm_conf``: the configuration file students point their Slurm clients at, where the cluster has no login
+    node whose clients already find theirs (the local sandbox)."""
     return templating.render("shipyard.launch", "STUDENTS.md.j2", trim_blocks=True, l=l, course=course,
                              script=script, interactive=interactive, where=where, version=__version__,
-                             host_requirements=tuple(host_requirements), checked=checked)
+                             host_requirements=tuple(host_requirements), checked=checked, slurm_conf=slurm_conf)
 
 
 def copy_source(project: Path, workdir: Path, command: Sequence[str]) -> tuple[Path, PurePosixPath] | None:
@@ -133,7 +139,7 @@ def write(out: Path, name: str, text: str, students: str, script: tuple[Path, Pu
     if out.exists() and not out.is_dir():
         raise ShipyardError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise ShipyardError(f"--out {out}: is not empty; pass --force to replace the handout's files in it")
+        raise ShipyardError(f"--out {out}: is not empty; pass --replace to replace the handout's files in it")
     with SharedFolder(out, f"--out {out}") as folder:
         logs = folder.mkdir("logs", 0o755)
         written = [folder.write(f"{name}.sbatch", text, 0o755), folder.write("STUDENTS.md", students, 0o644)]

@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Sequence
 
 from shipyard import __version__, facts, identity, project, slurm, templating
+from shipyard.containers import manifest as mf
 from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
 from shipyard.files import atomic_write
 from shipyard import runtimes
 from shipyard.launch import hints, options, passthrough, sweep as sweeps
 from shipyard.staging import record as staged
+from shipyard.staging import versions
 from shipyard.launch.fabric import (
     EnvVar,
     check_forbidden,
@@ -89,6 +91,7 @@ class Launcher:
     rdzv_port: int  # the first c10d store port; a job uses rdzv_port + job id % rdzv_ports
     rdzv_ports: int
     srun_wait: int
+    umask: str  # every launcher's umask (shipyard/data/launch.yaml): what its job writes is its user's alone
     chain: int
     transport: str
     failure_hints: str  # awk over the log of a failed step: a hint per known misleading error (launch/hints.py)
@@ -117,6 +120,11 @@ class Launcher:
     @property
     def path(self) -> Path:
         return project.launcher_path(Path(self.root), self.name)
+
+    @property
+    def log_mode(self) -> str:
+        """The mode a file created under the launcher's umask gets (its log, which Slurm opened before the umask)."""
+        return f"{0o666 & ~int(self.umask, 8):04o}"
 
     @property
     def log_dir(self) -> str:
@@ -381,7 +389,9 @@ def _image(reg: Registry, env_name: str, cl: Cluster, rt: Runtime, image: str | 
         others = "|".join(n for n in runtimes.NAMES if runtimes.get(n).containerised)
         raise ShipyardError(f"--image: the {rt.name} runtime runs without a container; drop --image or pick "
                             f"--runtime {others}")
-    return {"image": image or rt.image(reg.root, env_name, cl, override_flag="--image"), "modules": rt.modules(cl)}
+    # the version stage's pointer names now: a job queued before the next stage still runs what it was written for
+    return {"image": image or versions.resolve(rt.image(reg.root, env_name, cl, override_flag="--image")),
+            "modules": rt.modules(cl)}
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -434,11 +444,19 @@ def _monitoring(kind: str, monitor: bool, monitor_interval) -> dict:
             "monitor_interval": options.check("monitor_interval", interval)}
 
 
+def umask(value) -> str:
+    """The data file's umask as four octal digits; one line when it is not a umask."""
+    text = str(value)
+    if not re.fullmatch(r"0?[0-7]{3}", text):
+        raise ShipyardError(f"shipyard/data/launch.yaml defaults.umask {text!r}: expected an octal umask such as 077")
+    return f"{int(text, 8):04o}"
+
+
 def _site_constants(cl: Cluster) -> dict:
     """What no flag sets: shipyard/data/launch.yaml's ports and waits, and the transport the fabric should pick."""
     defaults = launch_data()["defaults"]
     return {"rdzv_port": int(defaults["rdzv_port"]), "rdzv_ports": int(defaults["rdzv_ports"]),
-            "srun_wait": int(defaults["srun_wait"]),
+            "srun_wait": int(defaults["srun_wait"]), "umask": umask(defaults["umask"]),
             "transport": expected_transport(cl.fabric),
             "failure_hints": hints.awk_program(hints.failure_hints())}
 
@@ -586,6 +604,27 @@ def require_bound(l: Launcher) -> None:
                         f"{runtimes.get(l.runtime).suffix} in containers/{l.environment}.json); run `invoke build "
                         f"{l.environment}` and `invoke stage {l.environment} --cluster {l.cluster}`, or give --image "
                         "PATH to run an image unchecked")
+
+
+def spec_drift(l: Launcher, env: Environment, root: Path) -> str | None:
+    """Why the image ``l`` is bound to is not what registry.yaml's environment gives today (the spec recorded with
+    it differs), naming the pins that differ when the build manifest in ``root`` is that build; None when it is, or
+    when nothing was recorded to compare (an image given with --image, a launcher without a container)."""
+    if not runtimes.get(l.runtime).containerised or l.image_opt_out or not l.image_spec_sha256:
+        return None
+    if l.image_spec_sha256 == env.spec_hash:
+        return None
+    what = f"spec sha256 {l.image_spec_sha256[:12]}, registry.yaml's is {env.spec_hash[:12]}"
+    try:
+        m = mf.read_manifest(project.manifest_path(root, env.name))
+    except (ShipyardError, OSError):
+        m = None
+    if m and m.spec_hash == l.image_spec_sha256 and m.pins:
+        now = {k: p.value for k, p in env.pins().items()}
+        diff = [f"{k} {m.pins.get(k)} -> {v}" for k, v in now.items() if m.pins.get(k) != v]
+        if diff:
+            what = ", ".join(diff)
+    return f"{l.image} was built from another spec of environments.{env.name} than registry.yaml's today ({what})"
 
 
 def require_nccl_tests(l: Launcher, env: Environment, vouched: bool) -> None:

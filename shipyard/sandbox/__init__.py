@@ -227,9 +227,12 @@ def info_line(info: dict) -> str:
     """One line per fact of an :func:`up` result, for the task's output."""
     head = "already running" if info.get("already_running") else f"up in {info['seconds']:.2f} s"
     nodes = ", ".join(f"{n['hostname']} {n['ip']}" for n in info["nodes"])
+    users = info.get("host_access")
+    anyone = (f"\n  any local user, as themselves: export SLURM_CONF={shlex.quote(info['conf'])}" if users is True else
+              f"\n  other users cannot reach it: {users}" if users else "")
     return (f"sandbox {info['directory']}: {head}; partition {info['partition']}; nodes {nodes}; "
             f"{info['gpus_per_node']} fake GPUs per node\n"
-            f"  clients: invoke sandbox.exec -- sinfo   or   . {shlex.quote(info['env_file'])} && sinfo")
+            f"  clients: invoke sandbox.exec -- sinfo   or   . {shlex.quote(info['env_file'])} && sinfo" + anyone)
 
 
 # ------------------------------------------------------------------------------------------------ extra SPANK plugins

@@ -58,6 +58,8 @@ class Plan:
     scheduler_parameters: str
     prefix_len: int
     bridge: str
+    host_link: str
+    host_ip: str
 
     conf = property(lambda self: self.root / "etc" / "slurm.conf")
     gres = property(lambda self: self.root / "etc" / "gres.conf")
@@ -106,6 +108,8 @@ def make_plan(directory, nodes: int | None = None, gpus_per_node: int | None = N
         scheduler_parameters=str(f["scheduler_parameters"]),
         prefix_len=int(net["prefix_len"]),
         bridge=net["bridge"],
+        host_link=str(net["host"]["link"]),
+        host_ip=str(net["host"]["ip"]),
     )
 
 
@@ -127,9 +131,38 @@ def render_configs(plan: Plan) -> dict[str, str]:
     }
 
 
-def render_env_sh(plan: Plan, netns: str, python_bin: str) -> str:
-    """The env file to source: one shell function per Slurm client that enters the controller's namespace."""
-    return render("env.sh.j2", p=plan, netns=netns, python_bin=python_bin, clients=CLIENTS,
+def render_env_sh(plan: Plan, netns: str, python_bin: str, host_access: bool = True) -> str:
+    """The env file to source: SLURM_CONF, and one shell function per Slurm client that puts this Python first on
+    the job's PATH. With ``host_access`` (the host is on the sandbox's network) the clients run as they are, for any
+    user; without it they enter the controller's namespace ``netns``, which only root can."""
+    return render("env.sh.j2", p=plan, netns=netns, python_bin=python_bin, clients=CLIENTS, host_access=host_access,
                   apptainer_bin=f"{facts()['runtimes']['apptainer']['prefix']}/bin")
+
+
+def network(plan: Plan) -> ipaddress.IPv4Network:
+    """The sandbox's network (controller, nodes and the host's leg)."""
+    return ipaddress.ip_network(f"{plan.controller.ip}/{plan.prefix_len}", strict=False)
+
+
+def host_overlap(plan: Plan, addresses: list[str], routes: list[str]) -> str | None:
+    """What on the host already claims the sandbox's network (an address or a route into it, the default route
+    aside), or None. ``addresses``: ``ip -o -4 addr`` lines; ``routes``: ``ip -o -4 route`` lines."""
+    net = network(plan)
+    for line in addresses:
+        words = line.split()
+        if "inet" in words:
+            iface = ipaddress.ip_interface(words[words.index("inet") + 1])
+            if iface.network.overlaps(net):
+                return f"address {iface} on {words[1]}"
+    for line in routes:
+        dest = line.split()[0] if line.split() else "default"
+        if dest == "default":
+            continue
+        try:
+            if ipaddress.ip_network(dest, strict=False).overlaps(net):
+                return f"route {line.strip()}"
+        except ValueError:
+            continue
+    return None
 
 

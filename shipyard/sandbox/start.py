@@ -19,7 +19,7 @@ from typing import Sequence
 from shipyard import procs
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
-from shipyard.sandbox.plan import Plan, facts, render_configs, render_env_sh
+from shipyard.sandbox.plan import Plan, facts, host_overlap, render_configs, render_env_sh
 from shipyard.sandbox.state import stop, write_state
 from shipyard.slurm import DIR_ENV, namespace_argv, python_bin
 
@@ -47,6 +47,7 @@ def start(plan: Plan) -> dict:
         _start_munged(plan, state)
         holders = {h.name: _start_holder(plan, state, h.name) for h in (plan.controller, *plan.nodes)}
         _network(plan, holders)
+        info["host_access"] = _attach_host(plan, holders[plan.controller.name], state)
         for host, port in ((plan.controller, plan.slurmctld_port), *((n, plan.slurmd_port) for n in plan.nodes)):
             check_port_free(holders[host.name], host.ip, port, host.name)
         _spawn(plan, state, "slurmctld", _in_ns(holders[plan.controller.name], "slurmctld", "-D", "-i", "-f",
@@ -62,7 +63,7 @@ def start(plan: Plan) -> dict:
     state["status"] = "up"
     write_state(root, state)
     atomic_write(plan.env_sh, render_env_sh(plan, f"/proc/{holders[plan.controller.name]}/ns/net",
-                                               python_bin()))
+                                               python_bin(), host_access=info["host_access"] is True))
     return dict(info, already_running=False)
 
 
@@ -167,6 +168,35 @@ def _network(plan: Plan, holders: dict[str, int]) -> None:
     for n in plan.nodes:
         _ip_batch(holders[n.name], ["link set lo up", f"addr add {n.ip}/{plan.prefix_len} dev eth0",
                                     "link set eth0 up"], n.name)
+
+
+def _attach_host(plan: Plan, ctl_pid: int, state: dict) -> bool | str:
+    """Put the host on the sandbox's bridge (a veth pair: ``plan.host_link`` with ``plan.host_ip`` here, its peer
+    on the bridge), so every user's Slurm clients reach the controller and nodes with SLURM_CONF alone and the nodes
+    reach an srun on the host. True when attached; else why not (one line), and clients keep root's nsenter route.
+
+    The pair lives and dies with the controller's namespace: when the sandbox stops, the kernel removes both ends."""
+    def ip(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["ip", *args], capture_output=True, text=True)
+
+    taken = host_overlap(plan, ip("-o", "-4", "addr", "show").stdout.splitlines(),
+                         ip("-o", "-4", "route", "show").stdout.splitlines())
+    if taken:
+        return f"the host already has {taken} in the sandbox's network"
+    if ip("link", "show", plan.host_link).returncode == 0:
+        return f"the host already has a link named {plan.host_link}"
+    made = ip("link", "add", plan.host_link, "type", "veth", "peer", "name", "host0", "netns", str(ctl_pid))
+    if made.returncode != 0:
+        return f"ip link add {plan.host_link} failed: {made.stderr.strip() or made.returncode}"
+    state["info"]["host_link"] = plan.host_link
+    write_state(plan.root, state)
+    _ip_batch(ctl_pid, ["link set host0 master " + plan.bridge, "link set host0 up"], plan.controller.name)
+    res = subprocess.run(["ip", "-batch", "-"], input=f"addr add {plan.host_ip}/{plan.prefix_len} dev "
+                         f"{plan.host_link}\nlink set {plan.host_link} up\n", capture_output=True, text=True)
+    if res.returncode != 0:
+        raise ShipyardError(f"sandbox.up: the host's leg {plan.host_link} on the sandbox network failed: "
+                            f"{res.stderr.strip() or res.returncode}")
+    return True
 
 
 def _ip_batch(pid: int, cmds: list[str], where: str) -> None:

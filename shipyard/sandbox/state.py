@@ -42,6 +42,14 @@ def _inside(inodes: set, exclude: set[int]) -> list[int]:
     return out
 
 
+def _wait_link_gone(link: str | None, seconds: float) -> None:
+    """The host's leg on the sandbox network goes with the controller's namespace, but the kernel frees a namespace
+    after its last process, not with it: wait, so that a sandbox started next finds the name and network free."""
+    deadline = time.monotonic() + seconds
+    while link and Path("/sys/class/net", link).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def stop(state: dict, root: Path) -> None:
     """Stop the sandbox's processes: first everything inside its namespaces (daemons and job steps), then munged,
     then the namespace holders. Only processes whose PID *and* start time match the record are signalled."""
@@ -61,5 +69,6 @@ def stop(state: dict, root: Path) -> None:
         procs.kill(late, 1.0)
     procs.kill([p["pid"] for p in live if not p["role"].startswith("ns:") and procs.alive(p)], stop_s)
     procs.kill([p["pid"] for p in holders if procs.alive(p)], stop_s)
+    _wait_link_gone(state.get("info", {}).get("host_link"), stop_s)
     state["status"] = "down"
     write_state(root, state)

@@ -34,6 +34,7 @@ from shipyard import facts, identity, project
 from shipyard.containers import manifest as mf
 from shipyard.errors import ShipyardError
 from shipyard.files import exclusive_write, sha256_fd
+from shipyard.staging import versions
 
 SCHEMA = 2
 MAX_BYTES = int(facts.load("limits")["input_bytes"]["stage_record"])  # a record is about 1 KiB
@@ -85,8 +86,9 @@ class StageRecord:
 
 
 def record_path(image: str | Path) -> Path:
-    """``<storage>/<env>.sif`` -> ``<storage>/<env>.sif.json``."""
-    return Path(str(image) + RECORD_SUFFIX)
+    """``<storage>/<env>.sif`` -> ``<storage>/<env>.sif.json``; for stage's current pointer, the record of the
+    version it names (:mod:`shipyard.staging.versions`)."""
+    return Path(str(versions.current(image)) + RECORD_SUFFIX)
 
 
 def render_record(rec: StageRecord) -> str:
@@ -198,6 +200,7 @@ def _load(image: str | Path) -> tuple[StageRecord | None, str, str]:
 
 def image_changed(image: str | Path, rec: StageRecord) -> str | None:
     """None when ``image`` is still the file its record describes (:mod:`shipyard.identity`'s rule); else why not."""
+    image = versions.current(image)
     if identity.changed(image, rec.stamp) is None:
         return None
     try:

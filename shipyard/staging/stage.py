@@ -13,8 +13,10 @@ Rules, whatever the source:
 * **Like an installer, in a directory others can write in.** One stage of an image at a time (``flock`` on
   ``.ENV.sif.lock``; a second waits). The image is written into a private 0700 directory created in the storage
   (``mkdtemp``: a random name, nothing can be planted inside), a copy with ``O_CREAT|O_EXCL|O_NOFOLLOW`` and its final
-  mode from the start; it is hashed through its own descriptor, renamed over the old image (a symlink there is
-  replaced, never followed), and the record binds the inode and ctime of that very file. The record is written the
+  mode from the start; it is hashed through its own descriptor, renamed to its version's name
+  (``ENV.<sha12>.sif``, :mod:`shipyard.staging.versions`), and the record binds the inode and ctime of that very
+  file; then the current pointer ``ENV.sif`` is moved to it (a symlink of someone else's there is replaced, never
+  followed). The record is written the
   same way and read back. Temp files of stages that died are removed and reported. A job starting in between sees a
   record that does not match and stops -- never half an image.
 * **Verified.** From ``containers/``: copied (or hard-linked with ``--link``) and re-hashed against the build
@@ -22,7 +24,8 @@ Rules, whatever the source:
   checked (:func:`shipyard.containers.push.pull_sif`). For pyxis from a docker image: ``enroot import`` runs as a
   batch job on the cluster's build partition (never on the login node), and the squashfs it writes is hashed here.
 * **Readable by the course.** ``--mode group`` (0640, the default), ``world`` (0644) or an octal mode, for the image
-  and its record; data: ``shipyard/data/stage.yaml``.
+  and its record; data: ``shipyard/data/stage.yaml``. A re-stage without ``--mode`` keeps the readers the staged
+  image has; an explicit ``--mode`` that takes some away says whom (:func:`keep_readers`).
 * **Idempotent and cheap.** When the record beside the image already names the same sha256 and input hash, the image
   is still the file it describes (:mod:`shipyard.identity`'s rule: inode and ctime, which no writer sets back) and
   the mode is the one asked for, nothing is written; ``--force`` writes and verifies it again. "Already staged" is
@@ -57,6 +60,7 @@ from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, exclusive_temp, now_iso, sha256_fd
 from shipyard import runtimes
 from shipyard.staging import record as staged
+from shipyard.staging import versions
 from shipyard.registry.model import Cluster, Environment, Registry
 
 SOURCES = ("auto", "containers", "registry", "docker")
@@ -381,6 +385,9 @@ def _locked(dest: Path, perm: int, storage: Path, out: IO[str] | None):
         os.close(fd)  # releases the lock
 
 
+locked = _locked  # the same lock for --list/--rollback/--prune (shipyard/staging/history.py)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -432,9 +439,38 @@ def up_to_date(dest: Path, src: Source, mode: int) -> staged.StageRecord | None:
         rec.source_reference == src.reference and rec.input_hash == src.input_hash
     if not same or (src.input_hash and rec.input_hash != src.input_hash):
         return None
-    if dest.lstat().st_mode & 0o777 != mode or staged.record_path(dest).lstat().st_mode & 0o777 != mode:
+    image = versions.current(dest)
+    if image.lstat().st_mode & 0o777 != mode or staged.record_path(dest).lstat().st_mode & 0o777 != mode:
         return None
     return None if staged.content_differs(dest, rec) else rec
+
+
+def keep_readers(dest: Path, mode: str | None, perm: int) -> tuple[int, str | None]:
+    """The mode to stage with, and a line to say about it. A re-stage without ``--mode`` keeps the readers the
+    staged image has (a course published to everyone stays published: the default would lock its students out); an
+    explicit ``--mode`` that takes readers away goes on and says whom it drops."""
+    try:
+        st = dest.lstat()
+    except FileNotFoundError:
+        return perm, None
+    if not stat_module.S_ISREG(st.st_mode):
+        return perm, None
+    had = stat_module.S_IMODE(st.st_mode)
+    if mode is None:
+        if had & 0o044 & ~perm:
+            try:
+                kept = parse_mode(f"{had | perm:04o}")
+            except ShipyardError:
+                return perm, None
+            return kept, (f"{dest.name}: keeping its readers (mode {kept:04o}, was {had:04o}); pass --mode to "
+                          "change that")
+        return perm, None
+    lost = had & 0o044 & ~perm
+    if lost:
+        who = " and ".join(w for w, bit in (("its group", 0o040), ("everyone else", 0o004)) if lost & bit)
+        return perm, (f"{dest.name}: narrowing mode {had:04o} to {perm:04o} as --mode asks: {who} can no longer "
+                      "read the image (jobs of those students will fail)")
+    return perm, None
 
 
 def request(cluster: Cluster, source: str = "auto", mode: str | None = None):
@@ -460,6 +496,9 @@ def stage(reg: Registry, env: Environment, cluster: Cluster, *, source: str = "a
     dest = Path(rt.image(reg.root, env.name, cluster))
     storage = dest.parent
     check_storage(cluster, storage)
+    perm, note = keep_readers(versions.current(dest), mode, perm)
+    if note:
+        print(note, file=out)
     if source == "auto":
         source = "containers" if fmt == "sif" or project.artifact_path(reg, env.name, fmt).is_file() else "docker"
     if source == "docker" and fmt != "sqsh":
@@ -475,9 +514,15 @@ def stage(reg: Registry, env: Environment, cluster: Cluster, *, source: str = "a
         _clean_stale(dest, out)
         rec = up_to_date(dest, src, perm) if not (forced or force) else None
         if rec:
-            print(f"{env.name}: already staged at {dest} (sha256 {rec.sha256[:12]}, input hash "
+            print(f"{env.name}: already staged at {versions.current(dest)} (sha256 {rec.sha256[:12]}, input hash "
                   f"{rec.input_hash[:12]}); nothing to do", file=out)
             return rec
+        earlier = versions.version_path(dest, src.sha256) if src.sha256 and not (forced or force) else None
+        if earlier and earlier != versions.current(dest) and up_to_date(earlier, src, perm):
+            versions.point(dest, earlier)  # a version staged before (then rolled back from): current again
+            print(f"{env.name}: {dest.name} points at {earlier.name} again (staged before; sha256 "
+                  f"{src.sha256[:12]})", file=out)
+            return staged.read_record(earlier)[0]
         check_space(storage, src.size)
         return _write(env, cluster, src, dest, perm, forced, out)
 
@@ -512,6 +557,7 @@ def _write(env: Environment, cluster: Cluster, src: Source, dest: Path, perm: in
                 raise ShipyardError(f"{tmp}: the staged copy hashes to sha256 {got}, the source says {want}; "
                                     "nothing was replaced (check the storage's filesystem and try again)")
             os.fchmod(fd, perm)
+            pointer, dest = dest, versions.version_path(dest, got)  # this build's own name; the pointer moves last
             os.replace(tmp, dest)
             st = identity.fstamp(fd)  # the file this process wrote and hashed, whatever lies at dest now
         finally:
@@ -534,8 +580,20 @@ def _write(env: Environment, cluster: Cluster, src: Source, dest: Path, perm: in
     )
     try:
         staged.write_record(dest, record, mode=perm)
+        _move_pointer(pointer, dest)
     except OSError as exc:
         raise _os_error(exc, storage) from None
     print(f"staged {env.name} at {dest} (sha256 {got[:12]}, input hash {record.input_hash[:12]}, mode "
-          f"{perm:04o}, from {src.kind} {src.reference})", file=out)
+          f"{perm:04o}, from {src.kind} {src.reference}); {pointer.name} now names it", file=out)
     return record
+
+
+def _move_pointer(pointer: Path, version: Path) -> None:
+    """Point ``pointer`` at ``version``. An image staged by an older shipyard (a regular file at the pointer's
+    name) is replaced by the pointer, and its record, now describing nothing, goes with it."""
+    legacy = not versions.is_pointer(pointer) and pointer.is_file() and not pointer.is_symlink()
+    versions.point(pointer, version)
+    if legacy:
+        old = Path(str(pointer) + staged.RECORD_SUFFIX)
+        if old.is_file() and not old.is_symlink():
+            old.unlink()

@@ -495,6 +495,16 @@ def test_preflight_names_missing_apptainer(tmp_path):
                                                       "APPTAINER_CACHEDIR": str(tmp_path)},
                                              min_free_gib={"tmpdir": 0, "cachedir": 0})
     assert len(problems) == 1 and problems[0].startswith("apptainer is not on PATH")
+    assert problems[0].endswith(", or --slurm to build on a cluster node that has it")
+
+
+def test_preflight_inside_a_slurm_job_does_not_advise_slurm(tmp_path):
+    """A `build --slurm` job on a node without apptainer: --slurm would only send the build there again."""
+    problems = apptainer.preflight_apptainer(fakeroot=False, which=lambda name: None,
+                                             environ={"APPTAINER_TMPDIR": str(tmp_path),
+                                                      "APPTAINER_CACHEDIR": str(tmp_path), "SLURM_JOB_ID": "7"},
+                                             min_free_gib={"tmpdir": 0, "cachedir": 0})
+    assert len(problems) == 1 and problems[0].endswith("or use --backend docker") and "--slurm" not in problems[0]
 
 
 def test_preflight_names_missing_fakeroot_mapping(tmp_path):

@@ -48,6 +48,7 @@ from fixtures_launch import as_user, job_story, make_user, run_launch, searchabl
 from shipyard import registry
 from shipyard.files import sha256_file
 from shipyard.sandbox import runtimes
+from shipyard.staging import versions
 import helpers_stage
 from shipyard.containers import manifest as mf
 from shipyard.commands import registry as registry_commands
@@ -149,7 +150,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
     # stage the SIF the real Apptainer made from that image (readable by every user: an unprivileged user's job
     # runs it below); a job verifies its record before its step and trains
     rec = helpers_stage.stage(reg, "real", "sandbox", out=io.StringIO(), mode="world")
-    staged = root / ".sandbox" / "images" / "real.sif"
+    staged = versions.current(root / ".sandbox" / "images" / "real.sif")  # the version launchers name
     assert rec.sha256 == m.artifacts["sif"].sha256 and staged.is_file()
     (root / "containers" / "real.sif").unlink()  # GBs: the staged copy is the one that runs
     (root / "examples").mkdir()

@@ -70,6 +70,45 @@ def test_students_md_on_a_host_cluster_says_whose_python_runs(launch_registry):
     assert "torchrun` on your `PATH`" not in handout.students_md(pyxis, "c", "train.py", "x", "/scratch/h")
 
 
+def test_students_md_for_the_sandbox_says_how_to_reach_its_slurm(launch_registry):
+    """On the local sandbox a student's own clients need its slurm.conf: the page gives the one line (quoted), and
+    the stand-in for sacct, which the sandbox cannot answer; a cluster's page has neither."""
+    l = handout.student_launcher(build_launcher(launch_registry, cluster="lab-socket", runtime="host", nodes=2,
+                                                command=CMD, workdir=FAKE_ROOT))
+    text = handout.students_md(l, "course", "train.py", "srun --pty bash", "/scratch/h",
+                               slurm_conf="/var/tmp/my sandbox/etc/slurm.conf")
+    assert "    export SLURM_CONF='/var/tmp/my sandbox/etc/slurm.conf'\n" in text
+    assert "scontrol show job JOBID" in text and "sacct" not in text.replace("for sacct", "")
+    plain = handout.students_md(l, "course", "train.py", "srun --pty bash", "/scratch/h")
+    assert "SLURM_CONF" not in plain and "sacct -j JOBID" in plain
+
+
+def test_students_md_copy_and_update_lines_work_as_printed(launch_registry, tmp_path):
+    """The copy line of step 1 and the update of step 5, run by bash as printed: the second copy never nests inside
+    the first, replaces the course's files and keeps the student's logs and checkpoints."""
+    where = tmp_path / "hand out"  # a space: the line quotes the folder
+    (where / "logs").mkdir(parents=True)
+    (where / "train.py").write_text("v1\n")
+    l = handout.student_launcher(build_launcher(launch_registry, cluster="lab-socket", runtime="host", nodes=2,
+                                                command=CMD, workdir=FAKE_ROOT))
+    text = handout.students_md(l, "course", "train.py", "srun --pty bash", str(where))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("mkdir -p ~/course")]
+    assert len(lines) == 2 and lines[0] == lines[1]
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["bash", "-c", lines[0]], env=env, check=True)
+    mine = home / "course"
+    (mine / "logs" / "train-1.out").write_text("my log\n")
+    (mine / "checkpoints").mkdir()
+    (mine / "checkpoints" / "train.pt").write_text("my weights\n")
+    (where / "train.py").write_text("v2\n")  # the course is updated
+    subprocess.run(["bash", "-c", lines[1]], env=env, check=True)
+    assert (mine / "train.py").read_text() == "v2\n" and not (mine / "hand out").exists()
+    assert (mine / "logs" / "train-1.out").read_text() == "my log\n"
+    assert (mine / "checkpoints" / "train.pt").read_text() == "my weights\n"
+
+
 def test_an_image_inside_the_instructors_project_is_refused(launch_registry):
     """lab-socket's storage is relative (under the project): a container launcher there would name it."""
     with pytest.raises(ShipyardError, match="would still name /srv/shipyard-project"):
@@ -85,7 +124,7 @@ def test_write_refuses_a_non_empty_folder_and_copies_the_script(tmp_path):
     assert sorted(p.name for p in written) == ["STUDENTS.md", "logs", "train-x.sbatch", "train.py"]
     assert (out / "train-x.sbatch").stat().st_mode & 0o777 == 0o755
     assert (out / "train.py").stat().st_mode & 0o777 == 0o644 and (out / "logs").is_dir()
-    with pytest.raises(ShipyardError, match="is not empty; pass --force"):
+    with pytest.raises(ShipyardError, match="is not empty; pass --replace"):
         handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src)
     handout.write(out, "train-x", "#!/bin/bash\n", "# s\n", src, force=True)
     with pytest.raises(ShipyardError, match="relative to where you run"):

@@ -130,6 +130,12 @@ def test_shell_quote_round_trips_through_bash(words):
     assert bash_words(" ".join(escaping.shell_quote(w) for w in words)) == words
 
 
+@pytest.mark.parametrize("word", ["='", "=", "==", "=a'b", "=\n", "if", "=$(id)"])
+def test_words_that_start_with_an_equals_sign_round_trip(word):
+    """Such words are quoted even when plain (`A==` reads as a typo); one with a quote inside is still shlex's."""
+    assert bash_words(escaping.shell_quote(word)) == [word]
+
+
 def test_hostile_args_reach_argv_through_the_rendered_script(launch_registry, tmp_path):
     """Execute the launcher's own srun line with stand-ins for srun/torchrun that print their argv."""
     l = _build(launch_registry, cluster="lab-socket", nodes=1, command=("train.py", *HOSTILE_ARGS))
@@ -450,6 +456,29 @@ def test_transport_line_reads_only_this_runs_part_of_the_log(launch_registry, tm
     assert res.stdout.strip().startswith(expect), res.stdout
 
 
+@pytest.mark.parametrize(("rc", "logged", "expect"), [
+    (143, "shipyard: error: node 1 (node2): torchrun is not on the PATH of the job (/usr/bin)", 127),
+    (143, "rank 0 step 1 loss 0.5", 143),
+    (0, "shipyard: error: node 1 (node2): torchrun is not on the PATH of the job (/usr/bin)", 0),
+])
+def test_a_missing_torchrun_is_the_jobs_exit_code(launch_registry, tmp_path, rc, logged, expect):
+    """One node without torchrun exits 127 and srun ends the others (143), then reports the highest code: the
+    launcher's own block makes the job's code the cause's. Only this run's part of the log counts."""
+    t = launch.render(_build(launch_registry, cluster="lab-socket", nodes=2))
+    start = t.index("since=$((log_start + 1))")
+    block = t[start: t.index('echo "shipyard: job step exit code $rc"', start)]
+    log = tmp_path / "job.out"
+    log.write_text("" if expect == 143 else "earlier run\n")
+    script = (f'log={log}\nlog_start=$(stat -c %s "$log")\nprintf "%s\\n" {escaping.shell_quote(logged)} >> "$log"\n'
+              f'rc={rc}\n{block}echo "$rc"')
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.split() == [str(expect)], (res.stdout, res.stderr)
+    old = tmp_path / "old.out"  # a requeued run's earlier part says it; this run's does not
+    old.write_text(logged + "\n")
+    script = f'log={old}\nlog_start=$(stat -c %s "$log")\nrc={rc}\n{block}echo "$rc"'
+    assert subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.split() == [str(rc)]
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True),
                        st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=16),
@@ -539,3 +568,14 @@ def test_pyxis_names_the_container_after_the_staged_images_hash(launch_registry)
     assert f"--container-name={l.environment}-{'ef' * 8}" in launch.container_argv(again)
     app = replace(_build(launch_registry, cluster="lab-efa", runtime="apptainer", nodes=2), image_sha256="ab" * 32)
     assert not any("container-name" in w for w in launch.container_argv(app))
+
+
+@pytest.mark.parametrize(("value", "mode"), [("077", "0077"), ("0027", "0027"), ("022", "0022")])
+def test_umask_from_the_data_file(value, mode):
+    assert launch.umask(value) == mode
+
+
+@pytest.mark.parametrize("value", ["77", "0o77", "u=rwx", "0888", ""])
+def test_a_bad_umask_in_the_data_file_is_one_line(value):
+    with pytest.raises(ShipyardError, match=r"^shipyard/data/launch.yaml defaults.umask .*expected an octal umask"):
+        launch.umask(value)

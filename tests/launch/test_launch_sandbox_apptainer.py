@@ -125,6 +125,47 @@ def test_a_replaced_image_is_stopped_before_srun(sandbox, sandbox_project, stage
     assert not (sandbox_project / "probe-out").exists()
 
 
+def test_a_job_queued_before_a_stage_runs_the_version_it_was_written_for(sandbox, sandbox_project, busybox_sif,
+                                                                          apptainer_on_path):
+    """Versioned staging on real Slurm and Apptainer: the launcher is written while the pointer names v1; its job
+    waits in the queue (held) while v2 is staged and the pointer moves; released, it checks and runs v1."""
+    from shipyard.files import sha256_file
+    from shipyard.staging import versions
+
+    pointer = sandbox_project / ".sandbox" / "images" / "pytorch-2.3.sif"
+    pointer.parent.mkdir(parents=True)
+
+    def stage_version(extra: bytes) -> Path:
+        tmp = pointer.with_name("incoming.sif")
+        shutil.copy(busybox_sif, tmp)
+        with open(tmp, "ab") as fh:
+            fh.write(extra)
+        version = versions.version_path(pointer, sha256_file(tmp))
+        tmp.replace(version)
+        stage_record(version)
+        versions.point(pointer, version)
+        return version
+
+    v1 = stage_version(b"")
+    run_launch([str(sandbox_project / "probe.py")], cluster="sandbox", runtime="apptainer", nodes=1, name="appt-v1")
+    launcher = sandbox_project / "launch" / "appt-v1.sbatch"
+    assert str(v1) in launcher.read_text() and str(pointer) + " " not in launcher.read_text()
+    res = subprocess.run(sandbox.argv(["sbatch", "--parsable", "--hold", str(launcher)]), capture_output=True,
+                         text=True, timeout=60, env=sandbox.env())
+    assert res.returncode == 0, res.stderr
+    job = res.stdout.strip().split(";")[0]
+    v2 = stage_version(b"version two")  # the course's update, while the job waits
+    assert versions.current(pointer) == v2 and v1.is_file()
+    assert sandbox.run(["scontrol", "release", job]).returncode == 0
+    log = sandbox_project / "launch" / "logs" / f"appt-v1-{job}.out"
+    info = wait_job(sandbox, job, log=log)
+    text = log.read_text()
+    assert info["ExitCode"] == "0:0", text[-3000:]
+    assert f"image {v1} matches its stage record" in text
+    recs = stand_in_records(sandbox_project, job)
+    assert [r["env"]["APPTAINER_CONTAINER"] for r in recs.values()] == [str(v1)], recs
+
+
 def test_a_missing_image_fails_the_job_with_one_line(sandbox, sandbox_project, apptainer_on_path):
     """An image given with --image (not checked against a stage record) that is not there: real Apptainer's one
     FATAL line names it, and the step fails."""

@@ -59,6 +59,30 @@ def test_env_sh_golden_and_shellcheck(plan, tmp_path):
     subprocess.run(["shellcheck", "-S", "warning", str(tmp_path / "env.sh")], check=True)
 
 
+def test_env_sh_without_the_hosts_leg_enters_the_namespace(plan, tmp_path):
+    """Where the host could not join the sandbox's network the clients keep root's route into the namespace."""
+    text = sandbox.render_env_sh(plan, "/proc/4242/ns/net", "/opt/py/bin", host_access=False)
+    (tmp_path / "env.sh").write_text(text)
+    subprocess.run(["shellcheck", "-S", "warning", str(tmp_path / "env.sh")], check=True)
+    assert "nsenter --net=/proc/4242/ns/net -- env SLURM_CONF=/SANDBOX/etc/slurm.conf" in text
+    assert "nsenter" not in sandbox.render_env_sh(plan, "/proc/4242/ns/net", "/opt/py/bin")
+
+
+@pytest.mark.parametrize(("addresses", "routes", "taken"), [
+    (["2: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0"],
+     ["default via 192.0.2.1 dev eth0", "192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2"], None),
+    (["5: shipyard-sb0    inet 10.77.0.254/24 scope global shipyard-sb0"], [], "address 10.77.0.254/24 on shipyard-sb0"),
+    ([], ["10.0.0.0/8 via 192.0.2.1 dev eth0"], "route 10.0.0.0/8 via 192.0.2.1 dev eth0"),
+    ([], ["10.77.0.128/25 dev wg0"], "route 10.77.0.128/25 dev wg0"),
+])
+def test_host_leg_only_where_the_network_is_free(plan, addresses, routes, taken):
+    """The default route does not claim the sandbox's network (it is why a client without the leg reached a stranger);
+    an address or a narrower or wider route into it does."""
+    from shipyard.sandbox.plan import host_overlap
+
+    assert host_overlap(plan, addresses, routes) == taken
+
+
 def test_env_sh_quotes_a_hostile_directory(reg, tmp_path):
     """Sourced by real bash, the exported paths are exactly the hostile directory's, and nothing ran."""
     hostile = sandbox.make_plan(HOSTILE, cluster=reg.cluster("sandbox"))
@@ -229,3 +253,13 @@ def test_stop_also_ends_what_starts_inside_while_the_first_ones_stop(tmp_path):
         if late.is_file():  # the late process, when stop missed it
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(late.read_text()), 9)
+
+
+def test_info_line_says_how_other_users_reach_it():
+    info = {"directory": "/S", "already_running": True, "partition": "debug", "gpus_per_node": 2,
+            "nodes": [{"hostname": "node1", "ip": "10.77.0.11"}], "env_file": "/S/env.sh", "conf": "/S/etc/slurm.conf"}
+    assert sandbox.info_line(dict(info, host_access=True)).endswith(
+        "\n  any local user, as themselves: export SLURM_CONF=/S/etc/slurm.conf")
+    assert sandbox.info_line(dict(info, host_access="the host already has route 10.0.0.0/8")).endswith(
+        "\n  other users cannot reach it: the host already has route 10.0.0.0/8")
+    assert "SLURM_CONF" not in sandbox.info_line(info)

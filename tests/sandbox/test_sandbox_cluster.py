@@ -149,6 +149,61 @@ def test_status_env_file_and_exec_cli(sandbox, invoke):
     assert res.stdout == "[a  b $(id)]\n"
 
 
+def test_two_users_use_the_sandbox_as_themselves_with_slurm_conf_alone(sandbox):
+    """Two real unprivileged accounts submit, watch, cancel and srun with Slurm's own clients and SLURM_CONF, as on
+    a login node: no nsenter, no root. Each job runs under its submitter's uid and writes into its submitter's own
+    folder; one user cannot cancel the other's job."""
+    import uuid
+
+    from fixtures_launch import as_user, make_user, wait_job
+
+    assert sandbox.info.get("host_access") is True, sandbox.info.get("host_access")
+    base = Path(tempfile.mkdtemp(prefix="shipyard-users-"))
+    base.chmod(0o755)
+    tag = uuid.uuid4().hex[:6]
+    names = [f"sy-usr-a{tag}", f"sy-usr-b{tag}"]
+    # what a student's own login shell has: no shipyard, no root's PATH, only the line STUDENTS.md gives
+    plain = {"PATH": "/usr/local/bin:/usr/bin:/bin", "SLURM_CONF": str(sandbox.directory / "etc" / "slurm.conf"),
+             "LANG": "C.UTF-8"}
+
+    def as_(u, script: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([*as_user(u), "bash", "-c", f"cd && {script}"], env=plain, capture_output=True,
+                              text=True, timeout=timeout)
+
+    try:
+        users = [make_user(n, base / n) for n in names]
+        done, held = {}, {}
+        for u in users:
+            Path(u.pw_dir).chmod(0o700)
+            res = as_(u, "printf '#!/bin/sh\\nid -u\\nhostname\\n' > job.sh && "
+                         "sbatch --parsable -N1 -o 'out-%j.txt' job.sh && sbatch --parsable -N1 -o /dev/null "
+                         "--wrap 'sleep 300'")
+            assert res.returncode == 0, res.stderr
+            done[u.pw_name], held[u.pw_name] = res.stdout.split()
+        a, b = users
+        mine = as_(a, "squeue --me -h -o %i")
+        assert mine.returncode == 0, mine.stderr
+        assert held[a.pw_name] in mine.stdout.split() and held[b.pw_name] not in mine.stdout.split()
+        theirs = as_(a, f"scancel {held[b.pw_name]}")
+        assert theirs.returncode != 0 and "ermission" in theirs.stderr, theirs
+        for u in users:
+            own = as_(u, f"scancel {held[u.pw_name]}")
+            assert own.returncode == 0, own.stderr
+            fields = wait_job(sandbox, done[u.pw_name], timeout=120)
+            assert fields.get("JobState") == "COMPLETED" and fields["UserId"].startswith(u.pw_name), fields
+            out = Path(u.pw_dir) / f"out-{done[u.pw_name]}.txt"
+            assert out.read_text().split()[0] == str(u.pw_uid) and out.stat().st_uid == u.pw_uid
+            show = as_(u, f"scontrol show job {done[u.pw_name]}")
+            assert show.returncode == 0 and "JobState=COMPLETED" in show.stdout, show.stderr
+            # an srun from the host: the nodes connect back to it on the host's leg of the sandbox network
+            step = as_(u, "srun -N1 id -u", timeout=120)
+            assert step.returncode == 0 and step.stdout.split() == [str(u.pw_uid)], step.stderr
+    finally:
+        for name in names:
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 # ------------------------------------------------------------------------------------------------ a throwaway sandbox
 
 

@@ -29,6 +29,7 @@ from shipyard.commands.definitions import render as render_cmd
 from shipyard.errors import ShipyardError
 from shipyard.jobs import doctor
 from shipyard.staging import record as staged
+from shipyard.staging import versions
 from shipyard.staging import stage as stage_module
 
 pytestmark = pytest.mark.real_apptainer
@@ -109,6 +110,21 @@ def test_identical_restage_is_a_no_op_and_mode_world_restages(built):
     assert (dest.stat().st_ino, dest.stat().st_mtime_ns, staged.record_path(dest).stat().st_mtime_ns) == before
     helpers_stage.stage(built, "tiny", "lab", mode="world", out=io.StringIO())
     assert dest.stat().st_mode & 0o777 == 0o644
+
+
+def test_restage_keeps_its_readers_and_narrows_only_when_told(built):
+    """A world stage stays world without --mode (the default would lock every student outside the group out, and
+    their jobs would fail on an image they could read yesterday); an explicit --mode narrows and says whom it drops."""
+    helpers_stage.stage(built, "tiny", "lab", mode="world", out=io.StringIO())
+    dest = storage(built) / "tiny.sif"
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", out=out, force=True)
+    assert "keeping its readers (mode 0644, was 0644)" in out.getvalue()
+    assert dest.stat().st_mode & 0o777 == 0o644 and staged.record_path(dest).stat().st_mode & 0o777 == 0o644
+    out = io.StringIO()
+    helpers_stage.stage(built, "tiny", "lab", mode="group", out=out)
+    assert "narrowing mode 0644 to 0640 as --mode asks: everyone else can no longer read" in out.getvalue()
+    assert dest.stat().st_mode & 0o777 == 0o640 and staged.record_path(dest).stat().st_mode & 0o777 == 0o640
 
 
 def test_stage_link_hard_links_on_the_same_filesystem(built):
@@ -231,7 +247,7 @@ def test_launcher_names_the_staged_image_and_checks_it_before_srun(built):
     rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     text = _launch(built, environment="tiny", cluster="lab", dry_run=True)
     assert f"# image sha256 {rec.sha256}, input hash {rec.input_hash}" in text
-    assert f"stage record {storage(built) / 'tiny.sif.json'}" in text
+    assert f"stage record {versions.version_path(storage(built) / 'tiny.sif', rec.sha256)}.json" in text
     check = text.index("matches its stage record")
     assert check < text.index("\nsrun ")
     res = shellcheck(text.split("\n# --chain")[0], "bash")

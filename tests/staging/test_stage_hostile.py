@@ -24,6 +24,7 @@ from shipyard import project
 from shipyard.errors import ShipyardError
 from shipyard.files import sha256_file
 from shipyard.staging import record as staged
+from shipyard.staging import versions
 from shipyard.staging import stage as stage_module
 
 pytestmark = pytest.mark.real_apptainer
@@ -74,7 +75,7 @@ def test_an_edited_record_naming_another_file_is_refused_by_content(built, tmp_p
     """Someone replaces the image and writes a record with the right hashes and the new file's stamp."""
     rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     block = _check_block(_launch(built, environment="tiny", cluster="lab", dry_run=True))
-    dest = storage(built) / "tiny.sif"
+    dest = versions.current(storage(built) / "tiny.sif")  # the version the launcher names
     evil = dest.with_name("evil")
     evil.write_bytes(dest.read_bytes()[:-1] + b"!")
     os.replace(evil, dest)
@@ -125,7 +126,8 @@ def test_a_symlink_at_the_old_temp_name_is_never_written_through(built, tmp_path
         project.temp_path(dest, pid).symlink_to(victim)
     helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     assert victim.read_text() == "mine\n" and victim.stat().st_mode & 0o777 == 0o600
-    assert not dest.is_symlink() and dest.is_file()
+    image = versions.current(dest)  # the pointer stage made, naming a regular file it wrote
+    assert versions.is_pointer(dest) and image.is_file() and not image.is_symlink()
 
 
 def test_the_temp_copy_has_the_final_mode_from_the_start_and_a_dead_stagers_temp_is_removed(built, monkeypatch):

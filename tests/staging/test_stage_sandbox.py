@@ -24,6 +24,7 @@ from shipyard.containers import manifest as mf
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.commands.definitions import render as render_cmd
+from shipyard.staging import versions
 
 pytestmark = [pytest.mark.slurm, pytest.mark.real_apptainer]
 
@@ -64,7 +65,8 @@ def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project
     assert render_cmd(Context(reg, out=io.StringIO()), "tiny") == 0
     record_build(reg, "tiny", sif)
     rec = helpers_stage.stage(reg, "tiny", "sandbox", out=io.StringIO())
-    image = reg.root / ".sandbox" / "images" / "tiny.sif"
+    image = versions.current(reg.root / ".sandbox" / "images" / "tiny.sif")  # the version the launcher names
+    assert image.name == f"tiny.{rec.sha256[:12]}.sif"
     assert image.is_file() and rec.sha256 == mf.read_manifest(reg.root / "containers" / "tiny.json").artifacts[
         "sif"].sha256
 
