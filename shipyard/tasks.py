@@ -1,7 +1,8 @@
 """shipyard's command line: thin invoke tasks. Each parses flags and calls the package; no logic lives here.
 
-Installed with the package: `invoke TASK` in the checkout (tasks/__init__.py re-exports this module), and
-`shipyard TASK` (or `python -m shipyard TASK`) from any folder, such as a course folder outside the checkout.
+Installed with the package: `invoke TASK` in the checkout (the checkout's tasks.py adds `invoke test`, which runs the
+suite and so exists only there), and `shipyard TASK` (or `python -m shipyard TASK`) from any folder, such as a course
+folder outside the checkout.
 
 Every task is wrapped in ``task_guard``: a user error prints one line and exits 2, never a traceback.
 The registry is ./registry.yaml unless $SHIPYARD_REGISTRY names another file.
@@ -208,25 +209,6 @@ def doctor(c, cluster=None, env=None, partition=None):
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
     raise SystemExit(jobs_commands.doctor(Context.load(), cluster, env, partition=partition))
-
-
-# ----------------------------------------------------------------------------------------------- development
-
-
-@task(
-    name="test",
-    help={
-        "no_install": "do not apt-get install missing test packages",
-        "k": "only tests matching this pytest -k expression",
-        "pytest_args": "extra pytest arguments, one shell-quoted string (e.g. '-x -q')",
-    },
-)
-@task_guard
-def test_(c, no_install=False, k=None, pytest_args=""):
-    """Install what the tests need (Slurm, munge, dockerd, registry, shellcheck, ...) and run the whole suite."""
-    from shipyard.commands import dev as dev_commands  # lazy: start-up of every task
-
-    raise SystemExit(dev_commands.test(pytest_args, k, install=not no_install))
 
 
 # ----------------------------------------------------------------------------------------------- launchers
@@ -643,7 +625,7 @@ def verify(c, env=None):
 
 # ----------------------------------------------------------------------------------------------- namespace
 
-ns = Collection(list_, show, check, render, test_, launch, nccl_test, sweep_status, nccl_report, usage, status, logs,
+ns = Collection(list_, show, check, render, launch, nccl_test, sweep_status, nccl_report, usage, status, logs,
                 shell, doctor, sandbox_tasks, remote_tasks, cluster_tasks, snakemake_tasks, compat_tasks, demo, build,
                 push, pull, stage, lock_, modules, sign, verify, course_tasks)
 

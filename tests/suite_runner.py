@@ -1,34 +1,44 @@
-"""`invoke test`: install what the tests need (Debian packages), then run pytest.
+"""`invoke test`: install what the tests need (Debian packages), run pytest in processes side by side, and judge the
+runs from pytest's own machine-readable results (JUnit XML), not from the text it prints for people.
 
 The tests start their own services (a real 2-node Slurm sandbox, dockerd, an OCI registry) through fixtures and
-stop them again; this module only makes sure the programs exist. pytest's exit 5 ("no tests ran") counts as a
-failure, so a suite that silently collects nothing cannot pass CI.
+stop them again; this module only makes sure the programs exist. It lives beside the tests, not in the shipyard
+package: an installed shipyard has no suite to run. The task itself is in the checkout's tasks.py.
+
+A run fails when its process exits non-zero or is killed by a signal, when it wrote no JUnit XML, or when the XML
+holds fewer tests than the run selected (tests/suite_counts.py says how many). pytest's exit 5 ("no tests
+collected") fails only when no run had a test, so a suite that silently collects nothing cannot pass CI.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shipyard import facts
 from shipyard.errors import ShipyardError
 from shipyard.sandbox import runtimes
+from suite_counts import SELECTED_ENV
 
-CHECKOUT = Path(__file__).resolve().parents[2]
-# Where each run's plugin (tests/run_counts.py) writes how many tests it selected and ran.
-COUNTS_ENV = "SHIPYARD_TEST_COUNTS"
+TESTS = Path(__file__).resolve().parent
+CHECKOUT = TESTS.parent
+# pytest as `python -m pytest` runs it, with tests/ last on sys.path so that `-p suite_counts` finds the plugin; the
+# path is set in this process only (PYTHONPATH would reach every program the tests start, containers included)
+PYTEST = [sys.executable, "-c", f"import sys; sys.path.append({str(TESTS)!r}); import pytest; "
+          "sys.exit(pytest.console_main())", "-p", "suite_counts"]
 
 
-def test_packages() -> list[str]:
+def debian_packages() -> list[str]:
     text = facts.text("test-packages.txt")
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
 
@@ -46,7 +56,7 @@ def missing_packages(packages: list[str]) -> list[str]:
 
 def ensure_packages(packages: list[str] | None = None) -> None:
     """apt-get install the missing packages (root on Debian/Ubuntu); otherwise say what is missing."""
-    packages = packages if packages is not None else test_packages()
+    packages = packages if packages is not None else debian_packages()
     missing = missing_packages(packages)
     if not missing:
         return
@@ -67,6 +77,7 @@ REAL_RUNTIMES = "real_runtimes"
 # xdist workers for the tests without services: one more than this 2-core machine's cores, because many of those
 # tests wait (subprocesses, deadlines, sockets): the quick loop took 87 s on 2 workers, 68 s on 3, 78 s on 4.
 REST_WORKERS = 3
+
 
 def choose_workers(pytest_args: list[str]) -> bool:
     """True when the arguments already say how to run (``-n``, ``--numprocesses``, ``--dist``, ``-p no:xdist``)."""
@@ -91,7 +102,7 @@ def _mark_options(pytest_args: list[str]) -> list[tuple[int, int, str]]:
 
 def with_marks(pytest_args: list[str], phase: str) -> list[str]:
     """``pytest_args`` with its ``-m`` expression narrowed to ``phase`` (``-m EXPR`` -> ``-m '(EXPR) and PHASE'``);
-    without one, ``-m PHASE`` is added."""
+    without one, ``-m PHASE`` is added. pytest itself evaluates the expression."""
     options = _mark_options(pytest_args)
     if not options:
         return ["-m", phase, *pytest_args]
@@ -100,42 +111,6 @@ def with_marks(pytest_args: list[str], phase: str) -> list[str]:
         out += [*pytest_args[i:at], "-m", f"({expr}) and ({phase})"]
         i = at + width
     return out + pytest_args[i:]
-
-
-def _truth(node: ast.AST, marks: dict[str, bool]) -> bool:
-    """A marker expression (pytest's -m grammar: names, and, or, not, parentheses) under ``marks``."""
-    if isinstance(node, ast.Expression):
-        return _truth(node.body, marks)
-    if isinstance(node, ast.BoolOp):
-        values = [_truth(v, marks) for v in node.values]
-        return all(values) if isinstance(node.op, ast.And) else any(values)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return not _truth(node.operand, marks)
-    if isinstance(node, ast.Name):
-        return marks.get(node.id, False)
-    raise ValueError(f"not a plain marker expression: {ast.dump(node)}")
-
-
-def selects_no_service(pytest_args: list[str]) -> bool:
-    """True when the ``-m`` expression cannot select a test marked slurm or docker, whatever other marks it has
-    (the quick loop's ``not slurm and not docker and ...``): then `invoke test` starts the last run only, without
-    collecting the suite once more to find out. Anything it cannot read (mark arguments, odd syntax) is False: the
-    collection decides."""
-    options = _mark_options(pytest_args)
-    if not options:
-        return False
-    try:
-        tree = ast.parse(options[-1][2], mode="eval")  # pytest's -m: the last one given is the one it applies
-        names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {"slurm", "docker"})
-        if len(names) > 12:
-            return False
-        for combo in itertools.product((False, True), repeat=len(names)):
-            marks = dict(zip(names, combo))
-            if (marks["slurm"] or marks["docker"]) and _truth(tree, marks):
-                return False
-    except (SyntaxError, ValueError):
-        return False
-    return True
 
 
 def phases(pytest_args: list[str]) -> list[list[str]]:
@@ -164,25 +139,77 @@ def phases(pytest_args: list[str]) -> list[list[str]]:
             [short, "-n", str(REST_WORKERS), "--dist", "loadfile", *with_marks(pytest_args, f"not ({SERVICES})")]]
 
 
-_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
+# ------------------------------------------------------------------------------------------------ a run's results
 
 
-def counts(output: str) -> dict[str, int]:
-    """passed/failed/skipped from pytest's closing line (errors count as failed); {} when it printed none."""
-    lines = [ln for ln in output.splitlines() if re.search(r"\d+ (passed|failed|errors?|skipped)|no tests ran", ln)]
-    found: dict[str, int] = {}
-    for n, word in _COUNT.findall(lines[-1] if lines else ""):
-        key = "failed" if word.startswith("error") else word
-        found[key] = found.get(key, 0) + int(n)
-    return found
+@dataclass
+class Problem:
+    """A failed or errored test case of a JUnit XML report: its node id, failure or error, and pytest's report."""
+    nodeid: str
+    kind: str  # "failure" or "error"
+    message: str
+    text: str
 
 
-_SECTION = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
-_HEADER = re.compile(r"^_{3,} (.+?) _{3,}$")
+@dataclass
+class Results:
+    """One run's JUnit XML, read: how many test cases passed, failed (failures and errors) and were skipped, and the
+    failures themselves. A case counts once, however many reports (call, teardown) it has."""
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ran(self) -> int:
+        return self.passed + self.failed + self.skipped
+
+
+def _nodeid(case: ET.Element) -> str:
+    """``file.py::Class::test`` from a test case's ``file``, ``classname`` and ``name`` (pytest's junit_family
+    xunit1, which the runs ask for, writes the file); ``classname.name`` when there is no file."""
+    name, classname, file = case.get("name", ""), case.get("classname", ""), case.get("file")
+    if not file:
+        return f"{classname}.{name}" if classname else name
+    module = file.removesuffix(".py").replace("/", ".")
+    classes = classname[len(module) + 1:].split(".") if classname.startswith(module + ".") else []
+    return "::".join([file, *classes, name])
+
+
+def read_results(path: Path) -> Results | None:
+    """The results in a JUnit XML file pytest wrote; None when there is none or it cannot be read (a process killed
+    before its session ended writes nothing)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    out = Results()
+    for case in root.iter("testcase"):
+        bad = [child for child in case if child.tag in ("failure", "error")]
+        if bad:
+            out.failed += 1
+            out.problems += [Problem(_nodeid(case), child.tag, child.get("message", ""), child.text or "")
+                             for child in bad]
+        elif case.find("skipped") is not None:
+            out.skipped += 1
+        else:
+            out.passed += 1
+    return out
+
+
+def read_selected(path: Path) -> int | None:
+    """How many tests the run selected (tests/suite_counts.py), None when it did not say."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("selected") if isinstance(data, dict) and isinstance(data.get("selected"), int) else None
+
+
+# ------------------------------------------------------------------------------------------------ the digest
+
 _WHERE = re.compile(r"^(\S+\.py:\d+): (in \S+|\w+)$")  # long form: "f.py:8: AssertionError"; short: "f.py:8: in test"
 _RAISED = re.compile(r"^E\s+(?:(\w+(?:Error|Exception|Exit|Interrupt))\b|(assert)\b)")
-
-
 _TELLING = re.compile(r"\w(Error|Exception)\b:|(?i:\berror\b|\bfatal\b|\bkilled\b|timed out|\brefused\b|"
                       r"\bdenied\b|\bsignal\b|exit(ed with)? code [1-9])")
 
@@ -208,53 +235,43 @@ def _pick(errors: list[str], head: int, tail: int) -> list[str]:
     return out
 
 
-def digest(output: str, head: int = 3, tail: int = 8, width: int = 240) -> list[str]:
-    """Each failure of a pytest report in a few lines: its name, where it was raised (the last ``file.py:N: Error``
-    line of its section, or with ``--tb=short`` its last ``file.py:N: in f`` and the error named by its first E
-    line) and a few of its ``E`` lines (:func:`_pick`), each cut to ``width``.
-
-    CI keeps only the start and the end of a long output: the closing lines must say what failed and why, since the
-    full sections, printed run by run, may sit in the part that is cut."""
-    out: list[str] = []
-    name, where, kind, errors, inside = None, "", "", [], False
-
-    def close():
-        if name is not None:
-            shown = _pick(errors, head, tail)
-            title = name if name.startswith("ERROR ") else f"FAILED {name}"
-            raised = kind or ((m.group(1) or "AssertionError") if errors and (m := _RAISED.match(errors[0])) else "")
-            at = f"{where}: {raised}" if where and raised else where
-            out.extend([title + (f" at {at}" if at else ""),
-                        *(f"  {ln[:width]}" for ln in shown)])
-
-    for line in output.splitlines():
-        if _SECTION.match(line):
-            close()
-            name, inside = None, True
-            continue
-        if inside and line.startswith("=") and line.endswith("="):
-            close()
-            name, inside = None, False
-            continue
-        if not inside:
-            continue
-        if m := _HEADER.match(line):
-            close()
-            name, where, kind, errors = m.group(1), "", "", []
-        elif line.startswith("E "):
+def brief(problem: Problem, head: int = 3, tail: int = 8, width: int = 240) -> list[str]:
+    """One failure in a few lines: its node id, where it was raised (the last ``file.py:N: Error`` line of pytest's
+    report, or with ``--tb=short`` its last ``file.py:N: in f`` and the error named by its first E line) and a few
+    of its ``E`` lines (:func:`_pick`), each cut to ``width``."""
+    where, kind, errors = "", "", []
+    for line in problem.text.splitlines():
+        if line.startswith("E "):
             errors.append(line.rstrip())
         elif w := _WHERE.match(line):  # the last one is where it was raised
             where, kind = w.group(1), ("" if w.group(2).startswith("in ") else w.group(2))
-    close()
-    return out
+    if not errors and problem.message:  # a collection error or a crashed worker: pytest's message is all there is
+        errors = [f"E   {ln}" for ln in problem.message.splitlines()]
+    raised = kind or ((m.group(1) or "AssertionError") if errors and (m := _RAISED.match(errors[0])) else "")
+    at = f"{where}: {raised}" if where and raised else where
+    title = ("ERROR " if problem.kind == "error" else "FAILED ") + problem.nodeid
+    return [title + (f" at {at}" if at else ""), *(f"  {ln[:width]}" for ln in _pick(errors, head, tail))]
 
 
-def _relay(proc: subprocess.Popen, keep: list[str]) -> int:
-    """Copy ``proc``'s output to ours as it comes (pytest's progress dots included), keeping it for :func:`counts`."""
+def digest(results: list[Results | None]) -> list[str]:
+    """Every failure of every run in a few lines each. CI keeps only the start and the end of a long output: the
+    closing lines must say what failed and why, since the full reports, printed run by run, may sit in the part
+    that is cut."""
+    return [ln for r in results if r for p in r.problems for ln in brief(p)]
+
+
+def totals_line(results: list[Results | None]) -> str:
+    passed, failed, skipped = (sum(getattr(r, k) for r in results if r) for k in ("passed", "failed", "skipped"))
+    return f"tests: {passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")
+
+
+# ------------------------------------------------------------------------------------------------ running
+
+
+def _relay(proc: subprocess.Popen) -> int:
+    """Copy ``proc``'s output to ours as it comes (pytest's progress dots included)."""
     while chunk := proc.stdout.read1(4096):
-        text = chunk.decode(errors="replace")
-        keep.append(text)
-        sys.stdout.write(text)
+        sys.stdout.write(chunk.decode(errors="replace"))
         sys.stdout.flush()
     return proc.wait()
 
@@ -268,54 +285,46 @@ def bytecode_env(environ) -> dict[str, str]:
 
 
 def run_tests(pytest_args: list[str], install: bool = True) -> int:
-    """Run the tests; pytest's exit 5 (no tests) fails only when no run had a test.
-
-    The runs of :func:`phases` go side by side: the first (the longest) is shown as it goes; the others' reports
-    follow when all are done, then one closing line with the totals."""
+    """Run the tests: the runs of :func:`phases` side by side, the first (the longest) shown as it goes, the
+    others' reports when all are done, then the digest of failures and one closing line with the totals."""
     if install:
         ensure_packages()
     note = runtimes.tests_left_out_line(CHECKOUT)
     if note and os.environ.get("CI", "").lower() not in ("true", "1"):
         print(f"shipyard: {note}", flush=True)  # in CI those tests fail instead (tests/fixtures_runtimes.py)
     runs = phases(pytest_args)
-    pytest = [sys.executable, "-m", "pytest", "-p", "shipyard.dev.run_counts"]
     env = bytecode_env(os.environ)
-    if len(runs) > 1 and selects_no_service(pytest_args):
-        runs = runs[-1:]
     if len(runs) > 1:
         # One collection of the service tests first: when the selection holds none (the quick loop), only the last
         # run is started (each service run would collect the whole suite for nothing); and it writes the rewritten
         # test modules that every later process reads (about 4 s of CPU each, seven processes with the workers).
-        probe = subprocess.run([*pytest, "--collect-only", "-q", "-p", "no:xdist", *with_marks(pytest_args, SERVICES)],
+        probe = subprocess.run([*PYTEST, "--collect-only", "-q", "-p", "no:xdist", *with_marks(pytest_args, SERVICES)],
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if probe.returncode == 5:  # pytest: no tests collected
             runs = runs[-1:]
-    counts_dir = Path(tempfile.mkdtemp(prefix="shipyard-test-counts-"))
-    envs = [{**env, COUNTS_ENV: str(counts_dir / f"run-{i}.json")} for i in range(len(runs))]
-    try:
-        if len(runs) == 1:
-            codes = [subprocess.run([*pytest, *runs[0]], env=envs[0]).returncode]
-        else:
-            codes = _side_by_side(pytest, runs, envs)
-        return verdict(codes, [_read_counts(Path(e[COUNTS_ENV])) for e in envs])
-    finally:
-        shutil.rmtree(counts_dir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="shipyard-test-results-") as tmp:
+        # ours last: a --junitxml among the caller's arguments is overridden, not the source of the verdict
+        argvs = [[*PYTEST, *args, f"--junitxml={tmp}/run-{i}.xml", "-o", "junit_family=xunit1"]
+                 for i, args in enumerate(runs)]
+        envs = [{**env, SELECTED_ENV: f"{tmp}/run-{i}.selected"} for i in range(len(runs))]
+        codes = _side_by_side(argvs, runs, envs)
+        results = [read_results(Path(tmp, f"run-{i}.xml")) for i in range(len(runs))]
+        selected = [read_selected(Path(tmp, f"run-{i}.selected")) for i in range(len(runs))]
+    if len(runs) > 1:
+        briefs = digest(results)
+        if briefs:
+            print("\n" + "=" * 20 + " what failed, in short (the full reports are above) " + "=" * 20)
+            print("\n".join(briefs))
+    print(totals_line(results), flush=True)
+    return verdict(codes, results, selected)
 
 
-def _read_counts(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def verdict(codes: list[int], counts_of_runs: list[dict | None]) -> int:
-    """`invoke test`'s exit status from its runs' exit statuses and counts: 0 only when every run that had tests
-    exited 0 and ran every test it selected. A run killed by a signal has a negative status (and wrote no counts);
-    pytest's 5 ("no tests collected") is no failure unless no run had a test."""
+def verdict(codes: list[int], results: list[Results | None], selected: list[int | None]) -> int:
+    """`invoke test`'s exit status from its runs' exit statuses and results: 0 only when every run that had tests
+    exited 0, wrote its results and ran every test it selected. A run killed by a signal has a negative status (and
+    wrote no results); pytest's 5 ("no tests collected") is no failure unless no run had a test."""
     bad = 0
-    for i, (code, seen) in enumerate(zip(codes, counts_of_runs)):
+    for i, (code, seen, chosen) in enumerate(zip(codes, results, selected)):
         if code == 5:
             continue
         if code < 0:
@@ -323,12 +332,12 @@ def verdict(codes: list[int], counts_of_runs: list[dict | None]) -> int:
             bad = bad or 1
         elif code:
             bad = bad or code
-        elif seen is None:
-            print(f"shipyard: test run {i + 1} ended without its counts: failing", file=sys.stderr)
+        elif seen is None or chosen is None:
+            print(f"shipyard: test run {i + 1} ended without its results: failing", file=sys.stderr)
             bad = bad or 1
-        elif seen.get("ran", 0) < seen.get("selected", 0):
-            print(f"shipyard: test run {i + 1} ran {seen['ran']} of the {seen['selected']} tests it selected: "
-                  "failing", file=sys.stderr)
+        elif seen.ran < chosen:
+            print(f"shipyard: test run {i + 1} ran {seen.ran} of the {chosen} tests it selected: failing",
+                  file=sys.stderr)
             bad = bad or 1
     if all(c == 5 for c in codes):
         print("shipyard: pytest collected no tests: failing", file=sys.stderr)
@@ -336,18 +345,16 @@ def verdict(codes: list[int], counts_of_runs: list[dict | None]) -> int:
     return bad
 
 
-def _side_by_side(pytest: list[str], runs: list[list[str]], envs: list[dict]) -> list[int]:
-    """The first run shown as it goes, the others' reports after it, then the digest of failures and the totals."""
-    shown: list[str] = []
+def _side_by_side(argvs: list[list[str]], runs: list[list[str]], envs: list[dict]) -> list[int]:
+    """Start every run; the first is shown as it goes, the others' reports follow it when all are done."""
     reports: list[str] = []
     with contextlib.ExitStack() as stack:
-        outs = [stack.enter_context(tempfile.TemporaryFile()) for _ in runs[1:]]
-        others = [subprocess.Popen([*pytest, *args], stdout=out, stderr=subprocess.STDOUT, env=e)
-                  for args, out, e in zip(runs[1:], outs, envs[1:])]
+        outs = [stack.enter_context(tempfile.TemporaryFile()) for _ in argvs[1:]]
+        others = [subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=e)
+                  for argv, out, e in zip(argvs[1:], outs, envs[1:])]
         try:
-            first = subprocess.Popen([*pytest, *runs[0]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env=envs[0])
-            codes = [_relay(first, shown)]
+            first = subprocess.Popen(argvs[0], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=envs[0])
+            codes = [_relay(first)]
         finally:
             codes += [p.wait() for p in others]
         for out in outs:
@@ -357,14 +364,9 @@ def _side_by_side(pytest: list[str], runs: list[list[str]], envs: list[dict]) ->
         title = f" tests marked {args[args.index('-m') + 1]} (run beside the above) "
         print("\n" + "=" * 20 + title + "=" * 20)
         sys.stdout.write(report)
-    totals: dict[str, int] = {}
-    for part in ("".join(shown), *reports):
-        for key, n in counts(part).items():
-            totals[key] = totals.get(key, 0) + n
-    briefs = [ln for part in ("".join(shown), *reports) for ln in digest(part)]
-    if briefs:
-        print("\n" + "=" * 20 + " what failed, in short (the full reports are above) " + "=" * 20)
-        print("\n".join(briefs))
-    line = f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed"
-    print(f"tests: {line}" + (f", {totals['skipped']} skipped" if totals.get("skipped") else ""))
     return codes
+
+
+def main(pytest_args: str = "", k: str | None = None, install: bool = True) -> int:
+    """`invoke test [-k EXPR] [--pytest-args '...'] [--no-install]`: the exit status of the whole suite."""
+    return run_tests(shlex.split(pytest_args) + (["-k", k] if k else []), install=install)
