@@ -9,7 +9,7 @@ from invoke import Collection, task
 from shipyard import tasks as shipyard_tasks
 from shipyard.cli import task_guard
 
-TESTS = Path(__file__).resolve().parent / "tests"
+sys.path.append(str(Path(__file__).resolve().parent / "tests"))  # the runner and its pytest plugin live there
 
 
 @task(
@@ -23,7 +23,6 @@ TESTS = Path(__file__).resolve().parent / "tests"
 @task_guard
 def test_(c, no_install=False, k=None, pytest_args=""):
     """Install what the tests need (Slurm, munge, dockerd, registry, shellcheck, ...) and run the whole suite."""
-    sys.path.append(str(TESTS))  # the runner and its pytest plugin
     import suite_runner  # lazy: the runner loads the sandbox's helpers, which no other task needs
 
     raise SystemExit(suite_runner.main(pytest_args, k, install=not no_install))

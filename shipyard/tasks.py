@@ -20,13 +20,16 @@ from pathlib import Path
 
 from invoke import Collection, Program, task
 
-from shipyard import __version__
+from shipyard import __version__, runtimes
 from shipyard.cli import argv_after_dashdash, install_parser_hooks, set_program, task_guard
 
 # the launch/nccl-test flags: invoke needs their help before any task runs (the module loads no registry)
 from shipyard.launch import options as launch_options
 
 install_parser_hooks()
+
+# every help that lists the runtimes lists them from their registry (shipyard/runtimes/), as the launch options do
+RUNTIME_CHOICES = " | ".join(runtimes.NAMES)
 
 # ----------------------------------------------------------------------------------------------- registry, check, render
 
@@ -177,7 +180,7 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "gpus": "GPUs to request on the node (default: 1 if the cluster has GPUs, else 0)",
         "time": "time limit (default: 01:00:00 (launch.yaml shell_time), or the cluster's scheduler.time or the "
                 "partition's max_time when shorter)",
-        "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
+        "runtime": f"{RUNTIME_CHOICES} (default: the cluster's runtime)",
         "force": "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)",
         "partition": "partition to run on (default: the cluster's interactive partition)",
         "sbatch": "extra Slurm option KEY=VALUE for srun (repeatable; the keys --sbatch of invoke launch allows)",
@@ -449,7 +452,7 @@ def demo(c, steps=60, timeout=600, no_install=False):
         "registry": "registry file to add it to (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
         "dry_run": "show the diff only; write nothing",
         "yes": "write without asking (asked only on a terminal)",
-        "runtime": "pyxis, apptainer or host; needed for a GPU cluster whose post-install scripts do not show it",
+        "runtime": f"{RUNTIME_CHOICES}; needed for a GPU cluster whose post-install scripts do not show it",
     },
 )
 @task_guard

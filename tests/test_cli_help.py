@@ -114,3 +114,13 @@ def test_a_real_value_is_still_a_positional(invoke):
     assert res.returncode == 0 and res.stdout.startswith("environment pytorch-2.3"), res.stderr
     bad = invoke("logs", "12;x")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_every_runtime_flag_lists_every_runtime():
+    """Each task's --runtime help lists the runtimes from shipyard/runtimes/: a runtime added there cannot be
+    missing from a flag's help (two of them once said "pyxis, apptainer or host" after Charliecloud came)."""
+    from shipyard import runtimes
+
+    helps = {t: tasks.ns[t].help["runtime"] for t in TASKS if "runtime" in tasks.ns[t].help}
+    assert {"launch", "nccl-test", "shell", "cluster.import-pcluster"} <= set(helps)
+    assert {t: h for t, h in helps.items() if not set(runtimes.NAMES) <= set(re.findall(r"[a-z]+", h))} == {}
