@@ -72,7 +72,7 @@ def main() -> int:
     ups, sruns, jobs = [], [], []
     try:
         for i in range(args.repeat):
-            info = sb.up(directory=directory, cluster=reg.cluster(sb.CLUSTER))
+            info = sb.up(directory=directory, cluster=reg.sandbox_cluster())
             ups.append(info["seconds"])
             t0 = time.monotonic()
             res = sb.run_client(["srun", "-N2", "hostname"], directory, capture_output=True, text=True)

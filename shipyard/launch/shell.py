@@ -46,6 +46,7 @@ class ShellPlan:
     argv: tuple[str, ...]
     snippet: str  # with NODE_MARK where the node's name goes
     interactive: bool
+    local_sandbox: bool = False  # the cluster is this machine's sandbox: srun takes the sandbox's route
 
 
 def ssh_snippet(cluster: Cluster, user: str) -> str:
@@ -126,7 +127,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
     else:
         node = rt.exec_words(place) + words
     modules = rt.modules(cluster)
-    return ShellPlan(cluster.name, tuple(modules), tuple(srun + node), snippet, words is None)
+    return ShellPlan(cluster.name, tuple(modules), tuple(srun + node), snippet, words is None, cluster.local_sandbox)
 
 
 def _with_injected_paths(cluster: Cluster, env: Environment, command: str) -> str:
@@ -147,7 +148,7 @@ def run_argv(plan: ShellPlan) -> tuple[list[str], dict[str, str] | None]:
     needs its namespace wrapper. No timeout on the sandbox: an interactive shell lasts as long as the user wants."""
     if plan.modules:
         return ["bash", "-lc", command_line(plan)], None
-    return slurm.route(plan.cluster, plan.argv, timeout=0)
+    return slurm.route(slurm.Target(plan.cluster, plan.local_sandbox), plan.argv, timeout=0)
 
 
 def run(plan: ShellPlan) -> int:
