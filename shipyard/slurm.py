@@ -4,8 +4,9 @@ It owns three things that were once spread over five wrappers:
 
 * **Routing.** A real cluster's clients run as they are, on its login node. A cluster whose profile says
   ``local_sandbox: true`` is the local Slurm sandbox (:mod:`shipyard.sandbox`), whatever its name: its addresses
-  exist only inside the controller's network namespace, so a client enters that namespace (``nsenter --net``) with ``SLURM_CONF`` and ``PATH`` set for it. The route is
-  read from the sandbox's ``state.json``; the controller is trusted only while its PID *and* start time match.
+  exist only inside the controller's network namespace, so a client enters that namespace (``nsenter --net``) with
+  ``SLURM_CONF`` and ``PATH`` set for it. The route is read from the sandbox's ``state.json``; the controller is
+  trusted only while its PID *and* start time match.
   A cluster with ``login`` and ``remote`` (docs/remote.md) is reached from a workstation over ssh: every client runs
   on its login node through the shared master connection (:mod:`shipyard.remote.transport`), stdin closed, after
   ``ssh -O check``; without the master it is one line naming `invoke remote.login CLUSTER`, exit 2.
