@@ -12,7 +12,6 @@ collected") fails only when no run had a test, so a suite that silently collects
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -21,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -294,23 +294,16 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
         print(f"shipyard: {note}", flush=True)  # in CI those tests fail instead (tests/fixtures_runtimes.py)
     runs = phases(pytest_args)
     env = bytecode_env(os.environ)
-    if len(runs) > 1:
-        # One collection of the service tests first: when the selection holds none (the quick loop), only the last
-        # run is started (each service run would collect the whole suite for nothing); and it writes the rewritten
-        # test modules that every later process reads (about 4 s of CPU each, seven processes with the workers).
-        probe = subprocess.run([*PYTEST, "--collect-only", "-q", "-p", "no:xdist", *with_marks(pytest_args, SERVICES)],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if probe.returncode == 5:  # pytest: no tests collected
-            runs = runs[-1:]
     with tempfile.TemporaryDirectory(prefix="shipyard-test-results-") as tmp:
         # ours last: a --junitxml among the caller's arguments is overridden, not the source of the verdict
         argvs = [[*PYTEST, *args, f"--junitxml={tmp}/run-{i}.xml", "-o", "junit_family=xunit1"]
                  for i, args in enumerate(runs)]
         envs = [{**env, SELECTED_ENV: f"{tmp}/run-{i}.selected"} for i in range(len(runs))]
-        codes = _side_by_side(argvs, runs, envs)
-        results = [read_results(Path(tmp, f"run-{i}.xml")) for i in range(len(runs))]
-        selected = [read_selected(Path(tmp, f"run-{i}.selected")) for i in range(len(runs))]
-    if len(runs) > 1:
+        probe = [*PYTEST, "--collect-only", "-q", "-p", "no:xdist", *with_marks(pytest_args, SERVICES)]
+        started, codes = _side_by_side(argvs, runs, envs, Path(tmp), probe, env)
+        results = [read_results(Path(tmp, f"run-{i}.xml")) for i in started]
+        selected = [read_selected(Path(tmp, f"run-{i}.selected")) for i in started]
+    if len(started) > 1:
         briefs = digest(results)
         if briefs:
             print("\n" + "=" * 20 + " what failed, in short (the full reports are above) " + "=" * 20)
@@ -345,26 +338,53 @@ def verdict(codes: list[int], results: list[Results | None], selected: list[int 
     return bad
 
 
-def _side_by_side(argvs: list[list[str]], runs: list[list[str]], envs: list[dict]) -> list[int]:
-    """Start every run; the first is shown as it goes, the others' reports follow it when all are done."""
-    reports: list[str] = []
-    with contextlib.ExitStack() as stack:
-        outs = [stack.enter_context(tempfile.TemporaryFile()) for _ in argvs[1:]]
-        others = [subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=e)
-                  for argv, out, e in zip(argvs[1:], outs, envs[1:])]
+def _follow(proc: subprocess.Popen, path: Path) -> int:
+    """Copy what ``proc`` writes to ``path`` to our output as it comes, until it ends. The file is read through a
+    descriptor of its own: the child's shares no offset with it."""
+    with open(path, "rb") as fh:
+        while True:
+            ended = proc.poll() is not None
+            if chunk := fh.read():
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+            if ended:
+                return proc.returncode
+            time.sleep(0.2)
+
+
+def _side_by_side(argvs: list[list[str]], runs: list[list[str]], envs: list[dict], tmp: Path, probe: list[str],
+                  env: dict) -> tuple[list[int], list[int]]:
+    """Start the runs; (the indexes of those started, their exit statuses).
+
+    The run without services starts at once, and beside it one collection of the service tests (``probe``): when
+    the selection holds none (the quick loop), that run is the only one, shown as it goes, and the collection cost
+    no time of its own; else the service runs start too, the first shown as it goes, the others' reports after it."""
+    if len(argvs) == 1:
+        return [0], [subprocess.run(argvs[0], env=envs[0]).returncode]
+    last = len(argvs) - 1
+    outs = [tmp / f"run-{i}.out" for i in range(len(argvs))]
+    with open(outs[last], "wb") as fh:
+        rest = subprocess.Popen(argvs[last], stdout=fh, stderr=subprocess.STDOUT, env=envs[last])
+    try:
+        collected = subprocess.run(probe, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        if collected == 5:  # pytest: no tests collected
+            return [last], [_follow(rest, outs[last])]
+        others = []
+        for i in range(1, last):
+            with open(outs[i], "wb") as fh:
+                others.append(subprocess.Popen(argvs[i], stdout=fh, stderr=subprocess.STDOUT, env=envs[i]))
         try:
             first = subprocess.Popen(argvs[0], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=envs[0])
             codes = [_relay(first)]
         finally:
             codes += [p.wait() for p in others]
-        for out in outs:
-            out.seek(0)
-            reports.append(out.read().decode(errors="replace"))
-    for args, report in zip(runs[1:], reports):
+    finally:
+        rest_code = rest.wait()
+    for args, out in zip(runs[1:], outs[1:]):
         title = f" tests marked {args[args.index('-m') + 1]} (run beside the above) "
         print("\n" + "=" * 20 + title + "=" * 20)
-        sys.stdout.write(report)
-    return codes
+        sys.stdout.write(out.read_bytes().decode(errors="replace"))
+    return list(range(len(argvs))), [*codes, rest_code]
 
 
 def main(pytest_args: str = "", k: str | None = None, install: bool = True) -> int:
