@@ -94,7 +94,7 @@ def main() -> None:
     os.environ[sb.DIR_ENV] = str(directory)
     project = Path(tempfile.mkdtemp(prefix="shipyard-launch-bench-"))
     try:
-        sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").cluster(sb.CLUSTER))
+        sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").sandbox_cluster())
         (project / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
         (project / "start.py").write_text(START)
         out = project / "out"

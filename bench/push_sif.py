@@ -23,10 +23,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.append(str(REPO / "tests"))  # tests/services.py: the OCI registry the tests start
 
 from build_noop import machine  # noqa: E402
-
-from shipyard.dev.services import OciRegistry  # noqa: E402
+from services import OciRegistry  # noqa: E402
 
 CHILD_SHIPYARD = """
 import sys, hashlib

@@ -63,7 +63,7 @@ def main() -> None:
     calls: dict[str, list[int]] = {"single": [], "sweep": []}
     arrays: list[int] = []
     try:
-        sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").cluster(sb.CLUSTER))
+        sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").sandbox_cluster())
         text = (ROOT / "registry.yaml").read_text()
         if args.max_array_size:
             text = text.replace("      partitions: [debug]\n",

@@ -102,7 +102,7 @@ def bench_sandbox() -> list[str]:
         os.chmod(d, 0o755)
         os.environ[sandbox.DIR_ENV] = d
     if not sandbox.is_up():
-        sandbox.up(cluster=registry.load(ROOT / "registry.yaml").cluster(sandbox.CLUSTER))
+        sandbox.up(cluster=registry.load(ROOT / "registry.yaml").sandbox_cluster())
         started = True
     try:
         env = sandbox.client_env()

@@ -2,10 +2,11 @@
 
 It owns three things that were once spread over five wrappers:
 
-* **Routing.** A real cluster's clients run as they are, on its login node. The cluster named ``sandbox`` is the
-  local Slurm sandbox (:mod:`shipyard.sandbox`): its addresses exist only inside the controller's network namespace,
-  so a client enters that namespace (``nsenter --net``) with ``SLURM_CONF`` and ``PATH`` set for it. The route is
-  read from the sandbox's ``state.json``; the controller is trusted only while its PID *and* start time match.
+* **Routing.** A real cluster's clients run as they are, on its login node. A cluster whose profile says
+  ``local_sandbox: true`` is the local Slurm sandbox (:mod:`shipyard.sandbox`), whatever its name: its addresses
+  exist only inside the controller's network namespace, so a client enters that namespace (``nsenter --net``) with
+  ``SLURM_CONF`` and ``PATH`` set for it. The route is read from the sandbox's ``state.json``; the controller is
+  trusted only while its PID *and* start time match.
   A cluster with ``login`` and ``remote`` (docs/remote.md) is reached from a workstation over ssh: every client runs
   on its login node through the shared master connection (:mod:`shipyard.remote.transport`), stdin closed, after
   ``ssh -O check``; without the master it is one line naming `invoke remote.login CLUSTER`, exit 2.
@@ -26,6 +27,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
@@ -33,7 +35,18 @@ from shipyard import facts, procs
 from shipyard.errors import ShipyardError
 from shipyard.remote import transport
 
-SANDBOX = "sandbox"  # the registry's cluster that `invoke sandbox.up` runs on this machine
+
+@dataclass(frozen=True)
+class Target:
+    """A cluster as a launcher remembers it, or as the sandbox's own commands address the sandbox (sandbox.exec,
+    the demo's job; no registry needed): its name, for messages, and whether it is this machine's sandbox. A
+    registry's :class:`~shipyard.registry.model.Cluster` answers the same two; its profile's ``local_sandbox: true``
+    makes it the sandbox, whatever its name."""
+    name: str
+    local_sandbox: bool = False
+
+
+SANDBOX = Target("sandbox", local_sandbox=True)
 DIR_ENV = "SHIPYARD_SANDBOX_DIR"
 
 
@@ -61,8 +74,9 @@ def cluster_name(cluster) -> str:
 
 
 def is_sandbox(cluster) -> bool:
-    """The sandbox runs on this machine: its clients need the namespace route, its paths can be checked here."""
-    return cluster_name(cluster) == SANDBOX
+    """The sandbox runs on this machine: its clients need the namespace route, its paths can be checked here. Its
+    profile says so (``local_sandbox: true``); a cluster's name alone is not enough."""
+    return bool(getattr(cluster, "local_sandbox", False))
 
 
 # ------------------------------------------------------------------------------------------------ the sandbox route

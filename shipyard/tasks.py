@@ -1,7 +1,8 @@
 """shipyard's command line: thin invoke tasks. Each parses flags and calls the package; no logic lives here.
 
-Installed with the package: `invoke TASK` in the checkout (tasks/__init__.py re-exports this module), and
-`shipyard TASK` (or `python -m shipyard TASK`) from any folder, such as a course folder outside the checkout.
+Installed with the package: `invoke TASK` in the checkout (the checkout's tasks.py adds `invoke test`, which runs the
+suite and so exists only there), and `shipyard TASK` (or `python -m shipyard TASK`) from any folder, such as a course
+folder outside the checkout.
 
 Every task is wrapped in ``task_guard``: a user error prints one line and exits 2, never a traceback.
 The registry is ./registry.yaml unless $SHIPYARD_REGISTRY names another file.
@@ -19,13 +20,16 @@ from pathlib import Path
 
 from invoke import Collection, Program, task
 
-from shipyard import __version__
+from shipyard import __version__, runtimes
 from shipyard.cli import argv_after_dashdash, install_parser_hooks, set_program, task_guard
 
 # the launch/nccl-test flags: invoke needs their help before any task runs (the module loads no registry)
 from shipyard.launch import options as launch_options
 
 install_parser_hooks()
+
+# every help that lists the runtimes lists them from their registry (shipyard/runtimes/), as the launch options do
+RUNTIME_CHOICES = " | ".join(runtimes.NAMES)
 
 # ----------------------------------------------------------------------------------------------- registry, check, render
 
@@ -181,7 +185,7 @@ def logs(c, jobid, follow=False, num_lines=20, cluster=None):
         "gpus": "GPUs to request on the node (default: 1 if the cluster has GPUs, else 0)",
         "time": "time limit (default: 01:00:00 (launch.yaml shell_time), or the cluster's scheduler.time or the "
                 "partition's max_time when shorter)",
-        "runtime": "pyxis, apptainer or host (default: the cluster's runtime)",
+        "runtime": f"{RUNTIME_CHOICES} (default: the cluster's runtime)",
         "force": "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)",
         "partition": "partition to run on (default: the cluster's interactive partition)",
         "sbatch": "extra Slurm option KEY=VALUE for srun (repeatable; the keys --sbatch of invoke launch allows)",
@@ -213,25 +217,6 @@ def doctor(c, cluster=None, env=None, partition=None):
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
     raise SystemExit(jobs_commands.doctor(Context.load(), cluster, env, partition=partition))
-
-
-# ----------------------------------------------------------------------------------------------- development
-
-
-@task(
-    name="test",
-    help={
-        "no_install": "do not apt-get install missing test packages",
-        "k": "only tests matching this pytest -k expression",
-        "pytest_args": "extra pytest arguments, one shell-quoted string (e.g. '-x -q')",
-    },
-)
-@task_guard
-def test_(c, no_install=False, k=None, pytest_args=""):
-    """Install what the tests need (Slurm, munge, dockerd, registry, shellcheck, ...) and run the whole suite."""
-    from shipyard.commands import dev as dev_commands  # lazy: start-up of every task
-
-    raise SystemExit(dev_commands.test(pytest_args, k, install=not no_install))
 
 
 # ----------------------------------------------------------------------------------------------- launchers
@@ -474,7 +459,7 @@ def demo(c, steps=60, timeout=600, no_install=False):
         "registry": "registry file to add it to (default: $SHIPYARD_REGISTRY or ./registry.yaml)",
         "dry_run": "show the diff only; write nothing",
         "yes": "write without asking (asked only on a terminal)",
-        "runtime": "pyxis, apptainer or host; needed for a GPU cluster whose post-install scripts do not show it",
+        "runtime": f"{RUNTIME_CHOICES}; needed for a GPU cluster whose post-install scripts do not show it",
     },
 )
 @task_guard
@@ -677,7 +662,7 @@ def verify(c, env=None):
 
 # ----------------------------------------------------------------------------------------------- namespace
 
-ns = Collection(list_, show, check, render, test_, launch, nccl_test, sweep_status, nccl_report, usage, status, logs,
+ns = Collection(list_, show, check, render, launch, nccl_test, sweep_status, nccl_report, usage, status, logs,
                 shell, doctor, sandbox_tasks, remote_tasks, cluster_tasks, snakemake_tasks, compat_tasks, demo, build,
                 push, pull, stage, lock_, modules, sign, verify, diff, course_tasks)
 

@@ -40,6 +40,7 @@ environments:
     os: ubuntu22.04
 clusters:
   sandbox:
+    local_sandbox: true
     runtime: host
     fabric: socket
     gpus_per_node: 0

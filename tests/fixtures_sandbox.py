@@ -79,7 +79,7 @@ def sandbox():
     try:
         # The project's own registry (not whatever the current directory or $SHIPYARD_REGISTRY holds): the shape
         # every area's integration tests expect, 2 nodes x 2 fake GPUs.
-        info = sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").cluster(sb.CLUSTER))
+        info = sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").sandbox_cluster())
         yield SandboxHandle(directory, [n["name"] for n in info["nodes"]], info)
     finally:
         if started:

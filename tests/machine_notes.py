@@ -1,7 +1,7 @@
 """A failed service test (marked slurm or docker) carries a line on the machine at that moment: free space where the
 tests write (/tmp, /var/tmp), available memory and the load. Those tests move gigabytes (the real image, its
 SquashFS, each node's unpacked copy) beside three other test runs, and a CI machine differs from ours; the line
-lands in the failure's E lines, which `invoke test`'s closing digest keeps (shipyard/dev/testing.py)."""
+lands in the failure's E lines, which `invoke test`'s closing digest keeps (tests/suite_runner.py)."""
 
 from __future__ import annotations
 

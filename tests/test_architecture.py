@@ -242,3 +242,64 @@ def test_tasks_load_no_command_module_until_a_task_runs():
             "'jsonschema', 'jinja2'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", f"tasks.py imports at load time: {out.strip()}"
+
+
+# ------------------------------------------------------------------------------------------------ tasks
+
+
+def task_offences(path: Path) -> list[str]:
+    """What a task function (one decorated with ``@task``) may hold besides its docstring: lazy imports, option
+    building (assignments with no command call in them) and one command call, ``raise SystemExit(cmd(...))``, last.
+    Anything else (a branch, a loop, a ``try``, a second command call, a computation after the call) is logic that
+    belongs in shipyard/commands/."""
+    found = []
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(fn, ast.FunctionDef) and any(
+                (d.func if isinstance(d, ast.Call) else d).id == "task" for d in fn.decorator_list
+                if isinstance(d.func if isinstance(d, ast.Call) else d, ast.Name))):
+            continue
+        body = fn.body[1:] if fn.body and isinstance(fn.body[0], ast.Expr) \
+            and isinstance(fn.body[0].value, ast.Constant) else fn.body
+        last = body[-1] if body else None
+        if not (isinstance(last, ast.Raise) and isinstance(last.exc, ast.Call)
+                and isinstance(last.exc.func, ast.Name) and last.exc.func.id == "SystemExit"
+                and len(last.exc.args) == 1 and isinstance(last.exc.args[0], ast.Call)):
+            found.append(f"{fn.name}: does not end with raise SystemExit(command(...))")
+            continue
+        for node in body[:-1]:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Assign) and not any(
+                    isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id.endswith("_commands")
+                    for n in ast.walk(node.value)):
+                continue
+            found.append(f"{fn.name}:{node.lineno}: {type(node).__name__} besides option building and one command call")
+        calls = [n for n in ast.walk(last.exc.args[0]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                 and isinstance(n.func.value, ast.Name) and n.func.value.id.endswith(("_commands", "_runner"))]
+        if len(calls) != 1:
+            found.append(f"{fn.name}: {len(calls)} command calls in its SystemExit (one expected)")
+    return found
+
+
+TASK_FILES = (PKG / "tasks.py", PKG.parent / "tasks.py")
+
+
+@pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: str(p.relative_to(PKG.parent)))
+def test_a_task_is_its_options_and_one_command_call(path):
+    assert task_offences(path) == []
+
+
+def test_the_task_check_would_notice_logic_in_a_task(tmp_path):
+    bad = tmp_path / "tasks.py"
+    bad.write_text("from invoke import task\n\n"
+                   "@task\ndef a(c, x=None):\n    '''doc'''\n    opts = dict(x=x)\n"
+                   "    raise SystemExit(a_commands.run(opts))\n\n"
+                   "@task(name='b')\ndef b(c, x=None):\n    if x:\n        x = 1\n"
+                   "    raise SystemExit(b_commands.run(x))\n\n"
+                   "@task\ndef d(c):\n    n = d_commands.count()\n    raise SystemExit(d_commands.run(n))\n\n"
+                   "@task\ndef e(c):\n    raise SystemExit(e_commands.run(e_commands.other()))\n\n"
+                   "@task\ndef f(c):\n    f_commands.run()\n")
+    assert task_offences(bad) == ["b:11: If besides option building and one command call",
+                                  "d:17: Assign besides option building and one command call",
+                                  "e: 2 command calls in its SystemExit (one expected)",
+                                  "f: does not end with raise SystemExit(command(...))"]

@@ -135,3 +135,13 @@ def test_a_flag_value_that_looks_like_a_flag_is_still_a_value(invoke):
     """`--name --help` names the launcher "--help", as invoke does: only a word in a flag's place is checked."""
     res = in_process("launch", "--name", "--nodse", "--help")
     assert "no flag" not in res.stderr, res.stderr
+
+
+def test_every_runtime_flag_lists_every_runtime():
+    """Each task's --runtime help lists the runtimes from shipyard/runtimes/: a runtime added there cannot be
+    missing from a flag's help (two of them once said "pyxis, apptainer or host" after Charliecloud came)."""
+    from shipyard import runtimes
+
+    helps = {t: tasks.ns[t].help["runtime"] for t in TASKS if "runtime" in tasks.ns[t].help}
+    assert {"launch", "nccl-test", "shell", "cluster.import-pcluster"} <= set(helps)
+    assert {t: h for t, h in helps.items() if not set(runtimes.NAMES) <= set(re.findall(r"[a-z]+", h))} == {}

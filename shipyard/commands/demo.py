@@ -34,7 +34,7 @@ _RESULT = re.compile(r"result: world_size=(\d+) start_step=(\d+) end_step=(\d+) 
                      r"last_loss=([0-9.]+)")
 
 
-def unsatisfied(requirements, version_of=importlib.metadata.version) -> list[str]:
+def unsatisfied(requirements, version_of=importlib.metadata.version, key: str = "host_requirements") -> list[str]:
     """The requirements (``NAME==VERSION`` strings) this Python does not satisfy.
 
     Why ``packaging``: its specifiers know that ``==2.13.0`` is met by a local build such as ``2.13.0+cpu``.
@@ -44,8 +44,7 @@ def unsatisfied(requirements, version_of=importlib.metadata.version) -> list[str
         try:
             req = Requirement(text)
         except InvalidRequirement as exc:
-            raise ShipyardError(f"clusters.sandbox.host_requirements: {text!r} is not a pip requirement ({exc})") \
-                from None
+            raise ShipyardError(f"{key}: {text!r} is not a pip requirement ({exc})") from None
         try:
             have = version_of(req.name)
         except importlib.metadata.PackageNotFoundError:
@@ -58,7 +57,7 @@ def unsatisfied(requirements, version_of=importlib.metadata.version) -> list[str
 
 def ensure_host_requirements(cluster) -> list[str]:
     """pip-install the cluster's ``host_requirements`` into this Python when missing; returns what was installed."""
-    todo = unsatisfied(cluster.host_requirements)
+    todo = unsatisfied(cluster.host_requirements, key=f"clusters.{cluster.name}.host_requirements")
     if todo:
         print(f"demo: installing {' '.join(todo)} into {sys.executable}", flush=True)
         res = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *todo], capture_output=True, text=True)
@@ -79,7 +78,7 @@ def write_launcher(reg, info: dict, steps: int) -> tuple[Path, str, Path]:
     if not train.is_file():
         raise ShipyardError(f"demo: {train} is missing (the demo trains with the project's examples/train.py)")
     ckpt = Path(info["directory"]) / "jobs" / "demo.pt"
-    opts = Options(cluster=sandbox.CLUSTER, nodes=len(info["nodes"]), gpus_per_node=info["gpus_per_node"],
+    opts = Options(cluster=reg.sandbox_cluster().name, nodes=len(info["nodes"]), gpus_per_node=info["gpus_per_node"],
                    runtime="host", name=JOB_NAME)
     spec = launch.build(reg, reg.environment(None), reg.cluster(opts.cluster), opts,
                         [str(train), "--steps", str(steps), "--checkpoint", str(ckpt)])
@@ -154,7 +153,7 @@ def demo(ctx: Context, steps: int = 60, timeout: float = 600, install: bool = Tr
     if reason:
         ctx.say(f"demo: rendered only; not starting the local Slurm sandbox: {reason}")
         return 0
-    cluster = ctx.cluster(sandbox.CLUSTER)
+    cluster = ctx.registry.sandbox_cluster()
     info = sandbox.up(install=install, cluster=cluster)
     print(sandbox.info_line(info), file=ctx.out, flush=True)
     ensure_host_requirements(cluster)

@@ -67,11 +67,11 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
         table = sweeps.write_table(l.root, l.name, l.combinations)
         lines.append(f"wrote {os.path.relpath(table)}: {l.combinations.count} combination(s), run directories under "
                      f"{os.path.relpath(sweeps.runs_dir(l.root, l.name))}/")
-    how = "invoke sandbox.exec -- " if slurm.is_sandbox(l.cluster) else ""
+    how = "invoke sandbox.exec -- " if slurm.is_sandbox(cluster) else ""
     if opts.validate:  # issue 24: Slurm's verdict (a rejection raises: one line, exit 2); nothing is queued
-        lines.append(f"sbatch --test-only: accepted: {slurm.test_only(l.cluster, path)}")
+        lines.append(f"sbatch --test-only: accepted: {slurm.test_only(cluster, path)}")
     if opts.submit and l.combinations:
-        mas = cluster.max_array_size or slurm.max_array_size(l.cluster)
+        mas = cluster.max_array_size or slurm.max_array_size(cluster)
         ids, finished = launcher.submit_sweep(l, path, mas)
         lines.append(f"{finished} of {l.combinations.count} done" + (f"; submitted {l.combinations.count - finished} as job "
                      f"array(s) {', '.join(ids)}" if ids else ": nothing to submit"))

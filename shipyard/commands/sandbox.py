@@ -18,7 +18,7 @@ def up(ctx: Context, nodes: int | None = None, gpus_per_node: int | None = None,
        install: bool = True) -> int:
     """`invoke sandbox.up`: start the sandbox (idempotent) and say where it is."""
     ctx.say(sandbox.info_line(sandbox.up(nodes, gpus_per_node, directory, install=install,
-                                         cluster=ctx.cluster(sandbox.CLUSTER))))
+                                         cluster=ctx.registry.sandbox_cluster())))
     return 0
 
 

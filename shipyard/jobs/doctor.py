@@ -217,7 +217,7 @@ def _gpus(cluster: Cluster, env: Environment, where: str, p: Probe) -> list[Find
                             f"check that partition {cluster.partition} has GPU nodes")]
         return [Finding(WARN, where, "gpu", f"no GPU: nvidia-smi not found (the profile lists no GPU models; "
                         f"{cluster.gpus_per_node} GPUs per node are scheduler resources only), so training runs "
-                        "on CPUs", "" if cluster.name == "sandbox" else
+                        "on CPUs", "" if slurm.is_sandbox(cluster) else
                         f"list the GPU models in clusters.{cluster.name}.gpus, or use a GPU partition")]
     out = []
     for model, driver, sm, count in _gpu_groups(lines):

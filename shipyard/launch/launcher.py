@@ -62,6 +62,7 @@ class Launcher:
     kind: str  # "torchrun" | "nccl-test"
     environment: str
     cluster: str
+    local_sandbox: bool  # the cluster's profile says it is this machine's sandbox: its clients take the sandbox's route
     runtime: str  # a name in runtimes.NAMES: pyxis | apptainer | charliecloud | host
     fabric: str  # efa | ib | socket
     nodes: int
@@ -171,7 +172,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields["sbatch_extra"] = passthrough.parse(opts.sbatch)  # a new flag: checked first
     fields |= _partition(cluster, opts.partition)
     cl = cluster.on(fields["partition"])  # from here on: the chosen partition's GPUs, CPUs, memory and fabric
-    fields |= {"cluster": cl.name, "fabric": cl.fabric}
+    fields |= {"cluster": cl.name, "local_sandbox": cl.local_sandbox, "fabric": cl.fabric}
     fields |= _resources(cl, kind, opts.nodes, opts.gpus_per_node)
     fields |= _cpus_and_memory(cl, kind, fields["gpus_per_node"], opts.cpus_per_task, opts.mem, opts.exclusive)
     fields |= _job(cl, kind, opts.time, opts.name, opts.account)
@@ -573,11 +574,16 @@ def write(l: Launcher) -> Path:
 # ------------------------------------------------------------------------------------------------ submit
 
 
+def target(l: Launcher) -> slurm.Target:
+    """The cluster ``l`` was written for, as the Slurm client addresses it."""
+    return slurm.Target(l.cluster, l.local_sandbox)
+
+
 def submit(l: Launcher, path: Path) -> list[str]:
     """``sbatch --parsable`` the launcher ``chain`` times, each after the previous one (afterany: see README)."""
     ids: list[str] = []
     for _ in range(l.chain):
-        ids.append(slurm.submit(l.cluster, path, after=ids[-1] if ids else None))
+        ids.append(slurm.submit(target(l), path, after=ids[-1] if ids else None))
     return ids
 
 
@@ -592,7 +598,7 @@ def submit_sweep(l: Launcher, path: Path, max_array_size: int) -> tuple[list[str
         extra = [f"--array={spec}" + (f"%{l.max_concurrent}" if l.max_concurrent else "")]
         if offset:
             extra.append(f"--export=ALL,SHIPYARD_SWEEP_OFFSET={offset}")
-        ids.append(slurm.submit(l.cluster, path, extra=extra))
+        ids.append(slurm.submit(target(l), path, extra=extra))
     return ids, sw.count - len(todo)
 
 
@@ -670,7 +676,7 @@ def chain_plan(l: Launcher) -> str:
 
 def render_chain(l: Launcher) -> str:
     return templating.render("shipyard.launch", "chain.sh.j2", trim_blocks=True, l=l, version=__version__,
-                             sandbox=slurm.is_sandbox(l.cluster), script=str(chain_path(l)))
+                             sandbox=slurm.is_sandbox(target(l)), script=str(chain_path(l)))
 
 
 def write_chain(l: Launcher) -> Path:

@@ -49,6 +49,7 @@ class ShellPlan:
     snippet: str  # with NODE_MARK where the node's name goes
     interactive: bool
     check: tuple[str, ...] = ()  # the image check run on the login node before srun (none: no image)
+    local_sandbox: bool = False  # the cluster is this machine's sandbox: srun takes the sandbox's route
 
 
 def ssh_snippet(cluster: Cluster, user: str) -> str:
@@ -130,7 +131,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
         node = rt.exec_words(place) + words
     modules = rt.modules(cluster)
     return ShellPlan(cluster.name, tuple(modules), tuple(srun + node), snippet, words is None,
-                     ("bash", str(check)) if check else ())
+                     check=("bash", str(check)) if check else (), local_sandbox=cluster.local_sandbox)
 
 
 def _with_injected_paths(cluster: Cluster, env: Environment, command: str) -> str:
@@ -151,7 +152,7 @@ def run_argv(plan: ShellPlan) -> tuple[list[str], dict[str, str] | None]:
     needs its namespace wrapper. No timeout on the sandbox: an interactive shell lasts as long as the user wants."""
     if plan.modules:
         return ["bash", "-lc", command_line(plan)], None
-    return slurm.route(plan.cluster, plan.argv, timeout=0)
+    return slurm.route(slurm.Target(plan.cluster, plan.local_sandbox), plan.argv, timeout=0)
 
 
 def run(plan: ShellPlan) -> int:

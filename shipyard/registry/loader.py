@@ -670,6 +670,7 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
         remote=Remote(**raw["remote"]) if raw.get("remote") else None,
         host_requirements=tuple(raw.get("host_requirements", ())),
         mpi=raw.get("mpi"),
+        local_sandbox=bool(raw.get("local_sandbox", False)),
         description=raw.get("description", ""),
         line=_line(lines, ("clusters", name)),
     )
@@ -722,6 +723,11 @@ def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None)
     for env in envs.values():
         _check_definition_values(env, envs_raw, lines, fname, root)
     clusters = {n: _resolve_cluster(n, c, lines) for n, c in data["clusters"].items()}
+    sandboxes = [n for n, c in clusters.items() if c.local_sandbox]
+    if len(sandboxes) > 1:
+        raise ShipyardError(f"{fname}:{_line(lines, ('clusters', sandboxes[1], 'local_sandbox'))}: "
+                            f"clusters.{sandboxes[1]}.local_sandbox: only one cluster can be this machine's sandbox "
+                            f"(clusters.{sandboxes[0]} is)")
     regs = {
         n: RegistryTarget(n, r["uri"], bool(r.get("insecure", False)), bool(r.get("require_signed", False)))
         for n, r in data.get("registries", {}).items()

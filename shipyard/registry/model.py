@@ -15,7 +15,7 @@ from typing import Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from shipyard.errors import pick
+from shipyard.errors import ShipyardError, pick
 
 
 def vtuple(version: str) -> Version:
@@ -229,6 +229,7 @@ class Cluster:
     exclusive: bool = False
     max_array_size: int | None = None  # scheduler.max_array_size (None: ask scontrol show config)
     mpi: str | None = None  # srun --mpi plugin for nccl-test (None: shipyard/data/launch.yaml's default)
+    local_sandbox: bool = False  # the profile of this machine's Slurm sandbox (`invoke sandbox.up`), whatever its name
 
     @property
     def host_injection(self) -> Mapping[str, object] | None:
@@ -343,6 +344,15 @@ class Registry:
 
     def cluster(self, name: str | None = None) -> Cluster:
         return pick(self.clusters, name or self.default_cluster, "cluster", self.path)
+
+    def sandbox_cluster(self) -> Cluster:
+        """The profile with ``local_sandbox: true``: the shape of the machine's Slurm sandbox (the loader allows at
+        most one)."""
+        for cluster in self.clusters.values():
+            if cluster.local_sandbox:
+                return cluster
+        raise ShipyardError(f"{self.path}: no cluster has local_sandbox: true (the profile `invoke sandbox.up` and "
+                            "`invoke demo` run on; the repository's registry.yaml has one to copy)")
 
     def registry_target(self, name: str | None = None) -> RegistryTarget:
         return pick(self.registries, name or self.default_registry, "registry", self.path)

@@ -104,7 +104,10 @@ def _scripts(node: Any) -> list[str]:
     return []
 
 
-RUNTIMES = ("pyxis", "apptainer", "host")
+def runtime_names() -> tuple[str, ...]:
+    """The runtimes a cluster profile may name: the schema's list (shipyard.runtimes, a floor above, keeps its own
+    list equal to it; a test checks)."""
+    return tuple(loader.schema()["$defs"]["cluster"]["properties"]["runtime"]["enum"])
 
 
 def _detected_runtime(config: dict) -> str | None:
@@ -123,8 +126,8 @@ def _runtime(config: dict, fname: str, gpu: bool, chosen: str | None) -> str:
     GPUs. A GPU cluster whose runtime the config does not show is refused: a silent ``host`` would run training
     outside any container, and `invoke check` could not tell."""
     if chosen:
-        if chosen not in RUNTIMES:
-            raise ShipyardError(f"--runtime {chosen!r}: use one of {', '.join(RUNTIMES)}")
+        if chosen not in runtime_names():
+            raise ShipyardError(f"--runtime {chosen!r}: use one of {', '.join(runtime_names())}")
         return chosen
     found = _detected_runtime(config)
     if found or not gpu:

@@ -55,7 +55,6 @@ from shipyard.slurm import (
     sandbox_running,
 )
 
-CLUSTER = SANDBOX  # the registry's cluster entry that gives the shape
 # What down() removes without --keep; anything else in the directory (e.g. the cluster's image storage) stays.
 _OWNED = ("etc", "log", "run", "state", "dev", "jobs", "nodes", "node-local", "env.sh", "state.json", ".lock")
 
@@ -339,4 +338,4 @@ def install_runtimes(sources, directory=None, install: bool = True, use_pyxis: b
 
 __all__ = ["up", "down", "status", "is_up", "default_directory", "client_argv", "client_env", "run_client",
            "make_plan", "render_configs", "render_env_sh", "cannot_run_reason", "missing_packages",
-           "Plan", "Host", "CLIENTS", "DIR_ENV", "CLUSTER"]
+           "Plan", "Host", "CLIENTS", "DIR_ENV"]

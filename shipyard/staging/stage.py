@@ -220,12 +220,9 @@ def from_registry(reg: Registry, env: Environment, registry_name: str | None, ta
                   out: IO[str] | None) -> Source:
     """The SIF over ORAS (tag default: the one the last push recorded), digest and blob sha256 verified."""
     target = reg.registry_target(registry_name)
-    if target.scheme == "docker":
+    if target.scheme != "oras":  # the schema allows oras:// and docker:// only
         raise ShipyardError(f"registries.{target.name}: {target.uri} is a docker:// registry; apptainer clusters "
                             "stage a SIF from an oras:// registry (pyxis clusters import docker:// images)")
-    if target.scheme != "oras":
-        raise ShipyardError(f"registries.{target.name}: {target.uri} is a docker:// registry; apptainer clusters "
-                            "stage a SIF from an oras:// registry (pyxis clusters: --from docker)")
     m = mf.read_manifest(project.manifest_path(reg, env.name))
     known = m.pushed_to(target.name)
     if tag is None:

@@ -1,6 +1,6 @@
 """Real Docker engine + real OCI registry for the build/push tests, and a tiny local base image.
 
-Started once per test session by ``shipyard.dev.services`` (private data root, unix socket, registry on a free
+Started once per test session by ``tests/services.py`` (private data root, unix socket, registry on a free
 127.0.0.1 port) and stopped by PID at the end. No Docker Hub: the base image is assembled here FROM scratch.
 """
 
@@ -12,8 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from shipyard.dev.services import Dockerd, OciRegistry
+from services import Dockerd, OciRegistry
 
 TINY_BASE = "shipyard-test/base:1"
 # What the tiny base "carries", i.e. what a stack: base environment's %test must find in it.

@@ -579,3 +579,22 @@ def test_umask_from_the_data_file(value, mode):
 def test_a_bad_umask_in_the_data_file_is_one_line(value):
     with pytest.raises(ShipyardError, match=r"^shipyard/data/launch.yaml defaults.umask .*expected an octal umask"):
         launch.umask(value)
+
+
+def test_a_launcher_takes_the_sandbox_route_when_its_profile_says_so(launch_registry, monkeypatch, tmp_path):
+    """The sandbox is a key of the cluster profile (``local_sandbox: true``), not a name: a launcher remembers it,
+    its submissions go through the sandbox's route and its chain script says to run it with sandbox.exec."""
+    routed = []
+    monkeypatch.setattr(slurm, "run", lambda cluster, argv, **kw: routed.append(slurm.is_sandbox(cluster)) or
+                        subprocess.CompletedProcess(argv, 0, "7\n", ""))
+    train = tmp_path / "train.py"  # the sandbox is this machine: the script is looked for here
+    train.write_text("")
+    plain = _build(launch_registry, nodes=2, chain=2, command=[str(train)])
+    marked = replace(launch_registry, clusters={**launch_registry.clusters, "lab-socket": replace(
+        launch_registry.cluster("lab-socket"), local_sandbox=True)})
+    local = _build(marked, nodes=2, chain=2, command=[str(train)])
+    assert (plain.local_sandbox, local.local_sandbox) == (False, True)
+    launch.submit(plain, tmp_path / "x.sbatch")
+    launch.submit(local, tmp_path / "x.sbatch")
+    assert routed == [False, False, True, True]
+    assert "sandbox.exec" not in launch.render_chain(plain) and "sandbox.exec" in launch.render_chain(local)

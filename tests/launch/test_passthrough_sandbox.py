@@ -45,4 +45,4 @@ def test_validate_on_a_partition_slurm_does_not_have_exits_2_with_its_message(sa
 def test_max_array_size_is_read_from_scontrol(sandbox, sandbox_project):
     from shipyard import slurm
 
-    assert slurm.max_array_size("sandbox", sandbox.directory) >= 2
+    assert slurm.max_array_size(slurm.SANDBOX, sandbox.directory) >= 2

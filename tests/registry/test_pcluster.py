@@ -54,8 +54,10 @@ def test_a_gpu_cluster_never_gets_a_silent_host_runtime(tmp_path):
         registry_commands.import_pcluster(str(DATA / "awsome-p4de-g5.yaml"), "pc", str(reg), yes=True)
     assert reg.read_text() == (REPO / "registry.yaml").read_text()
     assert prof("awsome-p4de-g5.yaml", runtime="host")["runtime"] == "host"  # chosen, not silent
-    with pytest.raises(ShipyardError, match="--runtime 'docker': use one of pyxis, apptainer, host"):
+    with pytest.raises(ShipyardError, match="--runtime 'docker': use one of apptainer, pyxis, charliecloud, host"):
         prof("awsome-p4de-g5.yaml", runtime="docker")
+    # every runtime a profile may name can be chosen, the one added last included
+    assert prof("awsome-p4de-g5.yaml", runtime="charliecloud")["runtime"] == "charliecloud"
 
 
 def test_review_lists_what_the_config_cannot_say():

@@ -158,3 +158,29 @@ def test_readme_registry_example_is_valid():
     reg = registry.load_text(block, "docs/registry.md")
     assert set(reg.environments) == {"pytorch-2.3", "pytorch-2.3-dev"}
     assert [p for p in compat.check_all(reg) if p.severity == compat.ERROR] == []
+
+
+def test_the_local_sandbox_is_a_key_of_its_profile_not_its_name():
+    """`local_sandbox: true` marks the machine's sandbox; a cluster called sandbox without it is a cluster like any
+    other, and a sandbox profile under another name is the sandbox."""
+    from shipyard import slurm
+
+    reg = registry.load(ROOT / "registry.yaml")
+    assert reg.sandbox_cluster().name == "sandbox" and slurm.is_sandbox(reg.cluster("sandbox"))
+    assert not any(slurm.is_sandbox(c) for n, c in reg.clusters.items() if n != "sandbox")
+    text = (ROOT / "registry.yaml").read_text()
+    plain = registry.load_text(text.replace("    local_sandbox: true\n", ""), "reg.yaml")
+    assert not slurm.is_sandbox(plain.cluster("sandbox")) and slurm.route(plain.cluster("sandbox"), ["squeue"]) == \
+        (["squeue"], None)
+    with pytest.raises(ShipyardError, match="no cluster has local_sandbox: true"):
+        plain.sandbox_cluster()
+    renamed = registry.load_text(text.replace("\n  sandbox:\n", "\n  laptop:\n").replace(
+        "cluster: sandbox", "cluster: laptop"), "reg.yaml")
+    assert renamed.sandbox_cluster().name == "laptop" and slurm.is_sandbox(renamed.cluster("laptop"))
+
+
+def test_only_one_cluster_can_be_the_local_sandbox():
+    text = (ROOT / "registry.yaml").read_text().replace("    runtime: apptainer\n",
+                                                        "    runtime: apptainer\n    local_sandbox: true\n", 1)
+    msg = err(text)
+    assert "local_sandbox: only one cluster can be this machine's sandbox (clusters.sandbox is)" in msg, msg

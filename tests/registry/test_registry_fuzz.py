@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 
+import pytest
 import yaml
 from helpers_registry import ROOT
 from hypothesis import HealthCheck, given, settings
@@ -79,14 +80,38 @@ def mutated(muts) -> dict:
 @settings(max_examples=MUTATION_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(muts=mutations)
 def test_mutated_registries_never_traceback(muts):
-    text = yaml.safe_dump(mutated(muts), sort_keys=False)
+    doc = mutated(muts)
+    text = yaml.safe_dump(doc, sort_keys=False)
     try:
         reg = registry.load_text(text, "fuzz.yaml")
-        compat.check_all(reg)
-        for env in reg.environments.values():
-            definitions.render_definition(env)
+        problems = compat.check_all(reg)
+        rendered = {name: definitions.render_definition(env) for name, env in reg.environments.items()}
     except ShipyardError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("fuzz.yaml")
+        return
+    accepted(doc, reg, problems, rendered)
+
+
+def accepted(doc: dict, reg, problems: list, rendered: dict) -> None:
+    """What a registry the loader accepted must give: the document's environments and clusters, defaults that name
+    one of each, findings that say where and what in one line, and a definition per environment that names it."""
+    assert set(reg.environments) == set(doc["environments"]) and set(reg.clusters) == set(doc["clusters"])
+    assert reg.environment(None).name in reg.environments and reg.cluster(None).name in reg.clusters
+    for pr in problems:
+        assert pr.severity in (compat.ERROR, compat.WARN) and pr.environment in ("", *reg.environments), pr
+        assert pr.key and pr.message and "\n" not in pr.message, pr
+    for name, text in rendered.items():
+        assert f"(environment {name})" in text.splitlines()[0], text[:200]
+
+
+def test_the_shipped_registry_passes_what_an_accepted_one_must():
+    """The success branch's assertions hold for the unmutated registry, and fail for a wrong result."""
+    reg = registry.load_text(SHIPPED_TEXT, "fuzz.yaml")
+    rendered = {name: definitions.render_definition(env) for name, env in reg.environments.items()}
+    accepted(SHIPPED, reg, compat.check_all(reg), rendered)
+    name = next(iter(rendered))
+    with pytest.raises(AssertionError):
+        accepted(SHIPPED, reg, [], {**rendered, name: "# a definition of another environment\n"})
 
 
 @settings(max_examples=200, deadline=None)
