@@ -248,7 +248,7 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
            cpus_per_task=None, mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None,
            mounts=None, env=None, nccl_debug=False,
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
-           force=False,
+           preflight=None, force=False,
            sbatch=None, validate=False, sweep=None, sweep_file=None, max_concurrent=None,  # issue 24
            submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""

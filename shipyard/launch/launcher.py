@@ -29,7 +29,7 @@ from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
 from shipyard.files import atomic_write
 from shipyard import runtimes
-from shipyard.launch import hints, options, passthrough, sweep as sweeps
+from shipyard.launch import hints, options, passthrough, preflight, sweep as sweeps
 from shipyard.staging import record as staged
 from shipyard.launch.fabric import (
     EnvVar,
@@ -106,6 +106,7 @@ class Launcher:
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
     code_commit: str | None  # the project's commit (git, else what remote.sync shipped); None: unknown
     code_dirty: bool  # uncommitted changes to tracked files were part of it
+    node_checks: preflight.NodeChecks | None  # --preflight: what each node is held to before torchrun (None: off)
     image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/staging/record.py)
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
@@ -182,6 +183,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields |= _site_constants(cl)
     fields |= _nccl_test(cl, kind, opts, fields["gpus_per_node"], in_image=rt.containerised and not opts.image)
     fields |= _binding(reg, env.name, rt, fields["image"], opts.image)
+    fields |= _preflight(env, cl, kind, opts.preflight, fields["gpus_per_node"], bool(opts.image))
     fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
     launcher = Launcher(**fields)
     given = _resolved_options(launcher, opts, user_mounts, user_env)
@@ -400,6 +402,14 @@ def _binding(reg: Registry, env_name: str, rt: Runtime, image: str | None, given
         return {}
     return {"image_sha256": b.sha256, "image_input_hash": b.input_hash,
             "image_bound_from": " ".join(b.source.split()), "image_spec_sha256": b.spec_sha256}
+
+
+def _preflight(env: Environment, cl: Cluster, kind: str, flag: str | None, gpus: int, external: bool) -> dict:
+    """``--preflight on|off`` (default: on when the job asks for GPUs): the facts each node is held to before
+    torchrun (shipyard/launch/preflight.py)."""
+    if kind != options.TORCHRUN or not preflight.wanted(flag, gpus):
+        return {"node_checks": None}
+    return {"node_checks": preflight.node_checks(env, cl, gpus, external)}
 
 
 def _checkpointing(chain, requeue: bool, max_restarts, signal_before) -> dict:

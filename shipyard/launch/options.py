@@ -176,6 +176,11 @@ class Options:
                                          check=at_least(0), only_with="requeue")
     signal_before: int | str | None = opt(help="send {signal} this many seconds before the time limit (default "
                                                "{signal_before} with --requeue/--chain)", kinds=(TORCHRUN,), check=_POSITIVE)
+    preflight: str | None = opt(help="on | off: before torchrun, each node checks its driver against the image's "
+                                     "CUDA, its GPUs' compute capability against the torch wheel's arches and the GPUs "
+                                     "it sees against --gpus-per-node, and a mismatch stops the job (default: on when "
+                                     "the job asks for GPUs)", kinds=(TORCHRUN,),
+                                check=matching(re.compile(r"^(on|off)$"), "expected on or off"))
     force: bool = opt(False, "write the launcher even when `invoke check` finds an ERROR for ENV on the cluster (warned, "
                              "and named in the launcher's header)")
     # issue 24: extra #SBATCH options and validation (shipyard/launch/passthrough.py)
