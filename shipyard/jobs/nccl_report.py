@@ -47,7 +47,13 @@ _HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxB
 _AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
 _OOB = re.compile(r"Out of bounds values\s*:\s*(.*?)\s*$")
 _FAILURE = re.compile(r"(Test (?:NCCL |CUDA )?failure.*?)\s*$")
-_STAMP = re.compile(r"\d[\d:.-]*$")  # a timestamp column (-R: "%Y-%m-%d %H:%M:%S", two words)
+_STAMP = re.compile(r"\d[\d:.-]*$")
+# A rank prefix a launcher writes before each chunk it forwards: "[0]" / "[0]:" (MPICH and Intel MPI -l /
+# -prepend-rank), "[1,0]<stdout>:" (Open MPI --tag-output), "0:" (srun --label). When a rank's row reaches the
+# launcher in two chunks, the prefix lands inside the row; such words are dropped when a line does not read as a row.
+_RANK_WORD = re.compile(r"^(?:\[\d+(?:,\d+)?\](?:<std(?:out|err)>)?:?|\d+:)$")
+_RANK_FRONT = re.compile(r"^(\[\d+(?:,\d+)?\](?:<std(?:out|err)>)?:?)(\S+)$")
+_RANK_BACK = re.compile(r"^(\S*?[0-9A])(\[\d+(?:,\d+)?\](?:<std(?:out|err)>)?:?)$")  # "-1[0]", "N/A[0]"  # a timestamp column (-R: "%Y-%m-%d %H:%M:%S", two words)
 _MAX_EXTRA = 3  # trailing columns after the in-place #wrong (timestamps, cpu time) a row may carry
 
 
@@ -162,10 +168,31 @@ def _parse_at(words: list[str], i: int, layout: tuple[str, ...], wrong_is_count:
     return Row(int(size), int(count), dtype, redop, root, halves[0], halves[1], wrong_is_count)
 
 
+def _without_rank_prefixes(words: list[str]) -> list[str]:
+    """``words`` without rank prefixes, standalone or glued to the front of a column ("[0]354.9")."""
+    out = []
+    for w in words:
+        if _RANK_WORD.match(w):
+            continue
+        front, back = _RANK_FRONT.match(w), _RANK_BACK.match(w)
+        out.append(front[2] if front else back[1] if back else w)
+    return out
+
+
 def parse_row(line: str, layout: tuple[str, ...] | None = None, wrong_is_count: bool | None = None) -> Row | None:
     """A result row anywhere in ``line`` (after any prefix), in the header's layout or, without one, the first
-    layout that reads the words exactly (newest first)."""
-    words = _words(line)
+    layout that reads the words exactly (newest first). A line that does not read as a row is read again without
+    rank prefixes, which a launcher may have written inside the row (see ``_RANK_WORD``)."""
+    row = _parse_words(_words(line), layout, wrong_is_count)
+    if row is None:
+        words = _words(line)
+        bare = _without_rank_prefixes(words)
+        if bare != words:
+            row = _parse_words(bare, layout, wrong_is_count)
+    return row
+
+
+def _parse_words(words: list[str], layout: tuple[str, ...] | None, wrong_is_count: bool | None) -> Row | None:
     if len(words) < 11:
         return None
     for i in range(len(words) - 10):

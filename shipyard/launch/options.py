@@ -164,6 +164,10 @@ class Options:
                                            "(repeatable)", repeat=True)
     nccl_debug: bool = opt(False, "NCCL_DEBUG=INFO for every subsystem (by default only INIT and NET, for the transport "
                                   "line)")
+    allow_transport_fallback: bool = opt(False, "do not pin NCCL's network to the fabric's (NCCL_NET): a missing "
+                                                "fabric library then falls back to sockets silently instead of "
+                                                "stopping the job (also: the cluster's "
+                                                "fabric_options.allow_transport_fallback)")
     monitor: bool = opt(False, "sample CPU/RAM/GPU usage on every node into "
                                "launch/logs/<name>-<jobid>.usage.<node>.csv", kinds=(TORCHRUN,))
     monitor_interval: int | str | None = opt(help="seconds between usage samples (default {monitor_interval})", kinds=(TORCHRUN,),

@@ -55,6 +55,44 @@ def test_label_prefixes_and_comment_lines_are_tolerated():
     assert len(report.ranks) == 8
 
 
+@pytest.mark.parametrize("prefix", ["[0]", "[0]:", "[1,0]<stdout>:", "0:"])
+def test_rank_prefixes_inside_a_row(prefix):
+    """A launcher that forwards a rank's output in chunks writes its prefix before each chunk, so a row that reached
+    it in two chunks carries the prefix in the middle. No public log with it is known: the rows here are those of a
+    real one (awsome_p5_2node_srun_label.log) with the prefix put where a chunk boundary falls, standalone, glued to
+    the next column and glued to the previous one (nccl-tests prints a row in three printf calls: the parameters,
+    then the out-of-place and in-place results; src/common.cu). srun's "0: " always ends in a space, and glued to a
+    number ("-10:") it could not be told apart, so it is only tried standalone."""
+    real = (LOGS / "real" / "awsome_p5_2node_srun_label.log").read_text()
+    want = nr.parse_text(real)
+    lines = []
+    for i, line in enumerate(real.splitlines()):
+        row = nr.parse_row(line)
+        if row is None:
+            lines.append(line)
+            continue
+        words = line.split()[1:]  # without srun's "0:"
+        at = 5 if i % 2 else 9  # after the parameters, or after the out-of-place results
+        glue = i % 3 if prefix != "0:" else 0  # srun writes "N: " with its space: never glued
+        if glue == 0:
+            words.insert(at, prefix)
+        elif glue == 1:
+            words[at] = prefix + words[at]
+        else:
+            words[at - 1] = words[at - 1] + prefix
+        lines.append(f"{prefix} " + "   ".join(words))
+    got = nr.parse_text("\n".join(lines))
+    assert [r.size for r in got.runs[0].rows] == [r.size for r in want.runs[0].rows]
+    assert [(r.out_of_place, r.in_place) for r in got.runs[0].rows] == \
+        [(r.out_of_place, r.in_place) for r in want.runs[0].rows]
+    assert got.broken == []
+
+
+def test_a_rank_prefix_never_turns_a_non_row_into_a_row():
+    assert nr.parse_row("[0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0") is None
+    assert nr.parse_row("[0]  8  2  float  sum  -1  [0]  69.12  0.00") is None  # cut short
+
+
 def test_wrong_results_and_socket_fallback_are_failures():
     report = nr.parse_file(LOGS / "all_reduce_socket_wrong.log")
     notes = nr.findings(report, REG.cluster("grete"))
