@@ -210,7 +210,13 @@ def _resources(cl: Cluster, kind: str, nodes, gpus_per_node) -> dict:
     n = options.check("nodes", nodes if nodes is not None else options.defaults()["nodes"])
     if cl.nodes is not None and n > cl.nodes:
         raise ShipyardError(f"--nodes {n}: cluster {cl.name} has {cl.nodes} nodes (clusters.{cl.name}.nodes)")
-    g = options.check("gpus_per_node", gpus_per_node if gpus_per_node is not None else cl.gpus_per_node)
+    mig = int(facts.load("compat")["mig"]["gpus_per_node"]) if cl.mig else None
+    default_g = cl.gpus_per_node if mig is None else min(mig, cl.gpus_per_node)
+    g = options.check("gpus_per_node", gpus_per_node if gpus_per_node is not None else default_g)
+    if mig is not None and g > mig:
+        raise ShipyardError(f"--gpus-per-node {g}: partition {cl.partition} of cluster {cl.name} has MIG instances "
+                            f"({cl.mig}); a multi-process NCCL job can use {mig} per node, because "
+                            f"{' '.join(facts.load('compat')['mig']['reason'].split())}")
     if g > cl.gpus_per_node:
         raise ShipyardError(f"--gpus-per-node {g}: partition {cl.partition} of cluster {cl.name} has {cl.gpus_per_node} "
                             f"GPUs per node ({cl.key('gpus_per_node')})")

@@ -143,7 +143,8 @@ def test_a_directory_with_a_colon_is_refused_in_one_line(site):
 def test_invoke_modules_writes_a_charliecloud_clusters_module(tmp_path):
     """Issue 18 point 4: `invoke modules ENV --cluster C` for a `runtime: charliecloud` cluster (it was refused)."""
     reg = yaml.safe_load((ROOT / "registry.yaml").read_text())
-    reg["clusters"]["ch-site"] = {**reg["clusters"]["grete"], "runtime": "charliecloud", "modules": []}
+    reg["clusters"]["ch-site"] = {**reg["clusters"]["grete"], "runtime": "charliecloud", "modules": [],
+                                  "gpu_injection": "ch-fromhost --nvidia on the staged images"}  # else check ERRORs
     (tmp_path / "registry.yaml").write_text(yaml.safe_dump(reg))
     res = invoke_cli("modules", ENV.name, "--cluster", "ch-site", "--prefix", str(tmp_path / "m"), cwd=ROOT,
                      env={**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml")}, timeout=120)
