@@ -154,7 +154,7 @@ def test_pyxis_runtime_each_node_gets_image_mounts_workdir(sandbox, sandbox_proj
         assert env["SHIPYARD_PYXIS_DOUBLE_CONTAINER_WORKDIR"] == str(sandbox_project)
         assert env["SHIPYARD_PYXIS_DOUBLE_NO_CONTAINER_MOUNT_HOME"] == "1"
         assert set(env["SHIPYARD_PYXIS_DOUBLE_CONTAINER_ENV"].split(",")) == {
-            "NCCL_IB_DISABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "FOO"}
+            "NCCL_NET", "NCCL_IB_DISABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "FOO"}
         assert env["FOO"] == "bar baz"
 
 
