@@ -372,6 +372,21 @@ def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | N
             "is the traffic each node's NICs carry per direction)")
 
 
+def _far_below(report: Report, run: Run, cluster: Cluster | None) -> str | None:
+    """What a multi-node run's peak busbw far below the node's line rate says (shipyard/data/nccl.yaml
+    ``line_rate.far_below``); None when it is not, or when no rate or only one node applies."""
+    rate = line_rate_gbs(cluster)
+    if not rate or not run.rows or len({h for h, _ in report.ranks.values()}) < 2:
+        return None
+    share = float(facts.load("nccl")["line_rate"]["far_below"])
+    peak = run.peak.busbw
+    if peak >= share * rate:
+        return None
+    return (f"peak busbw {peak:.2f} GB/s is {100 * peak / rate:.0f}% of the node line rate ({rate:.2f} GB/s, "
+            f"{_rate_key(cluster)}), below {100 * share:.0f}%: a socket fallback (see the transport verdict), a NIC "
+            "or rail NCCL does not use, or sizes too small to fill the link (run up to 16G)")
+
+
 def no_cuda_device(report: Report) -> list[str]:
     """The failure lines of ranks that found no usable GPU (shipyard/data/nccl.yaml ``no_cuda_device``)."""
     known = facts.load("nccl")["no_cuda_device"]
@@ -391,6 +406,9 @@ def findings(report: Report, cluster: Cluster | None) -> list[str]:
                        "(the #wrong column): the data path corrupts data; rerun with NCCL_DEBUG=INFO")
         if run.out_of_bounds and not run.out_of_bounds.endswith("OK"):
             out.append(f"FAIL {tag}out of bounds values: {run.out_of_bounds}")
+        far = _far_below(report, run, cluster)
+        if far:
+            out.append(f"WARN {tag}{far}")
     no_device = no_cuda_device(report)
     if no_device:
         out.append(f"FAIL no CUDA device: {len(no_device)} rank(s) stopped at their first CUDA call, before NCCL "

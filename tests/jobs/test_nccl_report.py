@@ -196,3 +196,23 @@ def test_task_outside_a_project_needs_no_registry(tmp_path, invoke):
                   cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "SHIPYARD_REGISTRY"})
     assert proc.returncode == 0, proc.stderr
     assert "nominal line rate" not in proc.stdout and (tmp_path / "p.png").exists()
+
+
+def test_peak_far_below_the_line_rate_is_warned():
+    """Held against nccl.yaml's line_rate.far_below share of the partition's rate: the 2-node EFA run (336 GB/s
+    peak) is fine at 3200 Gbit/s and flagged at twice that; one node's run never is (it measures NVLink/PCIe)."""
+    from dataclasses import replace
+
+    from shipyard import facts
+
+    report = nr.parse_file(LOGS / "all_reduce_efa_2x8.log")
+    share = facts.load("nccl")["line_rate"]["far_below"]
+    efa = REG.cluster("aws-pcluster").on()
+    at = lambda gbps: replace(efa, fabric_options={**efa.fabric_options, "line_rate_gbps": gbps})  # noqa: E731
+    peak = report.runs[0].peak.busbw
+    ok_rate = peak * 8 / share * 0.99  # just inside the share
+    assert not [f for f in nr.findings(report, at(ok_rate)) if "line rate" in f]
+    (warn,) = [f for f in nr.findings(report, at(peak * 8 / share * 1.01)) if "line rate" in f]
+    assert warn.startswith(f"WARN peak busbw {peak:.2f} GB/s is ") and "below 50%" in warn
+    one_node = replace(report, ranks={k: ("node1", m) for k, (h, m) in report.ranks.items()})
+    assert not [f for f in nr.findings(one_node, at(peak * 80)) if "line rate" in f]
