@@ -236,9 +236,9 @@ def _options(params: dict) -> launch_options.Options:
 @task_guard
 def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
            cpus_per_task=None, mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None,
-           mounts=None, env=None, nccl_debug=False,
+           mounts=None, env=None, nccl_debug=False, allow_transport_fallback=False,
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
-           force=False,
+           preflight=None, force=False,
            sbatch=None, validate=False, sweep=None, sweep_file=None, max_concurrent=None,  # issue 24
            submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
@@ -253,7 +253,7 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
 def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, runtime=None, partition=None,
               mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None,
               binary=None, sizes=None, iters=None, check=None, image_has_nccl_tests=False, mounts=None, env=None,
-              nccl_debug=False, force=False,
+              nccl_debug=False, allow_transport_fallback=False, force=False,
               sbatch=None, validate=False,  # issue 24
               submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""

@@ -287,6 +287,36 @@ def _storage(cluster: Cluster, where: str, p: Probe, path: str) -> list[Finding]
     return out
 
 
+def _start_path(cluster: Cluster, where: str, p: Probe) -> list[Finding]:
+    """How the cluster's runtime starts a staged image on this node, from the configuration the probe read (nothing
+    when the probe read none of it): pyxis's plugstack arguments, enroot's system config, Apptainer's setuid and
+    SquashFS mount settings and the squashfuse it would use. Informational, except a pyxis that unpacks every step."""
+    meaning = facts()["start_path"]["pyxis_args"]
+    out = []
+    if cluster.runtime == "pyxis" and p.get("pyxis_plugin"):
+        args = p.get("pyxis_arg", [])
+        said = dict(a.split("=", 1) for a in args if "=" in a)
+        notes = [f"{a} ({meaning[a.split('=', 1)[0]]})" if a.split("=", 1)[0] in meaning else f"{a} (not known here)"
+                 for a in args]
+        detail = f"plugstack: {', '.join(p['pyxis_plugin'])} " + ("; ".join(notes) if notes else "with no arguments")
+        fuse = said.get("use_squashfuse", "").lower() in ("1", "true", "yes")
+        out.append(Finding(PASS if fuse else WARN, where, "start path", detail,
+                           "" if fuse else "each step unpacks the staged .sqsh on every node: for a large image ask "
+                           "the site for use_squashfuse, or reuse a named container within a job"))
+    if cluster.runtime == "pyxis" and p.get("enroot_conf"):
+        out.append(Finding(PASS, where, "start path", "enroot: " + "; ".join(p["enroot_conf"])))
+    if cluster.runtime == "apptainer" and (p.get("apptainer_conf") or p.get("apptainer_suid")):
+        conf = {c.split("=", 1)[0].strip(): c.split("=", 1)[1].strip() for c in p.get("apptainer_conf", []) if "=" in c}
+        suid = _one(p, "apptainer_suid") == "yes" and conf.get("allow setuid", "yes") == "yes"
+        kernel = suid and conf.get("allow setuid-mount squashfs", "yes") == "yes"
+        fuse = ", ".join(p.get("squashfuse", [])) or "no squashfuse found"
+        mode = ("setuid starter, the kernel mounts the SIF's SquashFS" if kernel else
+                f"{'setuid starter' if suid else 'user namespaces'}, SquashFS through squashfuse ({fuse})")
+        out.append(Finding(PASS, where, "start path", f"apptainer: {mode}; "
+                           + ("; ".join(p.get("apptainer_conf", [])) or "no allow setuid lines in apptainer.conf")))
+    return out
+
+
 def _modules(cluster: Cluster, where: str, p: Probe) -> list[Finding]:
     return [Finding(WARN, where, "modules", f"module load {m} failed" if m != "no module command" else
                     "no `module` command (Lmod/Environment Modules) to load " + ", ".join(cluster.modules),
@@ -311,6 +341,7 @@ def evaluate(cluster: Cluster, env: Environment, storage: str, login: Probe, nod
     out.append(Finding(PASS, where, "srun", f"a one-task step ran on {where} (partition {cluster.partition})"))
     out += _modules(cluster, where, node)
     out += [_apptainer(cluster, env, where, node), _enroot(cluster, where, node), _ch_run(cluster, where, node)]
+    out += _start_path(cluster, where, node)
     out += _gpus(cluster, env, where, node)
     out += _storage(cluster, where, node, storage)
     return out

@@ -47,7 +47,13 @@ _HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxB
 _AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
 _OOB = re.compile(r"Out of bounds values\s*:\s*(.*?)\s*$")
 _FAILURE = re.compile(r"(Test (?:NCCL |CUDA )?failure.*?)\s*$")
-_STAMP = re.compile(r"\d[\d:.-]*$")  # a timestamp column (-R: "%Y-%m-%d %H:%M:%S", two words)
+_STAMP = re.compile(r"\d[\d:.-]*$")
+# A rank prefix a launcher writes before each chunk it forwards: "[0]" / "[0]:" (MPICH and Intel MPI -l /
+# -prepend-rank), "[1,0]<stdout>:" (Open MPI --tag-output), "0:" (srun --label). When a rank's row reaches the
+# launcher in two chunks, the prefix lands inside the row; such words are dropped when a line does not read as a row.
+_RANK_WORD = re.compile(r"^(?:\[\d+(?:,\d+)?\](?:<std(?:out|err)>)?:?|\d+:)$")
+_RANK_FRONT = re.compile(r"^(\[\d+(?:,\d+)?\](?:<std(?:out|err)>)?:?)(\S+)$")
+_RANK_BACK = re.compile(r"^(\S*?[0-9A])(\[\d+(?:,\d+)?\](?:<std(?:out|err)>)?:?)$")  # "-1[0]", "N/A[0]"  # a timestamp column (-R: "%Y-%m-%d %H:%M:%S", two words)
 _MAX_EXTRA = 3  # trailing columns after the in-place #wrong (timestamps, cpu time) a row may carry
 
 
@@ -162,10 +168,31 @@ def _parse_at(words: list[str], i: int, layout: tuple[str, ...], wrong_is_count:
     return Row(int(size), int(count), dtype, redop, root, halves[0], halves[1], wrong_is_count)
 
 
+def _without_rank_prefixes(words: list[str]) -> list[str]:
+    """``words`` without rank prefixes, standalone or glued to the front of a column ("[0]354.9")."""
+    out = []
+    for w in words:
+        if _RANK_WORD.match(w):
+            continue
+        front, back = _RANK_FRONT.match(w), _RANK_BACK.match(w)
+        out.append(front[2] if front else back[1] if back else w)
+    return out
+
+
 def parse_row(line: str, layout: tuple[str, ...] | None = None, wrong_is_count: bool | None = None) -> Row | None:
     """A result row anywhere in ``line`` (after any prefix), in the header's layout or, without one, the first
-    layout that reads the words exactly (newest first)."""
-    words = _words(line)
+    layout that reads the words exactly (newest first). A line that does not read as a row is read again without
+    rank prefixes, which a launcher may have written inside the row (see ``_RANK_WORD``)."""
+    row = _parse_words(_words(line), layout, wrong_is_count)
+    if row is None:
+        words = _words(line)
+        bare = _without_rank_prefixes(words)
+        if bare != words:
+            row = _parse_words(bare, layout, wrong_is_count)
+    return row
+
+
+def _parse_words(words: list[str], layout: tuple[str, ...] | None, wrong_is_count: bool | None) -> Row | None:
     if len(words) < 11:
         return None
     for i in range(len(words) - 10):
@@ -345,6 +372,21 @@ def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | N
             "is the traffic each node's NICs carry per direction)")
 
 
+def _far_below(report: Report, run: Run, cluster: Cluster | None) -> str | None:
+    """What a multi-node run's peak busbw far below the node's line rate says (shipyard/data/nccl.yaml
+    ``line_rate.far_below``); None when it is not, or when no rate or only one node applies."""
+    rate = line_rate_gbs(cluster)
+    if not rate or not run.rows or len({h for h, _ in report.ranks.values()}) < 2:
+        return None
+    share = float(facts.load("nccl")["line_rate"]["far_below"])
+    peak = run.peak.busbw
+    if peak >= share * rate:
+        return None
+    return (f"peak busbw {peak:.2f} GB/s is {100 * peak / rate:.0f}% of the node line rate ({rate:.2f} GB/s, "
+            f"{_rate_key(cluster)}), below {100 * share:.0f}%: a socket fallback (see the transport verdict), a NIC "
+            "or rail NCCL does not use, or sizes too small to fill the link (run up to 16G)")
+
+
 def no_cuda_device(report: Report) -> list[str]:
     """The failure lines of ranks that found no usable GPU (shipyard/data/nccl.yaml ``no_cuda_device``)."""
     known = facts.load("nccl")["no_cuda_device"]
@@ -364,6 +406,9 @@ def findings(report: Report, cluster: Cluster | None) -> list[str]:
                        "(the #wrong column): the data path corrupts data; rerun with NCCL_DEBUG=INFO")
         if run.out_of_bounds and not run.out_of_bounds.endswith("OK"):
             out.append(f"FAIL {tag}out of bounds values: {run.out_of_bounds}")
+        far = _far_below(report, run, cluster)
+        if far:
+            out.append(f"WARN {tag}{far}")
     no_device = no_cuda_device(report)
     if no_device:
         out.append(f"FAIL no CUDA device: {len(no_device)} rank(s) stopped at their first CUDA call, before NCCL "

@@ -86,6 +86,47 @@ def fabric_env(cluster: Cluster, env: Environment | None = None) -> list[EnvVar]
     return list(out.values())
 
 
+def transport_pin(cluster: Cluster) -> EnvVar | None:
+    """``NCCL_NET`` naming the network the cluster's fabric must use (shipyard/data/launch.yaml ``net_pin``): NCCL
+    then fails at its first communicator when that network is missing, instead of falling back to sockets. For EFA
+    the name is the one the cluster's aws-ofi-nccl answers to (given, or implied by its EFA installer)."""
+    pin = (launch_data().get("net_pin") or {}).get(cluster.fabric)
+    if not pin:
+        return None
+    name, why = pin["name"], f"fabric {cluster.fabric}: pinned transport"
+    if "unknown" in pin:
+        ofi = aws_ofi_nccl_version(cluster)
+        if ofi is None:
+            name, why = pin["unknown"], f"{why}, {pin['plugin']} version unknown: the name every release answers to"
+        else:
+            for rule in pin.get("below") or ():
+                if compat.vtuple(ofi) < compat.vtuple(rule["version"]):
+                    name = rule["name"]
+                    break
+            why = f"{why}, the name {pin['plugin']} {ofi} answers to"
+    return EnvVar("NCCL_NET", str(name), False, why)
+
+
+def fallback_allowed(cluster: Cluster, flag: bool) -> str:
+    """Who turned the pinned transport off ("" when nobody did): the launch flag or the cluster profile."""
+    if flag:
+        return "--allow-transport-fallback"
+    if cluster.fabric_options.get("allow_transport_fallback"):
+        return f"clusters.{cluster.name}.fabric_options.allow_transport_fallback"
+    return ""
+
+
+def pin_hint(cluster: Cluster, value: str) -> dict | None:
+    """The failure hint for a pinned network NCCL did not find: NCCL's own error names no fabric and no library."""
+    hint = ((launch_data().get("net_pin") or {}).get("hint") or {}).get(cluster.fabric)
+    if not hint:
+        return None
+    return {"match": "Failed to initialize any NET plugin",
+            "hint": f"NCCL_NET={value} pins the network of fabric {cluster.fabric} and NCCL found none of that name: "
+                    f"{' '.join(hint.split())}. Fix the image or the site injection; --allow-transport-fallback lets "
+                    "NCCL fall back to sockets (slow)"}
+
+
 def host_injection_env(cluster: Cluster) -> list[EnvVar]:
     """fabric_options.host_injection's variables; its path lists (launch.yaml's prepend_in_container) marked
     ``prepend``. Launchers and modules both take them from here, so both prepend the same variables."""

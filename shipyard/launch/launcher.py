@@ -30,7 +30,7 @@ from shipyard.errors import ShipyardError
 from shipyard.escaping import shell_join, shell_quote
 from shipyard.files import atomic_write
 from shipyard import runtimes
-from shipyard.launch import hints, options, passthrough, sweep as sweeps
+from shipyard.launch import hints, options, passthrough, preflight, sweep as sweeps
 from shipyard.staging import record as staged
 from shipyard.staging import versions
 from shipyard.launch.fabric import (
@@ -38,8 +38,11 @@ from shipyard.launch.fabric import (
     check_forbidden,
     expected_transport,
     fabric_env,
+    fallback_allowed,
     launch_data,
+    pin_hint,
     prepend_exports,
+    transport_pin,
 )
 from shipyard.runtimes.mounts import Mount, job_mounts, parse_mounts
 from shipyard.runtimes import Placement, Runtime
@@ -110,6 +113,9 @@ class Launcher:
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
     code_commit: str | None  # the project's commit (git, else what remote.sync shipped); None: unknown
     code_dirty: bool  # uncommitted changes to tracked files were part of it
+    transport_pin: str  # "NCCL_NET=VALUE (where it comes from)" as exported; "" when NCCL_NET is not set
+    transport_fallback: str  # who allowed NCCL to fall back to sockets (the flag or the cluster key); "": nobody
+    node_checks: preflight.NodeChecks | None  # --preflight: what each node is held to before torchrun (None: off)
     image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/staging/record.py)
     image_input_hash: str | None = None
     image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
@@ -182,15 +188,17 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields |= _workdir(reg, rt, fields["mounts"], workdir)
     _check_script(cl, rt, kind, command, fields)
     user_env = parse_env(opts.env)
-    fields |= _environment(cl, user_env, opts.nccl_debug, env)
+    fields |= _environment(cl, user_env, opts.nccl_debug, env, opts.allow_transport_fallback)
     fields |= _code(Path(reg.root), fields["env"])
     fields |= _image(reg, env.name, cl, rt, opts.image)
     fields |= _checkpointing(opts.chain, opts.requeue, opts.max_restarts, opts.signal_before)
     fields |= _sweep(kind, opts, fields["chain"])
     fields |= _monitoring(kind, opts.monitor, opts.monitor_interval)
-    fields |= _site_constants(cl)
+    fields |= _site_constants(cl, next((v for v in fields["env"] if v.name == "NCCL_NET"), None))
     fields |= _nccl_test(cl, kind, opts, fields["gpus_per_node"], in_image=rt.containerised and not opts.image)
     fields |= _binding(reg, env.name, rt, fields["image"], opts.image)
+    fields |= _nccl_test_env(kind, fields["nodes"], fields["env"])
+    fields |= _preflight(env, cl, kind, opts.preflight, fields["gpus_per_node"], bool(opts.image))
     fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
     launcher = Launcher(**fields)
     given = _resolved_options(launcher, opts, user_mounts, user_env)
@@ -211,7 +219,13 @@ def _resources(cl: Cluster, kind: str, nodes, gpus_per_node) -> dict:
     n = options.check("nodes", nodes if nodes is not None else options.defaults()["nodes"])
     if cl.nodes is not None and n > cl.nodes:
         raise ShipyardError(f"--nodes {n}: cluster {cl.name} has {cl.nodes} nodes (clusters.{cl.name}.nodes)")
-    g = options.check("gpus_per_node", gpus_per_node if gpus_per_node is not None else cl.gpus_per_node)
+    mig = int(facts.load("compat")["mig"]["gpus_per_node"]) if cl.mig else None
+    default_g = cl.gpus_per_node if mig is None else min(mig, cl.gpus_per_node)
+    g = options.check("gpus_per_node", gpus_per_node if gpus_per_node is not None else default_g)
+    if mig is not None and g > mig:
+        raise ShipyardError(f"--gpus-per-node {g}: partition {cl.partition} of cluster {cl.name} has MIG instances "
+                            f"({cl.mig}); a multi-process NCCL job can use {mig} per node, because "
+                            f"{' '.join(facts.load('compat')['mig']['reason'].split())}")
     if g > cl.gpus_per_node:
         raise ShipyardError(f"--gpus-per-node {g}: partition {cl.partition} of cluster {cl.name} has {cl.gpus_per_node} "
                             f"GPUs per node ({cl.key('gpus_per_node')})")
@@ -360,17 +374,23 @@ def _check_script(cl: Cluster, rt: Runtime, kind: str, command: Sequence[str], f
                             f"{where}); run invoke launch from the script's directory or give its path from here")
 
 
-def _environment(cl: Cluster, user_env: tuple[tuple[str, str], ...], nccl_debug: bool, env_obj=None) -> dict:
-    """Variables in the order they are exported: fabric preset and site, NCCL_DEBUG, then ``--env`` (a later one
-    of the same name wins)."""
+def _environment(cl: Cluster, user_env: tuple[tuple[str, str], ...], nccl_debug: bool, env_obj=None,
+                 allow_fallback: bool = False) -> dict:
+    """Variables in the order they are exported: the pinned transport (NCCL_NET, unless the flag or the cluster
+    allows a fallback), fabric preset and site, NCCL_DEBUG, then ``--env`` (a later one of the same name wins)."""
     check_forbidden(cl, [k for k, _ in user_env], "--env")
-    variables: dict[str, EnvVar] = {v.name: v for v in fabric_env(cl, env_obj)}
+    fallback = fallback_allowed(cl, allow_fallback)
+    pin = None if fallback else transport_pin(cl)
+    variables: dict[str, EnvVar] = {pin.name: pin} if pin else {}
+    variables |= {v.name: v for v in fabric_env(cl, env_obj)}
     debug = launch_data()["nccl_debug"]["full" if nccl_debug else "default"]
     for k, v in debug.items():
         variables[k] = EnvVar(k, str(v), False, "--nccl-debug" if nccl_debug else "NCCL transport line")
     for k, v in user_env:
         variables[k] = EnvVar(k, v, False, "--env")
-    return {"env": tuple(variables.values()), "nccl_debug": bool(nccl_debug)}
+    net = variables.get("NCCL_NET")
+    return {"env": tuple(variables.values()), "nccl_debug": bool(nccl_debug), "transport_fallback": fallback,
+            "transport_pin": f"NCCL_NET={net.value} ({net.origin})" if net else ""}
 
 
 def _code(root: Path, env: tuple[EnvVar, ...]) -> dict:
@@ -413,6 +433,14 @@ def _binding(reg: Registry, env_name: str, rt: Runtime, image: str | None, given
             "image_bound_from": " ".join(b.source.split()), "image_spec_sha256": b.spec_sha256}
 
 
+def _preflight(env: Environment, cl: Cluster, kind: str, flag: str | None, gpus: int, external: bool) -> dict:
+    """``--preflight on|off`` (default: on when the job asks for GPUs): the facts each node is held to before
+    torchrun (shipyard/launch/preflight.py)."""
+    if kind != options.TORCHRUN or not preflight.wanted(flag, gpus):
+        return {"node_checks": None}
+    return {"node_checks": preflight.node_checks(env, cl, gpus, external)}
+
+
 def _checkpointing(chain, requeue: bool, max_restarts, signal_before) -> dict:
     """``--chain``/``--requeue``: either needs the checkpoint signal, so it defaults on with them."""
     defaults = launch_data()["defaults"]
@@ -453,13 +481,19 @@ def umask(value) -> str:
     return f"{int(text, 8):04o}"
 
 
-def _site_constants(cl: Cluster) -> dict:
+def _site_constants(cl: Cluster, pinned: EnvVar | None = None) -> dict:
     """What no flag sets: shipyard/data/launch.yaml's ports and waits, and the transport the fabric should pick."""
     defaults = launch_data()["defaults"]
     return {"rdzv_port": int(defaults["rdzv_port"]), "rdzv_ports": int(defaults["rdzv_ports"]),
             "srun_wait": int(defaults["srun_wait"]), "umask": umask(defaults["umask"]),
             "transport": expected_transport(cl.fabric),
-            "failure_hints": hints.awk_program(hints.failure_hints())}
+            "failure_hints": hints.awk_program(hints.failure_hints() + _pin_hints(cl, pinned))}
+
+
+def _pin_hints(cl: Cluster, pinned: EnvVar | None) -> list[dict]:
+    """The hint for a pinned network NCCL did not find (none when nothing pins NCCL_NET)."""
+    hint = pin_hint(cl, pinned.value) if pinned else None
+    return [hint] if hint else []
 
 
 def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int, in_image: bool) -> dict:
@@ -488,6 +522,18 @@ def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int, in_imag
     return {"nccl_test_binary": command, "nccl_test_mpi": mpi, "nccl_test_args": tuple(args),
             "nccl_test_tasks": 1 if mpi == "none" else gpus, "binary": binary, "sizes": sizes, "iters": iters,
             "check": check}
+
+
+def _nccl_test_env(kind: str, nodes: int, env: tuple[EnvVar, ...]) -> dict:
+    """An nccl-test on 2 or more nodes measures the fabric with Ring (shipyard/data/launch.yaml
+    ``nccl_test.multi_node_env``: Tree's 2-node busbw can exceed the link rate); a value the cluster or ``--env``
+    gives wins."""
+    if kind != options.NCCL_TEST or nodes < 2:
+        return {}
+    have = {v.name for v in env}
+    extra = tuple(EnvVar(k, str(v), False, f"nccl-test on {nodes} nodes: busbw against the link rate")
+                  for k, v in (launch_data()["nccl_test"].get("multi_node_env") or {}).items() if k not in have)
+    return {"env": tuple(env) + extra}
 
 
 def _resolved_options(l: Launcher, given: options.Options, user_mounts, user_env) -> options.Options:

@@ -173,6 +173,10 @@ class Options:
                                            "(repeatable)", repeat=True)
     nccl_debug: bool = opt(False, "NCCL_DEBUG=INFO for every subsystem (by default only INIT and NET, for the transport "
                                   "line)")
+    allow_transport_fallback: bool = opt(False, "do not pin NCCL's network to the fabric's (NCCL_NET): a missing "
+                                                "fabric library then falls back to sockets silently instead of "
+                                                "stopping the job (also: the cluster's "
+                                                "fabric_options.allow_transport_fallback)")
     monitor: bool = opt(False, "sample CPU/RAM/GPU usage on every node into "
                                "launch/logs/<name>-<jobid>.usage.<node>.csv", kinds=(TORCHRUN,))
     monitor_interval: int | str | None = opt(help="seconds between usage samples (default {monitor_interval})", kinds=(TORCHRUN,),
@@ -186,6 +190,11 @@ class Options:
     signal_before: int | str | None = opt(help="send {signal} this many seconds before the time limit (default "
                                                "{signal_before} with --requeue/--chain)", kinds=(TORCHRUN,),
                                          check=_SIGNAL_TIME)
+    preflight: str | None = opt(help="on | off: before torchrun, each node checks its driver against the image's "
+                                     "CUDA, its GPUs' compute capability against the torch wheel's arches and the GPUs "
+                                     "it sees against --gpus-per-node, and a mismatch stops the job (default: on when "
+                                     "the job asks for GPUs)", kinds=(TORCHRUN,),
+                                check=matching(re.compile(r"^(on|off)$"), "expected on or off"))
     force: bool = opt(False, "write the launcher even when `invoke check` finds an ERROR for ENV on the cluster (warned, "
                              "and named in the launcher's header)")
     # issue 24: extra #SBATCH options and validation (shipyard/launch/passthrough.py)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from shipyard import facts as data
-from shipyard.registry import fabric_checks
+from shipyard.registry import fabric_checks, runtime_checks
 from shipyard.registry.model import Cluster, Environment, vtuple
 
 ERROR = "ERROR"
@@ -491,6 +491,7 @@ def check_on_cluster(env: Environment, cluster: Cluster) -> list[Problem]:
                 add(WARN, f"{ckey}.gpus", f"{gpu.model} ({gpu.arch}) runs {env.name} only through PTX JIT "
                     "(no SASS for its family in the wheel): slow first start, needs a driver with full compatibility")
     fabric_checks.check(env, cluster, add)  # IB/EFA userspace in the image, EFA floors
+    runtime_checks.check(env, cluster, add)  # Charliecloud without GPU libraries, MIG instances per node
     return out
 
 

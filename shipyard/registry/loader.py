@@ -621,6 +621,7 @@ def _resolve_partitions(name: str, raw: dict, cluster_wide: Partition) -> dict[s
             instance_type=e.get("instance_type", cluster_wide.instance_type),
             exclusive=bool(e.get("exclusive", cluster_wide.exclusive)),
             line_rate_gbps=float(e["line_rate_gbps"]) if "line_rate_gbps" in e else cluster_wide.line_rate_gbps,
+            mig=e.get("mig"),
             own=frozenset(k for k in e if k != "description"),
         )
     return out
@@ -671,6 +672,7 @@ def _resolve_cluster(name: str, raw: dict, lines) -> Cluster:
         host_requirements=tuple(raw.get("host_requirements", ())),
         mpi=raw.get("mpi"),
         local_sandbox=bool(raw.get("local_sandbox", False)),
+        gpu_injection=raw.get("gpu_injection"),
         description=raw.get("description", ""),
         line=_line(lines, ("clusters", name)),
     )

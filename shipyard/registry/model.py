@@ -180,6 +180,7 @@ class Partition:
     instance_type: str | None = None
     exclusive: bool = False  # jobs get whole nodes (ParallelCluster's JobExclusiveAllocation)
     line_rate_gbps: float | None = None
+    mig: str | None = None  # the MIG profile of the partition's GPUs (1g.10gb, ...); None: whole GPUs
     own: frozenset[str] = frozenset()  # the fields set in the partition's own entry (for keys in messages)
 
 
@@ -230,6 +231,8 @@ class Cluster:
     max_array_size: int | None = None  # scheduler.max_array_size (None: ask scontrol show config)
     mpi: str | None = None  # srun --mpi plugin for nccl-test (None: shipyard/data/launch.yaml's default)
     local_sandbox: bool = False  # the profile of this machine's Slurm sandbox (`invoke sandbox.up`), whatever its name
+    gpu_injection: str | None = None  # how the site injects GPU libraries into ch-run containers (None: it does not)
+    mig: str | None = None  # the chosen partition's MIG profile (set by on(); None: whole GPUs)
 
     @property
     def host_injection(self) -> Mapping[str, object] | None:
@@ -262,7 +265,7 @@ class Cluster:
             opts["line_rate_gbps"] = p.line_rate_gbps
         return replace(self, partition=p.name, gpus_per_node=p.gpus_per_node, gpus=p.gpus,
                        cpus_per_node=p.cpus_per_node, mem_per_node_mb=p.mem_per_node_mb, fabric=p.fabric,
-                       instance_type=p.instance_type, exclusive=p.exclusive, fabric_options=opts)
+                       instance_type=p.instance_type, exclusive=p.exclusive, fabric_options=opts, mig=p.mig)
 
     def key(self, field_name: str, partition: str | None = None) -> str:
         """The registry key a fact was written under: the partition's own entry if it sets it, else the cluster's."""

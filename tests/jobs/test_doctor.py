@@ -383,3 +383,59 @@ def test_probe_reads_the_real_ch_run_version(tmp_path):
     c = replace(REG.cluster("sandbox"), runtime="charliecloud")
     (f,) = by_check(doctor.evaluate(c, REG.environment("pytorch-2.3"), "/x", p, None, "e"), "login", "ch-run")
     assert f.status == "PASS" and f.detail == f"version {p['ch-run'][0]}"
+
+
+def _fake_tool(bindir: Path, name: str, script: str) -> None:
+    (bindir / name).write_text("#!/bin/sh\n" + script)
+    (bindir / name).chmod(0o755)
+
+
+def test_probe_reads_the_start_path_from_the_runtimes_configuration(tmp_path):
+    """The probe reads pyxis's arguments from the plugstack file scontrol names (and its plugstack.conf.d), and
+    Apptainer's setuid settings from the apptainer.conf its buildcfg names; stand-ins answer for scontrol and
+    apptainer (the real files are the site's)."""
+    bindir, etc = tmp_path / "bin", tmp_path / "etc"
+    bindir.mkdir()
+    (etc / "slurm" / "plugstack.conf.d").mkdir(parents=True)
+    (etc / "apptainer").mkdir()
+    (etc / "slurm" / "plugstack.conf").write_text("include plugstack.conf.d/*\n# required /x/spank_pyxis.so old=1\n")
+    (etc / "slurm" / "plugstack.conf.d" / "pyxis.conf").write_text(
+        "required /usr/lib/pyxis/spank_pyxis.so runtime_path=/run/pyxis container_scope=job use_squashfuse=1\n")
+    (etc / "apptainer" / "apptainer.conf").write_text(
+        "# allow setuid = no\nallow setuid = yes\nallow setuid-mount squashfs  =  iflimited\nallow pid ns = yes\n")
+    _fake_tool(bindir, "scontrol", f'echo "PlugStackConfig         = {etc}/slurm/plugstack.conf"\n')
+    _fake_tool(bindir, "apptainer", f'case "$1" in buildcfg) echo "SYSCONFDIR={etc}"; echo "LIBEXECDIR={tmp_path}";; '
+                                    '*) echo "apptainer version 1.4.5";; esac\n')
+    _fake_tool(bindir, "squashfuse_ll", "exit 0\n")
+    _, p = _run_probe(tmp_path, str(tmp_path), "-", {}, [str(bindir)])
+    assert p["pyxis_plugin"] == ["/usr/lib/pyxis/spank_pyxis.so"]  # the commented line is not read
+    assert p["pyxis_arg"] == ["runtime_path=/run/pyxis", "container_scope=job", "use_squashfuse=1"]
+    assert p["apptainer_conf"] == ["allow setuid = yes", "allow setuid-mount squashfs = iflimited"]
+    assert p["apptainer_suid"] == ["no"] and p["squashfuse"][0] == str(bindir / "squashfuse_ll")
+
+
+def test_start_path_findings_say_what_the_settings_mean():
+    node = probe("grete_node_h100.txt")
+    assert not [f for f in doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/st",
+                                           probe("grete_login.txt"), node) if f.check == "start path"]
+    pyxis = replace(REG.cluster("grete"), runtime="pyxis")
+    unpack = {**node, "pyxis_plugin": ["/usr/lib/pyxis/spank_pyxis.so"], "pyxis_arg": ["runtime_path=/run/pyxis"],
+              "enroot_conf": ["ENROOT_DATA_PATH /tmp/enroot-data/user-$(id -u)"]}
+    found = by_check(doctor.evaluate(pyxis, REG.environment("pytorch-2.3"), "/st", probe("grete_login.txt"), unpack),
+                     "ggpu142", "start path")
+    assert found[0].status == "WARN" and "runtime_path=/run/pyxis (where enroot keeps" in found[0].detail
+    assert "unpacks the staged .sqsh on every node" in found[0].fix
+    assert found[1].detail == "enroot: ENROOT_DATA_PATH /tmp/enroot-data/user-$(id -u)"
+    fuse = {**unpack, "pyxis_arg": ["use_squashfuse=1"]}
+    (first, _) = by_check(doctor.evaluate(pyxis, REG.environment("pytorch-2.3"), "/st", probe("grete_login.txt"),
+                                          fuse), "ggpu142", "start path")
+    assert first.status == "PASS" and "mounted with squashfuse" in first.detail
+    appt = {**node, "apptainer_conf": ["allow setuid = yes", "allow setuid-mount squashfs = yes"],
+            "apptainer_suid": ["yes"], "squashfuse": ["/usr/bin/squashfuse_ll"]}
+    (a,) = by_check(doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/st",
+                                    probe("grete_login.txt"), appt), "ggpu142", "start path")
+    assert a.detail.startswith("apptainer: setuid starter, the kernel mounts the SIF's SquashFS")
+    userns = {**appt, "apptainer_suid": ["no"]}
+    (u,) = by_check(doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/st",
+                                    probe("grete_login.txt"), userns), "ggpu142", "start path")
+    assert u.detail.startswith("apptainer: user namespaces, SquashFS through squashfuse (/usr/bin/squashfuse_ll)")

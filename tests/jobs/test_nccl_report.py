@@ -55,6 +55,44 @@ def test_label_prefixes_and_comment_lines_are_tolerated():
     assert len(report.ranks) == 8
 
 
+@pytest.mark.parametrize("prefix", ["[0]", "[0]:", "[1,0]<stdout>:", "0:"])
+def test_rank_prefixes_inside_a_row(prefix):
+    """A launcher that forwards a rank's output in chunks writes its prefix before each chunk, so a row that reached
+    it in two chunks carries the prefix in the middle. No public log with it is known: the rows here are those of a
+    real one (awsome_p5_2node_srun_label.log) with the prefix put where a chunk boundary falls, standalone, glued to
+    the next column and glued to the previous one (nccl-tests prints a row in three printf calls: the parameters,
+    then the out-of-place and in-place results; src/common.cu). srun's "0: " always ends in a space, and glued to a
+    number ("-10:") it could not be told apart, so it is only tried standalone."""
+    real = (LOGS / "real" / "awsome_p5_2node_srun_label.log").read_text()
+    want = nr.parse_text(real)
+    lines = []
+    for i, line in enumerate(real.splitlines()):
+        row = nr.parse_row(line)
+        if row is None:
+            lines.append(line)
+            continue
+        words = line.split()[1:]  # without srun's "0:"
+        at = 5 if i % 2 else 9  # after the parameters, or after the out-of-place results
+        glue = i % 3 if prefix != "0:" else 0  # srun writes "N: " with its space: never glued
+        if glue == 0:
+            words.insert(at, prefix)
+        elif glue == 1:
+            words[at] = prefix + words[at]
+        else:
+            words[at - 1] = words[at - 1] + prefix
+        lines.append(f"{prefix} " + "   ".join(words))
+    got = nr.parse_text("\n".join(lines))
+    assert [r.size for r in got.runs[0].rows] == [r.size for r in want.runs[0].rows]
+    assert [(r.out_of_place, r.in_place) for r in got.runs[0].rows] == \
+        [(r.out_of_place, r.in_place) for r in want.runs[0].rows]
+    assert got.broken == []
+
+
+def test_a_rank_prefix_never_turns_a_non_row_into_a_row():
+    assert nr.parse_row("[0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0") is None
+    assert nr.parse_row("[0]  8  2  float  sum  -1  [0]  69.12  0.00") is None  # cut short
+
+
 def test_wrong_results_and_socket_fallback_are_failures():
     report = nr.parse_file(LOGS / "all_reduce_socket_wrong.log")
     notes = nr.findings(report, REG.cluster("grete"))
@@ -158,3 +196,23 @@ def test_task_outside_a_project_needs_no_registry(tmp_path, invoke):
                   cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "SHIPYARD_REGISTRY"})
     assert proc.returncode == 0, proc.stderr
     assert "nominal line rate" not in proc.stdout and (tmp_path / "p.png").exists()
+
+
+def test_peak_far_below_the_line_rate_is_warned():
+    """Held against nccl.yaml's line_rate.far_below share of the partition's rate: the 2-node EFA run (336 GB/s
+    peak) is fine at 3200 Gbit/s and flagged at twice that; one node's run never is (it measures NVLink/PCIe)."""
+    from dataclasses import replace
+
+    from shipyard import facts
+
+    report = nr.parse_file(LOGS / "all_reduce_efa_2x8.log")
+    share = facts.load("nccl")["line_rate"]["far_below"]
+    efa = REG.cluster("aws-pcluster").on()
+    at = lambda gbps: replace(efa, fabric_options={**efa.fabric_options, "line_rate_gbps": gbps})  # noqa: E731
+    peak = report.runs[0].peak.busbw
+    ok_rate = peak * 8 / share * 0.99  # just inside the share
+    assert not [f for f in nr.findings(report, at(ok_rate)) if "line rate" in f]
+    (warn,) = [f for f in nr.findings(report, at(peak * 8 / share * 1.01)) if "line rate" in f]
+    assert warn.startswith(f"WARN peak busbw {peak:.2f} GB/s is ") and "below 50%" in warn
+    one_node = replace(report, ranks={k: ("node1", m) for k, (h, m) in report.ranks.items()})
+    assert not [f for f in nr.findings(one_node, at(peak * 80)) if "line rate" in f]

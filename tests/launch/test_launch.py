@@ -138,7 +138,7 @@ def test_words_that_start_with_an_equals_sign_round_trip(word):
 
 def test_hostile_args_reach_argv_through_the_rendered_script(launch_registry, tmp_path):
     """Execute the launcher's own srun line with stand-ins for srun/torchrun that print their argv."""
-    l = _build(launch_registry, cluster="lab-socket", nodes=1, command=("train.py", *HOSTILE_ARGS))
+    l = _build(launch_registry, cluster="lab-socket", nodes=1, command=("train.py", *HOSTILE_ARGS), preflight="off")
     text = launch.render(l)
     srun_line = text[text.index("srun --kill-on-bad-exit"): text.index("step=$!")]
     bin_dir = tmp_path / "bin"
@@ -211,7 +211,7 @@ def test_rule4_per_node_variables_expand_on_the_node(launch_registry):
     # outside the function (the batch step) no per-node variable is expanded
     outside = t.replace(body, "")
     assert "SLURM_NODEID" not in outside and "SLURM_PROCID" not in outside and "SLURM_LOCALID" not in outside
-    assert 'bash -c "$(declare -f shipyard_node); shipyard_node \\"\\$@\\""' in t
+    assert 'bash -c "$(declare -f shipyard_preflight shipyard_node); shipyard_node \\"\\$@\\""' in t
 
 
 def test_rule5_failure_handling_signal_requeue(launch_registry):
@@ -321,7 +321,7 @@ def test_monitor_writes_the_contract_csv_layout(launch_registry):
     body = t.split("shipyard_node() {\n", 1)[1].split("\n}\n", 1)[0]
     assert '(shipyard_sample "$SHIPYARD_USAGE_PREFIX" 7 "$$" < /dev/null > /dev/null 2>&1 &)' in body
     assert 'while sleep "$every" && kill -0 "$watch" 2>/dev/null; do' in t
-    assert 'bash -c "$(declare -f shipyard_sample shipyard_node); shipyard_node' in t
+    assert 'bash -c "$(declare -f shipyard_sample shipyard_preflight shipyard_node); shipyard_node' in t
 
 
 # ------------------------------------------------------------------------------------------------ bad input

@@ -6,7 +6,9 @@ path."""
 from __future__ import annotations
 
 import csv
+import os
 import re
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,9 @@ from fixtures_launch import (
     wait_job,
 )
 
+from shipyard import registry
 from shipyard.launch import launcher as launch
+from shipyard.registry import compat
 
 pytestmark = pytest.mark.slurm
 
@@ -150,7 +154,7 @@ def test_pyxis_runtime_each_node_gets_image_mounts_workdir(sandbox, sandbox_proj
         assert env["SHIPYARD_PYXIS_DOUBLE_CONTAINER_WORKDIR"] == str(sandbox_project)
         assert env["SHIPYARD_PYXIS_DOUBLE_NO_CONTAINER_MOUNT_HOME"] == "1"
         assert set(env["SHIPYARD_PYXIS_DOUBLE_CONTAINER_ENV"].split(",")) == {
-            "NCCL_IB_DISABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "FOO"}
+            "NCCL_NET", "NCCL_IB_DISABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "FOO"}
         assert env["FOO"] == "bar baz"
 
 
@@ -180,3 +184,33 @@ def test_sbatch_test_only_accepts_the_nccl_test_launcher_of_each_runtime(sandbox
     assert "sbatch --test-only: accepted: " in out, out
     text = (sandbox_project / "launch" / "nccl-test-sandbox.sbatch").read_text()
     assert "srun --mpi=none " in text and f"runtime {runtime}," in text
+
+
+def test_preflight_stops_a_node_with_an_old_driver_before_torchrun(sandbox, sandbox_project, monkeypatch):
+    """The nvidia-smi double on the nodes' PATH (sbatch exports the submitting environment) answers per node: node2
+    reports a driver older than the environment's CUDA needs, so the job ends within seconds with one line naming
+    node, driver and need, and node2 never starts torchrun. With both nodes matching, the same launcher trains."""
+    doubles = REPO / "tests" / "doubles" / "doctor"
+    monkeypatch.setenv("PATH", f"{doubles}:{os.environ['PATH']}")
+    cuda = registry.load(sandbox_project / "registry.yaml").environment().cuda.value  # what the launcher runs
+    need = compat.cuda_facts(cuda)["driver_min"]
+    monkeypatch.setenv("SHIPYARD_DOUBLE_GPUS_node2", "Tesla V100-SXM2-32GB, 470.82.01, 7.0;"
+                                                     "Tesla V100-SXM2-32GB, 470.82.01, 7.0")
+    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py")], nodes=2, name="preflight-old")
+    info = wait_job(sandbox, job, log=log)
+    text = log.read_text()
+    assert info["JobState"] == "FAILED", text[-3000:]
+    assert f"shipyard: error: preflight: node2: driver 470.82.01 < {need} needed by CUDA {cuda}" in text
+    assert "shipyard: preflight: node1: ok" in text
+    assert "node 1 (node2) of 2 starting torchrun" not in text
+    assert "probe rank" not in text  # no rank ran anywhere: node1's torchrun waited for node2 and was ended
+    took = datetime.fromisoformat(info["EndTime"]) - datetime.fromisoformat(info["StartTime"])
+    assert took.total_seconds() <= 30, took
+
+    monkeypatch.delenv("SHIPYARD_DOUBLE_GPUS_node2")
+    job, log = submit(sandbox_project, [str(sandbox_project / "probe.py")], nodes=2, name="preflight-ok")
+    info = wait_job(sandbox, job, log=log)
+    text = log.read_text()
+    assert info["ExitCode"] == "0:0", text[-3000:]
+    assert "shipyard: preflight: node1: ok" in text and "shipyard: preflight: node2: ok" in text
+    assert len(probes(sandbox_project, job)) == 4

@@ -150,7 +150,8 @@ def test_invoke_modules_writes_a_charliecloud_clusters_module(tmp_path):
     (storage / f"{ENV.name}.sqsh").write_bytes(b"staged\n")
     stage_record(storage / f"{ENV.name}.sqsh")
     reg["clusters"]["ch-site"] = {**reg["clusters"]["grete"], "runtime": "charliecloud", "modules": [],
-                                  "storage": str(storage)}
+                                  "storage": str(storage),
+                                  "gpu_injection": "ch-fromhost --nvidia on the staged images"}  # else check ERRORs
     (tmp_path / "registry.yaml").write_text(yaml.safe_dump(reg))
     res = invoke_cli("modules", ENV.name, "--cluster", "ch-site", "--prefix", str(tmp_path / "m"), cwd=ROOT,
                      env={**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml")}, timeout=120)

@@ -53,3 +53,21 @@ def test_bad_values_are_refused_in_one_line(flags, message):
 def test_a_cluster_mpi_outside_the_schema_is_refused():
     with pytest.raises(ShipyardError, match=r"clusters\.lab-socket\.mpi: 'openmpi' is not one of: pmix, pmi2, none"):
         _reg("openmpi")
+
+
+def test_ring_on_two_or_more_nodes_unless_given():
+    """Tree's busbw on 2 nodes can exceed the link rate: a fabric measurement on 2+ nodes runs Ring
+    (launch.yaml nccl_test.multi_node_env); one node, a torchrun launcher or a value of the user's is left alone."""
+    want = launcher.launch_data()["nccl_test"]["multi_node_env"]
+    assert want == {"NCCL_ALGO": "Ring"}
+
+    def algo(**kw):
+        l = build_launcher(_reg(), cluster="lab-socket", **kw)
+        return [(v.value, v.origin) for v in l.env if v.name == "NCCL_ALGO"], launcher.render(l)
+
+    got, text = algo(nodes=2, kind="nccl-test")
+    assert got == [("Ring", "nccl-test on 2 nodes: busbw against the link rate")]
+    assert "export NCCL_ALGO=Ring  # nccl-test on 2 nodes" in text
+    assert algo(nodes=1, kind="nccl-test")[0] == []
+    assert algo(nodes=2, command=("train.py",))[0] == []
+    assert algo(nodes=2, kind="nccl-test", env=["NCCL_ALGO=Tree"])[0] == [("Tree", "--env")]

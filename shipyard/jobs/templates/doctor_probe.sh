@@ -58,6 +58,35 @@ else
     say ch-run missing
 fi
 
+# How containers start here (the site's runtime mode), read from the configuration each runtime reads itself:
+# pyxis's arguments on its plugstack line, enroot's system config, Apptainer's setuid and SquashFS mount settings.
+plugstack=$(scontrol show config 2>/dev/null | sed -n 's/^PlugStackConfig *= *//p' | head -n 1)
+for f in "${plugstack:-/etc/slurm/plugstack.conf}" "$(dirname "${plugstack:-/etc/slurm/plugstack.conf}")"/plugstack.conf.d/*; do
+    [ -f "$f" ] || continue
+    grep -v '^[[:space:]]*#' "$f" 2>/dev/null | grep 'spank_pyxis\|pyxis\.so' | head -n 4 | while read -r _ plugin rest; do
+        say pyxis_plugin "$plugin"
+        for w in $rest; do say pyxis_arg "$w"; done
+    done
+done
+if [ -r /etc/enroot/enroot.conf ]; then
+    grep -E '^[[:space:]]*ENROOT_[A-Z_]+[[:space:]]' /etc/enroot/enroot.conf | head -n 40 | while read -r k v; do
+        say enroot_conf "$k $v"
+    done
+fi
+if command -v apptainer >/dev/null 2>&1; then
+    etc=$(apptainer buildcfg 2>/dev/null | sed -n 's/^SYSCONFDIR=//p' | head -n 1)
+    libexec=$(apptainer buildcfg 2>/dev/null | sed -n 's/^LIBEXECDIR=//p' | head -n 1)
+    if [ -n "$etc" ] && [ -r "$etc/apptainer/apptainer.conf" ]; then
+        grep -E '^[[:space:]]*allow setuid(-mount [a-z]+)?[[:space:]]*=' "$etc/apptainer/apptainer.conf" | while IFS= read -r l; do
+            say apptainer_conf "$(printf '%s' "$l" | tr -s ' \t' ' ' | sed 's/^ //')"
+        done
+    fi
+    if [ -n "$libexec" ] && [ -u "$libexec/apptainer/bin/starter-suid" ]; then say apptainer_suid yes; else say apptainer_suid no; fi
+fi
+for t in squashfuse_ll squashfuse; do
+    if command -v "$t" >/dev/null 2>&1; then say squashfuse "$(command -v "$t")"; fi
+done
+
 if command -v fakeroot >/dev/null 2>&1; then say fakeroot "$(command -v fakeroot)"; else say fakeroot missing; fi
 if grep -q "^$(id -un):" /etc/subuid 2>/dev/null; then say subuid yes; else say subuid no; fi
 
