@@ -49,12 +49,9 @@ def list_(c):
 @task_guard
 def show(c, env=None, contents=False):
     """Show an environment's fully resolved pins and where each came from."""
-    from shipyard.commands.context import Context  # lazy: start-up of every task
-    if contents:
-        from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
-        raise SystemExit(container_commands.show_contents(Context.load(), env))
     from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
-    raise SystemExit(registry_commands.show(Context.load(), env))
+    from shipyard.commands.context import Context  # lazy: start-up of every task
+    raise SystemExit(registry_commands.show(Context.load(), env, contents))
 
 
 @task(positional=["env"], help={"env": "only this environment (default: all)", "cluster": "only this cluster (default: all it is used on)"})

@@ -29,8 +29,12 @@ def list_(ctx: Context) -> int:
     return 0
 
 
-def show(ctx: Context, env: str | None) -> int:
-    """`invoke show [ENV]`."""
+def show(ctx: Context, env: str | None, contents: bool = False) -> int:
+    """`invoke show [ENV] [--contents]`: the resolved pins, or with ``contents`` what the last build's image holds."""
+    if contents:
+        from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
+
+        return container_commands.show_contents(ctx, env)
     ctx.say(report.show(ctx.environment(env)))
     ctx.say(report.facts_line())
     return 0

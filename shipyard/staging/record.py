@@ -248,7 +248,9 @@ def _cache_key(rec: StageRecord) -> str:
 def content_differs(image: str | Path, rec: StageRecord) -> str | None:
     """None when ``image``'s content hashes to ``rec.sha256``, verified as the job does: once per image file, cached
     by its stamp in the user's own 0700 cache (the same entries the job writes and reads), the hash read through a
-    descriptor whose stamp is the record's; else why not, in one line."""
+    descriptor whose stamp is the record's; else why not, in one line. ``image`` may be stage's pointer to its
+    current version (the version file is what is read)."""
+    image = versions.current(image)
     cache = _cache_dir()
     entry = cache / rec.sha256 if cache else None
     if entry is not None:

@@ -260,7 +260,7 @@ def test_a_record_the_job_refuses_is_never_already_staged_nor_a_doctor_pass(buil
 def test_a_replaced_image_with_a_rewritten_record_is_never_already_staged_nor_a_doctor_pass(built, tmp_path):
     from shipyard.jobs import doctor
     rec = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
-    dest = storage(built) / "tiny.sif"
+    dest = versions.current(storage(built) / "tiny.sif")  # the staged version file the pointer names
     evil = dest.with_name("evil")
     evil.write_bytes(dest.read_bytes()[:-1] + b"!")
     os.chmod(evil, 0o640)
