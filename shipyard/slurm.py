@@ -224,7 +224,7 @@ def submit(cluster, script: str | os.PathLike, *, after: str | None = None, dire
     *afterany*, not afterok: a chained segment that reaches its time limit ends TIMEOUT even after checkpointing.
     """
     argv = (["sbatch", "--parsable"] + ([f"--dependency=afterany:{after}"] if after else []) + list(extra)
-            + [str(script)])  # extra: a sweep's --array and offset (issue 24)
+            + [str(script)])  # extra: a sweep's --array and offset
     res = run(cluster, argv, timeout=policy()["timeouts"]["submit_s"], directory=directory)
     if res.returncode != 0:
         elsewhere = not_a_login_node(cluster, res)
@@ -252,7 +252,7 @@ def not_a_login_node(cluster, res: subprocess.CompletedProcess) -> str | None:
 
 
 def test_only(cluster, script: str | os.PathLike, *, directory=None) -> str:
-    """``sbatch --test-only SCRIPT``: Slurm's verdict without queueing anything (issue 24). Returns its answer (the
+    """``sbatch --test-only SCRIPT``: Slurm's verdict without queueing anything. Returns its answer (the
     "Job N to start at TIME using ... on nodes ... in partition P" line); a rejection is one ShipyardError line with
     Slurm's message, exit code 2 (the script, as written, would not be accepted)."""
     res = run(cluster, ["sbatch", "--test-only", str(script)], timeout=policy()["timeouts"]["submit_s"],

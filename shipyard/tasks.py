@@ -236,7 +236,7 @@ def launch(c, environment=None, cluster=None, nodes=None, gpus_per_node=None, ru
            mounts=None, env=None, nccl_debug=False, allow_transport_fallback=False,
            monitor=False, monitor_interval=None, chain=None, requeue=False, max_restarts=None, signal_before=None,
            preflight=None, force=False,
-           sbatch=None, validate=False, sweep=None, sweep_file=None, max_concurrent=None,  # issue 24
+           sbatch=None, validate=False, sweep=None, sweep_file=None, max_concurrent=None,
            submit=False, dry_run=False):
     """Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`."""
     opts = _options(locals())
@@ -251,7 +251,7 @@ def nccl_test(c, environment=None, cluster=None, nodes=None, gpus_per_node=None,
               mem=None, exclusive=False, name=None, registry=None, account=None, time=None, image=None,
               binary=None, sizes=None, iters=None, check=None, image_has_nccl_tests=False, mounts=None, env=None,
               nccl_debug=False, allow_transport_fallback=False, force=False,
-              sbatch=None, validate=False,  # issue 24
+              sbatch=None, validate=False,
               submit=False, dry_run=False):
     """Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report)."""
     opts = _options(locals())
@@ -301,7 +301,7 @@ course_tasks = Collection("course", course_handout)
       help={"name": "the sweep's launcher name, as given to invoke launch --name NAME --sweep ..."})
 @task_guard
 def sweep_status(c, name):
-    """One row per combination of a sweep: index, done or not, run directory, values (issue 24)."""
+    """One row per combination of a sweep: index, done or not, run directory, values."""
     from shipyard.commands import launch as launch_commands  # lazy: start-up of every task
     from shipyard.commands.context import Context  # lazy: start-up of every task
     raise SystemExit(launch_commands.sweep_status(Context.load(), name))

@@ -200,7 +200,7 @@ def from_above(imports: set[str], above=ABOVE_CONTAINERS) -> list[str]:
 
 
 def test_containers_imports_nothing_from_launch_or_staging():
-    """Images are made below staging and launch: ``containers`` imports neither (issue 17's import order)."""
+    """Images are made below staging and launch: ``containers`` imports neither."""
     known = set(modules())
     offenders = [f"{name} imports {', '.join(hits)}" for name, path in modules().items()
                  if name == "shipyard.containers" or name.startswith("shipyard.containers.")

@@ -12,8 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "examples/course/README.md",
         *sorted((ROOT / "docs").glob("*.md"))]
-# linked from the README, written by work merged separately (issues 18, 19, 21, 22); drop a name once it exists
-PENDING = {"docs/runtimes.md", "docs/nccl-tests.md"}
 
 
 def named_paths() -> set[str]:
@@ -56,7 +54,7 @@ def test_relative_links_exist():
             if re.match(r"[a-z]+://", target):
                 continue
             path = (doc.parent / target).resolve()
-            if not path.exists() and str(path.relative_to(ROOT)) not in PENDING:
+            if not path.exists():
                 missing.append(f"{doc.relative_to(ROOT)} -> {target}")
     assert missing == []
 

@@ -86,7 +86,7 @@ def test_success_is_0_and_a_failed_check_is_1(args, code, tmp_path):
     (["sign", "--keyidx", "x1"], "--keyidx 'x1': expected a whole number"),
 ])
 def test_a_flag_value_of_the_wrong_type_is_exit_2_with_one_line(argv, needle, capsys):
-    """invoke casts a flag's value to its default's type; a ValueError there was a traceback (issue 19)."""
+    """invoke casts a flag's value to its default's type; a ValueError there must be one line, not a traceback."""
     with pytest.raises(SystemExit) as ei:
         Program(namespace=tasks.ns).run(["invoke", *argv])
     err = capsys.readouterr().err

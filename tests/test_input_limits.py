@@ -1,4 +1,4 @@
-"""Limits everywhere input is read (issue 19, point 6): a size cap before reading, integer digits, alias chains.
+"""Limits everywhere input is read: a size cap before reading, integer digits, alias chains.
 
 Each input is a file someone else may have written: an endless one (``/dev/zero``) or an oversized one must be one
 line naming the file and the cap (``shipyard/data/limits.yaml``), never an OOM or a hang; a YAML number or alias chain

@@ -63,12 +63,12 @@ def launch(ctx: Context, opts: Options, command: Sequence[str] = (), workdir: st
         return 0
     path = launcher.write(l)
     lines = [f"wrote {os.path.relpath(path)}"]
-    if l.combinations:  # issue 24: the combinations beside the launcher
+    if l.combinations:  # a sweep: the combinations beside the launcher
         table = sweeps.write_table(l.root, l.name, l.combinations)
         lines.append(f"wrote {os.path.relpath(table)}: {l.combinations.count} combination(s), run directories under "
                      f"{os.path.relpath(sweeps.runs_dir(l.root, l.name))}/")
     how = "invoke sandbox.exec -- " if slurm.is_sandbox(cluster) else ""
-    if opts.validate:  # issue 24: Slurm's verdict (a rejection raises: one line, exit 2); nothing is queued
+    if opts.validate:  # Slurm's verdict (a rejection raises: one line, exit 2); nothing is queued
         lines.append(f"sbatch --test-only: accepted: {slurm.test_only(cluster, path)}")
     if opts.submit and l.combinations:
         mas = cluster.max_array_size or slurm.max_array_size(cluster)
@@ -174,7 +174,7 @@ def modules(ctx: Context, env: str | None = None, cluster: str | None = None, pr
 
 def snakemake_profile(ctx: Context, cluster: str | None = None, env: str | None = None, *, check: bool = False) -> int:
     """`invoke snakemake.profile --cluster C [--env E] [--check]`: write the Snakemake profile and the Slurm plugin's
-    partition file for the cluster (issue 24); ``check``: exit 1 naming the stale files, write nothing."""
+    partition file for the cluster; ``check``: exit 1 naming the stale files, write nothing."""
     cl, environment = ctx.cluster(cluster), ctx.environment(env)
     rt = runtimes.get(cl.runtime)
     staged = None

@@ -197,7 +197,7 @@ class Options:
                                 check=matching(re.compile(r"^(on|off)$"), "expected on or off"))
     force: bool = opt(False, "write the launcher even when `invoke check` finds an ERROR for ENV on the cluster (warned, "
                              "and named in the launcher's header)")
-    # issue 24: extra #SBATCH options and validation (shipyard/launch/passthrough.py)
+    # extra #SBATCH options and validation (shipyard/launch/passthrough.py)
     sbatch: tuple[str, ...] | None = opt(help="extra Slurm option KEY=VALUE, written as an #SBATCH line "
                                               "(repeatable; keys: sbatch_passthrough in shipyard/data/launch.yaml, "
                                               "e.g. mail-type=END, constraint=a100, gres=gpu:1g.10gb:1, qos=high)",
@@ -210,7 +210,6 @@ class Options:
                                       "row (values may hold spaces and quotes)", kinds=(TORCHRUN,))
     max_concurrent: int | str | None = opt(help="with a sweep: at most P tasks of the array at once (--array=...%%P)",
                                            kinds=(TORCHRUN,), check=_POSITIVE)
-    # end issue 24
     submit: bool = opt(False, "submit with sbatch --parsable and print the job id(s)", regenerate=False)
     dry_run: bool = opt(False, "print the launcher instead of writing it", regenerate=False)
 

@@ -1,4 +1,4 @@
-"""``--sbatch KEY=VALUE``: extra Slurm options passed through to the job (issue 24).
+"""``--sbatch KEY=VALUE``: extra Slurm options passed through to the job.
 
 Which options pass, and the pattern each value must match, are data (``sbatch_passthrough`` in
 shipyard/data/launch.yaml); options shipyard writes itself are refused with the flag to use instead

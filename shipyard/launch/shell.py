@@ -118,7 +118,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
         srun.append(f"--gpus-per-node={gpus}")
     if time:
         srun.append(f"--time={time}")
-    srun += passthrough.words(passthrough.parse(sbatch))  # --sbatch KEY=VALUE (issue 24): srun takes them too
+    srun += passthrough.words(passthrough.parse(sbatch))  # --sbatch KEY=VALUE: srun takes them too
     if words is None:
         srun.append("--pty")
     mounts = job_mounts(reg.root, cluster)

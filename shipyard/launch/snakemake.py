@@ -1,4 +1,4 @@
-"""`invoke snakemake.profile --cluster C` (issue 24): a Snakemake profile for the Slurm executor plugin, from the
+"""`invoke snakemake.profile --cluster C`: a Snakemake profile for the Slurm executor plugin, from the
 registry.
 
 Two files under ``snakemake/<cluster>/``: ``config.yaml`` (the profile: executor slurm, the partition file, the

@@ -1,4 +1,4 @@
-"""Sweeps as Slurm job arrays (issue 24): ``--sweep 'lr=1e-3,1e-4 seed=0,1,2'`` or ``--sweep-file combos.tsv``.
+"""Sweeps as Slurm job arrays: ``--sweep 'lr=1e-3,1e-4 seed=0,1,2'`` or ``--sweep-file combos.tsv``.
 
 One launcher runs every combination as one array task. The combinations are a table beside it,
 ``launch/<name>.sweep.tsv`` (tab-separated: index, run directory, one column per parameter; written atomically), and

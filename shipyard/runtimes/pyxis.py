@@ -31,7 +31,7 @@ class Pyxis(Runtime):
                 f"--container-workdir={p.workdir}"]
         if not p.home:
             argv.append("--no-container-mount-home")
-        if p.container_name:  # unpacked once per node; chained/requeued segments reuse it (issue 18 point 7)
+        if p.container_name:  # unpacked once per node; chained/requeued segments reuse it
             argv.append(f"--container-name={p.container_name}")
         if p.env_names:
             argv.append(f"--container-env={','.join(p.env_names)}")  # rule 6: the image's values win unless named

@@ -1,4 +1,4 @@
-"""`invoke build` / push errors said in one line (issue 19): environment names docker cannot spell, a full disk
+"""`invoke build` / push errors said in one line: environment names docker cannot spell, a full disk
 during a build, a manifest whose ``artifacts`` have the wrong shape, and a manifest pointing outside containers/."""
 
 from __future__ import annotations

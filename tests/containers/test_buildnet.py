@@ -85,7 +85,7 @@ def test_apptainer_build_binds_the_settings_and_keeps_them_out_of_log_manifest_a
 
 
 def test_proxy_password_is_only_in_a_private_file_while_staged(tmp_path, monkeypatch):
-    """Issue 19, security 5: the env file with a proxy's user:password was 0644 in a 0755 directory under $TMPDIR
+    """The env file with a proxy's user:password was 0644 in a 0755 directory under $TMPDIR
     (failed on e0c4781). Now 0600 in 0700, and removed afterwards."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what $TMPDIR gives a new process
     net = buildnet.from_environ({"HTTPS_PROXY": "http://alice:s3cret@proxy.invalid:3128"})

@@ -1,4 +1,4 @@
-"""Issue 19, security 5, docker backend: a proxy's user:password is in no image of the daemon's store after a build,
+"""Docker backend: a proxy's user:password is in no image of the daemon's store after a build,
 not even the untagged intermediate image of the discarded download stage (its config, history and files). Failed
 on e0c4781: the env file holding `export HTTPS_PROXY=...` was copied into that stage's layer.
 

@@ -160,7 +160,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
 
     def drop_docker_image():
         """The image in the daemon's storage (GBs, its venv twice: download stage and final) once the real
-        runtimes' .sqsh is made from it: the test's peak disk use was 31 GB (CI16), a CI machine may have less."""
+        runtimes' .sqsh is made from it: the test's peak disk use was 31 GB, a CI machine may have less."""
         for name in (m.docker_tag, m.docker_id):
             try:
                 api.remove_image(name, force=True)
@@ -185,7 +185,7 @@ def test_real_debian12_image_built_tested_staged_and_verified_by_a_job(
 
 
 def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_image) -> dict[str, float]:
-    """The same docker image through the real runtimes (issue 18): `invoke stage --from docker` runs
+    """The same docker image through the real runtimes: `invoke stage --from docker` runs
     ``enroot import dockerd://TAG`` as a Slurm job on the build partition (real enroot, the job reaches the private
     dockerd through DOCKER_HOST, which sbatch passes on), then a 2-node `invoke launch --runtime pyxis` job trains
     examples/train.py to the end inside that image with the real pyxis, and a tampered .sqsh is stopped before srun.
@@ -235,7 +235,7 @@ def _real_enroot_and_pyxis(sandbox, root: Path, m, monkeypatch, drop_docker_imag
     # answers with the image's torch 2.0.1 under /opt/venv, which the host does not have (its venv has another)
     script = (root / "launch" / "real-pyxis.sbatch").read_text()
     name = re.search(r"--container-name=(\S+)", script)
-    # the launcher's named container (point 7: --container-name=<env>-<hash>)
+    # the launcher's named container (--container-name=<env>-<hash>)
     assert name and name.group(1) == f"real-{rec.sha256[:16]}", script[:3000]
     # a host may have an /opt/venv of its own (a CI machine's): the proof holds while it lacks the image's torch
     if Path("/opt/venv/bin/python").exists():
@@ -360,7 +360,7 @@ def _real_apptainer(sandbox, root: Path, reg_path: Path, staged: Path, rec) -> d
 
 
 def _real_charliecloud(sandbox, root: Path, sqsh: Path, reg_path: Path) -> None:
-    """Issue 18 point 4 with the real image: a 2-node `invoke launch --runtime charliecloud` job trains
+    """Charliecloud with the real image: a 2-node `invoke launch --runtime charliecloud` job trains
     examples/train.py to the end inside the real image with the real ch-run 0.31, torch from the image.
 
     The image is the staged .sqsh unpacked into a directory (ch-run's other image kind) with the project's path

@@ -253,7 +253,7 @@ def test_index_credentials_never_reach_the_lock_or_errors(lock_project, monkeypa
 
 def test_index_credentials_reach_uv_through_its_environment_not_its_argv(lock_project, tmp_path):
     """A fake uv records its argv (what `ps` shows every user) and environment; the credentials are only in the
-    latter. Failed before issue 19's second half: the URL with user:token was an argument."""
+    latter. (A URL with user:token must never be an argument.)"""
     rec = tmp_path / "rec.json"
     fake = tmp_path / "uv"
     fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"

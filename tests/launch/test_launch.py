@@ -518,7 +518,7 @@ def test_plugin_path_only_when_the_image_has_it_and_host_injection_is_added(laun
     injected = replace(reg, clusters={**reg.clusters, "lab-efa": replace(efa, fabric_options=opts)})
     t = _two(injected, "lab-efa")
     assert "/opt/amazon/efa:/opt/amazon/efa:ro" in t
-    # point 6: prepended to the image's path inside the container, never exported to replace it
+    # a host injection is prepended to the image's path inside the container, never exported to replace it
     assert "export LD_LIBRARY_PATH=/opt/amazon/efa/lib  #" not in t and "APPTAINERENV_LD" not in t
     assert 'export LD_LIBRARY_PATH=/opt/amazon/efa/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in t
     # neither the image (no EFA userspace) nor the binds (/opt/amazon/efa) hold the tuner plugin: not exported
@@ -543,7 +543,7 @@ def _injected_registry(launch_registry):
 @pytest.mark.parametrize("kind", ["torchrun", "nccl-test"])
 @pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "charliecloud"])
 def test_golden_host_injection_prepends_the_library_path(launch_registry, runtime, kind):
-    """Point 6: the injected LD_LIBRARY_PATH goes in front of the image's value inside the container (the runtime
+    """The injected LD_LIBRARY_PATH goes in front of the image's value inside the container (the runtime
     never gets it as an override that would replace the image's), and no plugin path the container lacks."""
     l = build_launcher(_injected_registry(launch_registry), cluster="lab-efa", runtime=runtime, nodes=2, kind=kind,
                        **({"command": CMD} if kind == "torchrun" else {}))
@@ -556,7 +556,7 @@ def test_golden_host_injection_prepends_the_library_path(launch_registry, runtim
 
 
 def test_pyxis_names_the_container_after_the_staged_images_hash(launch_registry):
-    """Point 7: a staged image's launcher names the container <env>-<sha256[:16]>, so chained/requeued segments on a
+    """A staged image's launcher names the container <env>-<sha256[:16]>, so chained/requeued segments on a
     node reuse the unpacked container and a restaged image (another hash) never does; no name without a record."""
     from dataclasses import replace
 

@@ -143,7 +143,7 @@ def test_a_directory_with_a_colon_is_refused_in_one_line(site):
 
 
 def test_invoke_modules_writes_a_charliecloud_clusters_module(tmp_path):
-    """Issue 18 point 4: `invoke modules ENV --cluster C` for a `runtime: charliecloud` cluster (it was refused)."""
+    """`invoke modules ENV --cluster C` for a `runtime: charliecloud` cluster (it was refused)."""
     reg = yaml.safe_load((ROOT / "registry.yaml").read_text())
     storage = tmp_path / "storage"
     storage.mkdir()

@@ -1,4 +1,4 @@
-"""`--sbatch KEY=VALUE` (issue 24): allowed keys and their value patterns from data, owned and unknown keys refused in
+"""`--sbatch KEY=VALUE`: allowed keys and their value patterns from data, owned and unknown keys refused in
 one line, the #SBATCH escaping, the golden launcher, `invoke shell`'s srun words. The sandbox tests (--validate) are in
 test_passthrough_sandbox.py."""
 

@@ -1,4 +1,4 @@
-"""`--validate` (sbatch --test-only) with `--sbatch` options on the real sandbox (issue 24): Slurm's verdict, a
+"""`--validate` (sbatch --test-only) with `--sbatch` options on the real sandbox: Slurm's verdict, a
 rejection as one line with Slurm's message and exit 2, nothing queued."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ TRAIN = str(REPO / "examples" / "train.py")
 
 def _queue(sandbox) -> set[str]:
     """The job ids in the queue. "Nothing queued" is checked as "no id that was not there before": an earlier
-    test's job may still be leaving the queue while this one runs (CI16: job 38 was gone by the second look)."""
+    test's job may still be leaving the queue while this one runs (a job may be gone by the second look)."""
     return set(sandbox.run(["squeue", "--noheader", "--format=%i"]).stdout.split())
 
 

@@ -66,7 +66,7 @@ def test_options_model_drives_both_tasks(kind, task_name):
 def test_nccl_test_has_no_torchrun_only_flags():
     assert set(options.names(options.TORCHRUN)) - set(options.names(options.NCCL_TEST)) == {
         "cpus_per_task", "monitor", "monitor_interval", "chain", "requeue", "max_restarts", "signal_before",
-        "sweep", "sweep_file", "max_concurrent", "preflight"}  # issue 24: sweeps are torchrun jobs
+        "sweep", "sweep_file", "max_concurrent", "preflight"}  # sweeps are torchrun jobs
 
 
 def test_checks_name_the_flag():

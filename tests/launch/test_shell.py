@@ -277,8 +277,8 @@ def test_command_is_one_shell_string_and_shells_have_a_time_limit(tools_registry
 
 
 def test_command_gets_the_host_injections_paths_in_front_of_the_images(tools_registry):
-    """A host-injected library path goes in front of the container's own value inside it, as in a launcher (issue 18
-    point 6), also for `invoke shell --command`; nothing of it is exported from the host."""
+    """A host-injected library path goes in front of the container's own value inside it, as in a launcher,
+    also for `invoke shell --command`; nothing of it is exported from the host."""
     from dataclasses import replace
 
     cl = tools_registry.cluster("sandbox")

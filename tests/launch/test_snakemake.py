@@ -1,4 +1,4 @@
-"""`invoke snakemake.profile` (issue 24): the profile and the Slurm plugin's partition file from the registry, golden
+"""`invoke snakemake.profile`: the profile and the Slurm plugin's partition file from the registry, golden
 and deterministic; --check fails when stale; the plugin's own partition selection, reading the file, picks the partition
 the registry implies. The example workflow's run through the plugin on the sandbox: test_snakemake_sandbox.py."""
 

@@ -1,5 +1,5 @@
-"""The example workflow (examples/snakemake) on the real sandbox through Snakemake's Slurm executor plugin (issue
-24): prepare and evaluate are plugin jobs, train is shipyard's 2-node launcher submitted with ``sbatch --wait``; a
+"""The example workflow (examples/snakemake) on the real sandbox through Snakemake's Slurm executor plugin:
+prepare and evaluate are plugin jobs, train is shipyard's 2-node launcher submitted with ``sbatch --wait``; a
 rerun has nothing to do; the plugin picks the partition the registry's partition file implies.
 
 Two things the plugin needs of Slurm, and how the sandbox meets them for real:

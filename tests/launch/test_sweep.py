@@ -1,4 +1,4 @@
-"""Sweeps as job arrays (issue 24): parsing, the combination -> run directory mapping, the array split at
+"""Sweeps as job arrays: parsing, the combination -> run directory mapping, the array split at
 MaxArraySize, the golden launcher (shellcheck) and the values reaching argv through the rendered script's own bash.
 The sandbox test is in test_sweep_sandbox.py."""
 

@@ -1,4 +1,4 @@
-"""A sweep on the real sandbox (issue 24): 4 combinations, at most 2 at once, every task COMPLETED, each log naming
+"""A sweep on the real sandbox: 4 combinations, at most 2 at once, every task COMPLETED, each log naming
 its combination, the values intact in argv; a resubmit submits nothing and says "4 of 4 done"."""
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def efa_cluster(opts: str = 'efa_installer: "1.43.0"', itype: str = "") -> str:
 
 def test_efa_nccl_floor_follows_the_plugin_not_a_cuda_floor():
     """aws-ofi-nccl >= 1.10 supports NCCL >= 2.17.1; 1.5-1.9 NCCL >= 2.4.8; no general CUDA floor exists."""
-    # NCCL written out: the data knows no NCCL for the non-default cu118 wheels (issue 13: per-variant facts)
+    # NCCL written out: the data knows no NCCL for the non-default cu118 wheels (facts are per wheel variant)
     old = {"torch": '"2.0.1"', "cuda": '"11.8"', "python": '"3.10"', "nccl": '"2.14.3"'}  # CUDA 11.8
     msgs = [p.message for p in errors(problems(env_over=old, cluster=efa_cluster()))]
     assert any("aws-ofi-nccl 1.16.1 supports NCCL >= 2.17.1; e has NCCL 2.14.3" in m for m in msgs)
@@ -358,7 +358,7 @@ def test_end_of_life_tag_warns_and_names_the_current_one():
     assert env_of(**over).base.value == "nvidia/cuda:12.8.2-runtime-ubuntu24.04"
 
 
-# ------------------------------------------------------------------------ issue 22: facts v3 (each failed on cb7e487)
+# ------------------------------------------------------------------------ facts: newer releases, GPUs and instances
 
 def test_cuda_128_has_no_cudnn_flavour_and_check_refuses_the_derived_tag():
     over = {"torch": '"2.10.0"', "cuda": '"12.8"', "python": '"3.12"', "os": "ubuntu24.04",

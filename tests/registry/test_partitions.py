@@ -164,7 +164,7 @@ def test_launchers_for_two_clusters_do_not_overwrite_each_other(reg):
      "clusters.site.scheduler.partitions.shared.max_time: '0' is no time limit to Slurm"),
 ])
 def test_zero_memory_and_zero_time_limits_are_refused_at_load(old, new, msg):
-    """Issue 19: mem_per_node 0 became `--mem=0` (all of the node's memory) and max_time "0" no limit (both
+    """mem_per_node 0 would become `--mem=0` (all of the node's memory) and max_time "0" no limit (both
     failed on e0c4781)."""
     with pytest.raises(ShipyardError, match=msg.replace(".", r"\.").replace("(", r"\(")):
         registry.load_text(REG.replace(old, new))

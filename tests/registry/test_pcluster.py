@@ -218,7 +218,7 @@ clusters:
 
 
 def test_blackwell_instances_p6_and_g7e_are_known():
-    """P6 (B200/B300) and G7e (RTX PRO 6000) queues import with their GPUs, arch, CPUs and EFA (issue 22)."""
+    """P6 (B200/B300) and G7e (RTX PRO 6000) queues import with their GPUs, arch, CPUs and EFA."""
     queues = "".join(
         f"    - Name: {name}\n      Networking: {{SubnetIds: [subnet-12345678]}}\n      ComputeResources:\n"
         f"        - Name: {name}-cr\n          InstanceType: {itype}\n          Efa: {{Enabled: true}}\n"

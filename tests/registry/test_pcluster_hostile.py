@@ -1,4 +1,4 @@
-"""Issue 19 (second half), the ParallelCluster import under hostile or unusual input: YAML 1.2 scalars, "false"
+"""The ParallelCluster import under hostile or unusual input: YAML 1.2 scalars, "false"
 strings, no anchors (a second and a third import), duplicate queues, 4-space and flow-style registries, a symlinked
 registry.yaml, MountDirs with colons, and ten malformed configs each one line with its key path. Every test here
 failed on e0c4781 (checked by running this file against that commit's shipyard/)."""

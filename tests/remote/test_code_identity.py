@@ -1,4 +1,4 @@
-"""Jobs record which code ran (issue 23): the commit and dirty flag in the launcher header and the job's
+"""Jobs record which code ran: the commit and dirty flag in the launcher header and the job's
 environment, from the project's own git checkout or the record `invoke remote.sync` shipped."""
 
 from __future__ import annotations

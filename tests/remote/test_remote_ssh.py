@@ -1,6 +1,6 @@
 """From a "laptop" to the sandbox through two real sshd (tests/remote/conftest.py): one one-time-code login for the
 whole run, the project synced, a 2-node job with hostile arguments submitted, followed and listed over the shared
-connection, and a clean one-line refusal once the connection is gone (issue 23, docs/remote.md)."""
+connection, and a clean one-line refusal once the connection is gone (docs/remote.md)."""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ def test_binds_workdir_job_variables_and_hostile_arguments_inside_the_container(
 
 
 def test_injected_library_path_is_prepended_to_the_images_inside_the_real_container(sandbox, ch_run, busybox_sqsh):
-    """Point 6 with Charliecloud: the launcher's in-container prefix keeps the image's /opt/image/lib, and the
+    """The host-injection prepend with Charliecloud: the launcher's in-container prefix keeps the image's /opt/image/lib, and the
     host's own LD_LIBRARY_PATH (which ch-run passes through) does not leak in front of the image's."""
     script = _prepend_exports(SimpleNamespace(env=[EnvVar("LD_LIBRARY_PATH", "/opt/host/lib", prepend=True)]))
     out = _srun(sandbox, busybox_sqsh, ["sh", "-c", script + '; exec "$@"', "shipyard-env",

@@ -97,7 +97,7 @@ def test_a_named_container_is_reused_by_a_later_job_on_the_same_node(sandbox, re
 
 def test_injected_library_path_is_prepended_to_the_images_inside_the_real_container(sandbox, real_pyxis,
                                                                                    busybox_sqsh):
-    """Point 6, checked in a real pyxis container whose image sets LD_LIBRARY_PATH=/opt/image/lib: the launcher's
+    """The host-injection prepend, checked in a real pyxis container whose image sets LD_LIBRARY_PATH=/opt/image/lib: the launcher's
     in-container prefix keeps the image's path; the old way (export + --container-env) replaced it."""
     from types import SimpleNamespace
 
@@ -110,7 +110,7 @@ def test_injected_library_path_is_prepended_to_the_images_inside_the_real_contai
     assert out.split("\n")[:-1] == ["/opt/host/lib:/opt/image/lib"] * 2
     old = _srun(sandbox, busybox_sqsh, "--container-env=LD_LIBRARY_PATH", "sh", "-c", 'echo "$LD_LIBRARY_PATH"',
                 env={"LD_LIBRARY_PATH": "/opt/host/lib"})
-    assert old.split("\n")[:-1] == ["/opt/host/lib"] * 2  # the image's /opt/image/lib is gone: the bug point 6 fixes
+    assert old.split("\n")[:-1] == ["/opt/host/lib"] * 2  # the image's /opt/image/lib is gone: what the prepend prevents
 
 
 def test_invoke_shell_command_runs_in_the_real_container(sandbox, real_pyxis, busybox_sqsh, tmp_path, invoke):

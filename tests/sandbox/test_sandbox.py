@@ -209,7 +209,7 @@ def test_demo_falls_back_to_rendering_only(tmp_path, monkeypatch, capsys):
 
 def test_stop_also_ends_what_starts_inside_while_the_first_ones_stop(tmp_path):
     """``sandbox.down`` leaves no process in the sandbox's namespaces, including one started there *while* the first
-    ones stop (slurmd runs the epilog of a job it kills; CI15 found one left). Real processes in a real network
+    ones stop (slurmd runs the epilog of a job it kills, and one was found left). Real processes in a real network
     namespace: a holder, and a "daemon" in its namespace that starts a new process when it gets SIGTERM."""
     import time
 
@@ -231,7 +231,7 @@ def test_stop_also_ends_what_starts_inside_while_the_first_ones_stop(tmp_path):
         daemon = subprocess.Popen(["nsenter", f"--net=/proc/{holder.pid}/ns/net", "--", "sh", "-c",
                                    f"trap 'sleep 600 & echo $! > {late}; exit 0' TERM; : > {ready}; "
                                    "while :; do sleep 0.1; done"])
-        # in the namespace with its trap set (a SIGTERM before the trap would end it quietly: CI17, a busy machine)
+        # in the namespace with its trap set (a SIGTERM before the trap would end it quietly on a busy machine)
         while not ready.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert ready.exists() and procs.netns_inode(daemon.pid) == inode

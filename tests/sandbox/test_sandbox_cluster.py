@@ -222,7 +222,7 @@ def _netns_members(inodes: set[int]) -> list[int]:
 def _suspect_mounts(directory: Path, inodes: set[int] = frozenset()) -> list[str]:
     """Mounts a sandbox could leave behind: anything under its directory, /etc/hosts binds, and a bind of one of its
     network namespaces (``inodes``; nsfs, as `ip netns` makes). Only its own namespaces: the other test runs of
-    `invoke test` go on beside this one, and their dockerd mounts namespaces of its own meanwhile (CI18)."""
+    `invoke test` go on beside this one, and their dockerd mounts namespaces of its own meanwhile."""
     ours = tuple(f" net:[{i}] " for i in inodes)
     return [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
             if str(directory) in line or " /etc/hosts " in line or (" nsfs " in line and any(o in line for o in ours))]

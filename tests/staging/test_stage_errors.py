@@ -1,4 +1,4 @@
-"""`invoke stage` errors said as what they are (issue 19): a registry that fails or is slow is the registry's fault,
+"""`invoke stage` errors said as what they are: a registry that fails or is slow is the registry's fault,
 not the storage's; a bad or unknown --tag is one line; a storage path that is a file is not "missing"."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile storage (issue 19): what someone else who can write in a course's shared image storage, or the file's own
+"""Hostile storage: what someone else who can write in a course's shared image storage, or the file's own
 owner, tries against `invoke stage` and the job's pre-srun image check. Each test failed before the fix."""
 
 from __future__ import annotations

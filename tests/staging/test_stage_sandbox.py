@@ -96,7 +96,7 @@ def test_check_render_build_stage_launch_verify_and_tamper(sandbox, flow_project
     assert wait_job(sandbox, job)["ExitCode"] == "0:0", open(log).read()[-3000:]
     assert sorted(p["node"] for p in _probes(reg, job)) == ["node1", "node2"]
 
-    # issue 19: other bytes of the same size with the mtime set back (the owner's `touch -d`): the ctime moved
+    # other bytes of the same size with the mtime set back (the owner's `touch -d`): the ctime moved
     st = image.stat()
     data = bytearray(image.read_bytes())
     data[-1] ^= 0xFF
