@@ -35,7 +35,7 @@ CHECKOUT = TESTS.parent
 # pytest as `python -m pytest` runs it, with tests/ last on sys.path so that `-p suite_counts` finds the plugin; the
 # path is set in this process only (PYTHONPATH would reach every program the tests start, containers included)
 PYTEST = [sys.executable, "-c", f"import sys; sys.path.append({str(TESTS)!r}); import pytest; "
-          "sys.exit(pytest.console_main())", "-p", "suite_counts"]
+          "sys.exit(int(pytest.main()))", "-p", "suite_counts"]
 
 
 def debian_packages() -> list[str]:
