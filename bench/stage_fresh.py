@@ -26,17 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import fixtures_build as fb  # noqa: E402
 import fixtures_sif as fs  # noqa: E402
-
-CLUSTER = """\
-  lab:
-    runtime: apptainer
-    fabric: ib
-    gpus_per_node: 0
-    scheduler: {partition: gpu}
-    storage: STORAGE
-"""
+from stage_noop import project  # noqa: E402  (bench/ is the script's folder on sys.path)
 
 
 def drop_cache(path: Path) -> None:
@@ -61,17 +52,8 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp, fs.held_apptainer() as bindir:
         tmp = Path(tmp)
-        env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "APPTAINER_TMPDIR": str(tmp),
-               "APPTAINER_CACHEDIR": str(tmp / "cache"), "PYTHONPATH": str(REPO)}
-        os.environ.update(env)
-        root = fb.make_project(tmp / "proj")
+        root, env = project(tmp, bindir)
         images = tmp / "images"
-        images.mkdir()
-        text = (root / "registry.yaml").read_text()
-        (root / "registry.yaml").write_text(text.replace("clusters:\n", "clusters:\n" + CLUSTER.replace(
-            "STORAGE", str(images))))
-        env["SHIPYARD_REGISTRY"] = str(root / "registry.yaml")
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode caches on, as on a user's machine
         from shipyard import registry
 
         made = fs.sized_sif(bindir, tmp / "image.sif", int(args.size_gib * 2**30), tmp)

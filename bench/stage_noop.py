@@ -45,6 +45,24 @@ def timed(argv, env, runs: int, cwd: Path) -> float:
     return statistics.median(times)
 
 
+def project(tmp: Path, bindir: Path) -> tuple[Path, dict]:
+    """A build project in ``tmp`` with the ``lab`` cluster (apptainer, storage ``tmp/images``), and the environment
+    its commands run with: the real Apptainer first on PATH, its folders under ``tmp``."""
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "APPTAINER_TMPDIR": str(tmp),
+           "APPTAINER_CACHEDIR": str(tmp / "cache"), "PYTHONPATH": str(REPO)}
+    os.environ.update(env)
+    root = fb.make_project(tmp / "proj")
+    (tmp / "images").mkdir()
+    text = (root / "registry.yaml").read_text()
+    (root / "registry.yaml").write_text(text.replace("clusters:\n", "clusters:\n" + CLUSTER.replace(
+        "STORAGE", str(tmp / "images"))))
+    env["SHIPYARD_REGISTRY"] = str(root / "registry.yaml")
+    # as on a user's machine: bytecode caches on (this workplace sets PYTHONDONTWRITEBYTECODE, which would make
+    # every run recompile shipyard from source)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return root, env
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
@@ -52,18 +70,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp, fs.held_apptainer() as bindir:
         tmp = Path(tmp)
-        env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "APPTAINER_TMPDIR": str(tmp),
-               "APPTAINER_CACHEDIR": str(tmp / "cache"), "PYTHONPATH": str(REPO)}
-        os.environ.update(env)
-        root = fb.make_project(tmp / "proj")
-        (tmp / "images").mkdir()
-        text = (root / "registry.yaml").read_text()
-        (root / "registry.yaml").write_text(text.replace("clusters:\n", "clusters:\n" + CLUSTER.replace(
-            "STORAGE", str(tmp / "images"))))
-        env["SHIPYARD_REGISTRY"] = str(root / "registry.yaml")
-        # as on a user's machine: bytecode caches on (this workplace sets PYTHONDONTWRITEBYTECODE, which would make
-        # every run recompile shipyard from source)
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        root, env = project(tmp, bindir)
         py = sys.executable
         from shipyard import registry
 

@@ -117,14 +117,20 @@ def rebuild_verdict(env_name: str, old: contents.Contents, new: contents.Content
     return "\n".join(lines) + "\n", 1 if python else 0
 
 
+def _last_contents(ctx: Context, env_name: str):
+    """ENV's build manifest's path, the manifest and the contents record of its last build; one line when it has
+    none."""
+    path, m = _manifest(ctx, env_name)
+    if m.contents_record is None:
+        raise ShipyardError(f"{path}: no contents recorded for {env_name}; build it with this shipyard "
+                            f"(`invoke build {env_name}`) first")
+    return path, m, m.contents_record
+
+
 def show_contents(ctx: Context, env: str | None = None) -> int:
     """`invoke show ENV --contents`: the contents record of ENV's last build."""
     environment = ctx.environment(env)
-    path, m = _manifest(ctx, environment.name)
-    rec = m.contents_record
-    if rec is None:
-        raise ShipyardError(f"{path}: no contents recorded for {environment.name}; build it with this shipyard "
-                            f"(`invoke build {environment.name}`) first")
+    _, m, rec = _last_contents(ctx, environment.name)
     ctx.write(contents.render(rec, f"{environment.name}: the image built {m.finished or '?'} "
                                    f"(input hash {(m.input_hash or '?')[:12]})"))
     return 0
@@ -135,11 +141,7 @@ def diff(ctx: Context, env: str | None = None, against: str | None = None) -> in
     before and the last build of ENV, or another build manifest (a kept copy of containers/ENV.json, the one
     beside a staged version) and the last build."""
     environment = ctx.environment(env)
-    path, m = _manifest(ctx, environment.name)
-    new = m.contents_record
-    if new is None:
-        raise ShipyardError(f"{path}: no contents recorded for {environment.name}; build it with this shipyard "
-                            f"(`invoke build {environment.name}`) first")
+    path, m, new = _last_contents(ctx, environment.name)
     if against:
         other_path = Path(against)
         if not other_path.is_file():

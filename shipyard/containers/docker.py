@@ -196,13 +196,17 @@ class DockerBackend:
                     job.log.write(line)
             rc = self.api.wait(cid).get("StatusCode", 1)
         finally:
-            try:
-                self.api.remove_container(cid, force=True)
-            except Exception:
-                pass
+            self._remove(cid)
         if rc != 0:
             raise ShipyardError(f"%test failed in the built image of {job.env.name} (exit {rc}); the image was "
                                 f"not tagged; full output in {job.log.path}")
+
+    def _remove(self, cid: str) -> None:
+        """Remove a container of ours, running or not; a failure here must not hide the result it produced."""
+        try:
+            self.api.remove_container(cid, force=True)
+        except Exception:
+            pass
 
     def probe(self, reg, env, extra: dict) -> contents.Contents:
         """The contents record, read in a container of the image just built (no network), and its labels from the
@@ -215,10 +219,7 @@ class DockerBackend:
             rc = self.api.wait(cid, timeout=contents.settings()["probe_timeout_s"]).get("StatusCode", 1)
             out = self.api.logs(cid, stdout=True, stderr=False).decode(errors="replace")
         finally:
-            try:
-                self.api.remove_container(cid, force=True)
-            except Exception:
-                pass
+            self._remove(cid)
         if rc != 0:
             raise ShipyardError(f"contents probe: the container of {image_id[:19]} exited {rc}")
         labels = (self.api.inspect_image(image_id).get("Config") or {}).get("Labels") or {}
