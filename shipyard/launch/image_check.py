@@ -18,6 +18,7 @@ from pathlib import Path
 from shipyard import __version__, identity, templating
 from shipyard.errors import ShipyardError
 from shipyard.staging import record as staged
+from shipyard.staging import versions
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 SCRIPT = "check-image.sh"  # the handout's and a module set's name for it (one staged version each)
@@ -42,6 +43,7 @@ def bound(root: Path, env_name: str, image: str | None, suffix: str | None) -> C
     None when nothing is staged or built, or the hashes are not 64 hex digits."""
     if not image or not suffix:
         return None
+    image = versions.resolve(image)  # stage's pointer names a version: the check and what runs name that file
     b = staged.binding(root, env_name, image, suffix)
     if b is None or not (_HEX64.fullmatch(b.sha256) and _HEX64.fullmatch(b.input_hash)):
         return None

@@ -167,7 +167,9 @@ def write_modules(reg: Registry, envs: Iterable[Environment], cluster: Cluster,
             image = image_path(reg, cluster, env)
             check = image_check.require(image_check.bound(reg.root, env.name, image, _runtime(cluster).suffix),
                                         image, env.name, cluster.name, f"the module shipyard/{env.name}")
-            for path, text in module_files(env, cluster, root, image, check).items():
+            # the wrappers run the version the check verifies (stage's pointer resolved now): a later stage takes a
+            # new `invoke modules`, as a launcher is written again for it
+            for path, text in module_files(env, cluster, root, check.image, check).items():
                 mode = 0o755 if path.suffix != ".lua" else 0o644  # wrappers and the check script: executable
                 written.append(folder.write(path.relative_to(root), text, mode))
     return written

@@ -32,6 +32,7 @@ from shipyard.runtimes.mounts import job_mounts
 from shipyard.runtimes import Placement
 from shipyard.launch import passthrough
 from shipyard.registry.model import Cluster, Environment, Registry
+from shipyard.staging import versions
 
 JOB_NAME = "shipyard-shell"  # `invoke status` lists jobs named shipyard-*
 NODE_MARK = "@NODE@"  # replaced by the allocated node's hostname, on the node
@@ -122,7 +123,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, *, command: str | N
     if words is None:
         srun.append("--pty")
     mounts = job_mounts(reg.root, cluster)
-    place = Placement(rt.image(reg.root, env.name, cluster), mounts, str(reg.root), home=True)
+    place = Placement(versions.resolve(rt.image(reg.root, env.name, cluster)), mounts, str(reg.root), home=True)
     srun += rt.srun_words(place)
     snippet = ssh_snippet(cluster, user or getpass.getuser())
     if words is None:

@@ -200,3 +200,32 @@ def test_stage_refuses_a_build_of_another_spec_then_forced(built, capsys):
     assert not (storage(built) / "tiny.sif").exists()
     helpers_stage.stage(changed, "tiny", "lab", out=io.StringIO(), force=True)
     assert "staging it anyway (--force)" in capsys.readouterr().err
+
+
+def test_module_wrappers_and_the_shell_check_and_run_the_staged_version(built, staging_sif, tmp_path):
+    """What runs an image outside a launcher (module wrappers, `invoke shell`) names the version stage's pointer names
+    when it is written, and its image check verifies that very file: the check passes on a versioned stage (the
+    pointer, a symlink, is never what it checks), and after the next stage the module written before still runs and
+    checks its own version until `invoke modules` is run again."""
+    from shipyard.commands import launch as launch_commands
+    from shipyard.launch import modules
+
+    dest = storage(built) / "tiny.sif"
+    rec1 = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    v1 = versions.version_path(dest, rec1.sha256)
+    prefix = tmp_path / "site"
+    modules.write_modules(built, [built.environment("tiny")], built.cluster("lab"), prefix)
+    env = dict(os.environ, HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "home" / ".cache"))
+    check = modules.check_path(prefix, "tiny")
+    ok = subprocess.run(["bash", str(check)], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    wrapper = (modules.wrapper_dir(prefix, "tiny") / "python").read_text()
+    assert str(v1) in wrapper and f"{dest} " not in wrapper
+    _second_build(built, staging_sif, tmp_path)
+    _stage(built)
+    again = subprocess.run(["bash", str(check)], capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr  # the module written for v1 still checks (and runs) v1
+    ctx = helpers_stage.context(built)
+    script = launch_commands.shell_check(ctx, built.environment("tiny"), built.cluster("lab"), None)
+    shell_ok = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+    assert shell_ok.returncode == 0 and f"image={versions.current(dest)}" in script.read_text(), shell_ok.stderr
