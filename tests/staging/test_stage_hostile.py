@@ -357,3 +357,17 @@ def test_stage_and_the_job_share_one_verification_per_image_file(built, tmp_path
     assert staged.content_differs(dest, rec) is None and len(hashed) == 1  # re-hashed, then cached again
     res = _run(block, home)
     assert res.returncode == 0 and "verifying the sha256" not in res.stdout  # the job accepts Python's entry
+
+
+def test_a_fifo_at_the_record_path_stops_the_job_at_once(built, tmp_path):
+    """A FIFO someone put where the stage record lies would hold the job's `sed` for ever: the check refuses any
+    record that is not a regular file, in one line, before it reads it."""
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    block = _check_block(_launch(built, environment="tiny", cluster="lab", dry_run=True))
+    record = staged.record_path(storage(built) / "tiny.sif")
+    record.unlink()
+    os.mkfifo(record)
+    env = dict(os.environ, HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "home" / ".cache"))
+    res = subprocess.run(["bash", "-c", block], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 3 and res.stderr.count("shipyard: error:") == 1, res.stderr
+    assert f"stage record {record} is not a regular file" in res.stderr

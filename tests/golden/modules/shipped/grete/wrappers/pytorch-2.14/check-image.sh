@@ -49,6 +49,9 @@ print(h.hexdigest())' "$1" 2>/dev/null)
 if [ -L "$record" ] || [ -L "$image" ]; then
   shipyard_stop "staged image $image or its record $record is a symlink, which invoke stage never writes (someone else put it there): this check was written for sha256 $want_sha: stage it again"
 fi
+if [ -e "$record" ] && [ ! -f "$record" ]; then
+  shipyard_stop "stage record $record is not a regular file (a FIFO or device there would hold this check): this check was written for sha256 $want_sha: stage it again"
+fi
 have_sha=$(shipyard_field sha256)
 have_input=$(shipyard_field input_hash)
 if [ "$have_sha" != "$want_sha" ] || [ "$have_input" != "$want_input" ]; then
