@@ -117,12 +117,21 @@ def shell(ctx: Context, env: str | None = None, cluster: str | None = None, *, d
     if transport.is_remote(cl):
         return remote_commands.forward(ctx, cl, tty=not dry_run and command is None)
     ctx.gate(environment, cl, what="shell", force=force)
-    check = shell_check(ctx, environment, cl, runtime)
+    note = None
+    try:
+        check = shell_check(ctx, environment, cl, runtime)
+    except ShipyardError as exc:
+        if not dry_run:
+            raise
+        # a preview before anything is built or staged: the line is shown, and what running it needs is said
+        note, check = f"note: {exc}; until then `invoke shell` (without --dry-run) refuses to start it", None
     plan = shells.build(ctx.registry, environment, cl, command=command, gpus=gpus, time=time, runtime=runtime,
                         partition=partition, sbatch=sbatch, check=check)
     if not dry_run:
         return shells.run(plan)
     ctx.say(shells.command_line(plan))
+    if note:
+        ctx.say(note)
     if plan.interactive:
         ctx.say()
         ctx.say(plan.snippet.replace(shells.NODE_MARK, "<the node srun allocates; the shell prints it when it starts>"))

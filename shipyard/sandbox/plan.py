@@ -4,7 +4,7 @@ as pure data; and the pure renderers of its config files (slurm.conf, gres.conf,
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shipyard import facts as data
@@ -142,6 +142,18 @@ def render_env_sh(plan: Plan, netns: str, python_bin: str, host_access: bool = T
 def network(plan: Plan) -> ipaddress.IPv4Network:
     """The sandbox's network (controller, nodes and the host's leg)."""
     return ipaddress.ip_network(f"{plan.controller.ip}/{plan.prefix_len}", strict=False)
+
+
+def shifted(plan: Plan, n: int) -> Plan:
+    """The plan on the ``n``-th /24 after the data's network (the same host numbers, the host's link named with
+    ``n``): what a second sandbox on this machine runs on, so that each can give the host its own leg."""
+    if n == 0:
+        return plan
+    step = n * (1 << (32 - plan.prefix_len))
+    move = lambda ip: str(ipaddress.ip_address(ip) + step)  # noqa: E731
+    return replace(plan, controller=Host(plan.controller.name, move(plan.controller.ip)),
+                   nodes=tuple(Host(h.name, move(h.ip)) for h in plan.nodes), host_ip=move(plan.host_ip),
+                   host_link=f"{plan.host_link.rstrip('0123456789')}{n}")
 
 
 def host_overlap(plan: Plan, addresses: list[str], routes: list[str]) -> str | None:

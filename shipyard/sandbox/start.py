@@ -7,6 +7,7 @@ which :func:`shipyard.sandbox.down` (or the failure handler here) stops exactly 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import re
@@ -19,15 +20,45 @@ from typing import Sequence
 from shipyard import procs
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
-from shipyard.sandbox.plan import Plan, facts, host_overlap, render_configs, render_env_sh
+from shipyard.sandbox.plan import Plan, facts, host_overlap, render_configs, render_env_sh, shifted
 from shipyard.sandbox.state import stop, write_state
 from shipyard.slurm import DIR_ENV, namespace_argv, python_bin
 
 _SOCKET_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
 
 
+NETWORK_LOCK = Path("/run/lock/shipyard-sandbox-network.lock")  # machine-wide: sandboxes choose networks in turn
+_NETWORKS = 64  # how many /24s after the data's network a sandbox may take
+
+
+def _free_network(plan: Plan) -> Plan:
+    """The plan on the first /24 (from the data's) that the host has no address, route or link in: each sandbox
+    running on this machine (several test processes start their own) then gets the host's leg of its own."""
+    def ip(*args: str) -> list[str]:
+        return subprocess.run(["ip", "-o", "-4", *args], capture_output=True, text=True).stdout.splitlines()
+
+    addresses, routes = ip("addr", "show"), ip("route", "show")
+    for n in range(_NETWORKS):
+        candidate = shifted(plan, n)
+        if host_overlap(candidate, addresses, routes) is None and subprocess.run(
+                ["ip", "link", "show", candidate.host_link], capture_output=True).returncode != 0:
+            return candidate
+    return plan  # all taken: the data's network, and the host's leg is skipped with its reason
+
+
 def start(plan: Plan) -> dict:
-    """Bring up the planned sandbox; return its info dict. On any failure, stop what was started and re-raise."""
+    """Bring up the planned sandbox; return its info dict. On any failure, stop what was started and re-raise.
+    The network is chosen, and the host's leg attached, under one machine-wide lock."""
+    NETWORK_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(NETWORK_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _start(_free_network(plan), fd)
+    finally:
+        os.close(fd)
+
+
+def _start(plan: Plan, lock_fd: int) -> dict:
     t0 = time.monotonic()
     root = plan.root
     info = {
@@ -48,6 +79,7 @@ def start(plan: Plan) -> dict:
         holders = {h.name: _start_holder(plan, state, h.name) for h in (plan.controller, *plan.nodes)}
         _network(plan, holders)
         info["host_access"] = _attach_host(plan, holders[plan.controller.name], state)
+        fcntl.flock(lock_fd, fcntl.LOCK_UN)  # the network is claimed: the next sandbox sees it taken
         for host, port in ((plan.controller, plan.slurmctld_port), *((n, plan.slurmd_port) for n in plan.nodes)):
             check_port_free(holders[host.name], host.ip, port, host.name)
         _spawn(plan, state, "slurmctld", _in_ns(holders[plan.controller.name], "slurmctld", "-D", "-i", "-f",

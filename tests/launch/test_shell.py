@@ -133,9 +133,13 @@ def test_bad_input(tools_registry, kwargs, message):
 
 def test_task_dry_run_prints_command_and_snippet(tmp_path, invoke):
     reg = write_tools_registry(tmp_path)
+    # a preview before anything is built: the line, and a note that running it is refused until then
     unbound = invoke("shell", "--cluster", "grete", "--dry-run", cwd=tmp_path, env=_env(reg))
-    assert unbound.returncode == 2 and unbound.stderr.count("\n") == 1, unbound.stderr
-    assert "no image to check the shell's image against" in unbound.stderr
+    assert unbound.returncode == 0, unbound.stderr
+    assert "no image to check the shell's image against" in unbound.stdout and "refuses to start it" in unbound.stdout
+    assert "check-image.sh" not in unbound.stdout.splitlines()[0]
+    refused = invoke("shell", "--cluster", "grete", "--command", "true", cwd=tmp_path, env=_env(reg))
+    assert refused.returncode == 2 and "no image to check the shell's image against" in refused.stderr
     fake_build_manifest(tmp_path, "pytorch-2.3", "sif")
     proc = invoke("shell", "--cluster", "grete", "--dry-run", cwd=tmp_path, env=_env(reg))
     assert proc.returncode == 0, proc.stderr

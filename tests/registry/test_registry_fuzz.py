@@ -96,7 +96,11 @@ def accepted(doc: dict, reg, problems: list, rendered: dict) -> None:
     """What a registry the loader accepted must give: the document's environments and clusters, defaults that name
     one of each, findings that say where and what in one line, and a definition per environment that names it."""
     assert set(reg.environments) == set(doc["environments"]) and set(reg.clusters) == set(doc["clusters"])
-    assert reg.environment(None).name in reg.environments and reg.cluster(None).name in reg.clusters
+    defaults = doc.get("defaults") if isinstance(doc.get("defaults"), dict) else {}
+    if defaults.get("environment") is not None:  # without one, a command must be given the name
+        assert reg.environment(None).name in reg.environments
+    if defaults.get("cluster") is not None:
+        assert reg.cluster(None).name in reg.clusters
     for pr in problems:
         assert pr.severity in (compat.ERROR, compat.WARN) and pr.environment in ("", *reg.environments), pr
         assert pr.key and pr.message and "\n" not in pr.message, pr

@@ -263,3 +263,13 @@ def test_info_line_says_how_other_users_reach_it():
     assert sandbox.info_line(dict(info, host_access="the host already has route 10.0.0.0/8")).endswith(
         "\n  other users cannot reach it: the host already has route 10.0.0.0/8")
     assert "SLURM_CONF" not in sandbox.info_line(info)
+
+
+def test_a_second_sandbox_gets_the_next_network_and_a_link_of_its_own(plan):
+    """Several sandboxes on one machine (each test process starts its own): the next one is planned on the next
+    /24, host numbers kept, its host leg named with the network's number, so each can give the host its own leg."""
+    from shipyard.sandbox.plan import shifted
+
+    q = shifted(plan, 3)
+    assert q.controller.ip == "10.77.3.1" and [n.ip for n in q.nodes] == ["10.77.3.11", "10.77.3.12"]
+    assert q.host_ip == "10.77.3.254" and q.host_link == "shipyard-sb3" and shifted(plan, 0) == plan

@@ -36,8 +36,10 @@ def flow_project(sandbox, tmp_path, monkeypatch, apptainer_on_path, host_userlan
     host-userland SIF at hand for `tiny`'s build."""
     root = tmp_path / "proj"
     root.mkdir()
-    text = PROJECT_REGISTRY.format(registry="127.0.0.1:9").replace(
-        "  sandbox:\n    runtime: host\n", "  sandbox:\n    runtime: apptainer\n")
+    text = PROJECT_REGISTRY.format(registry="127.0.0.1:9")
+    assert "  sandbox:\n    local_sandbox: true\n    runtime: host\n" in text
+    text = text.replace("  sandbox:\n    local_sandbox: true\n    runtime: host\n",
+                        "  sandbox:\n    local_sandbox: true\n    runtime: apptainer\n")
     (root / "registry.yaml").write_text(text)
     (root / "probe.py").write_text(PROBE)
     (root / ".sandbox" / "images").mkdir(parents=True)
