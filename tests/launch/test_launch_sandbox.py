@@ -56,7 +56,8 @@ def test_host_runtime_two_nodes_trains_with_world_size_4(sandbox, sandbox_projec
     assert r["world_size"] == "4" and float(r["last_loss"]) < float(r["first_loss"])
     # per-node variables expanded on each node (rule 4), the rendezvous host came from the allocation (rule 2)
     assert "shipyard: node 0 (node1) of 2" in text and "shipyard: node 1 (node2) of 2" in text
-    assert re.search(rf"c10d rendezvous at node1 \(10\.77\.0\.11\):{29500 + int(job) % 1000}, id {job}\n", text)
+    node1 = re.escape(next(n["ip"] for n in sandbox.info["nodes"] if n["name"] == "node1"))
+    assert re.search(rf"c10d rendezvous at node1 \({node1}\):{29500 + int(job) % 1000}, id {job}\n", text)
     assert "shipyard: job step exit code 0" in text
     assert "shipyard: NCCL transport: none logged" in text  # CPU/gloo: no NCCL communicator, and it says so
     # --monitor: one CSV per node in the contract's layout, real CPU/RAM samples, GPU columns empty
