@@ -17,7 +17,6 @@ a text that still names the instructor's project is refused: no instructor path 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path, PurePosixPath
 from typing import Sequence
@@ -39,8 +38,8 @@ def student_launcher(l: Launcher) -> Launcher:
     become the submit directory; no registry path, no regenerate line, one job (no chain script)."""
     root = l.root
     mounts = tuple(Mount(SUBMIT_DIR, SUBMIT_DIR, m.ro) if m.src == root else m for m in l.mounts)
-    return dataclasses.replace(l, handout=True, root=SUBMIT_DIR, workdir=SUBMIT_DIR, container_workdir=SUBMIT_DIR,
-                               mounts=mounts, registry="", regenerate=(), chain=1)
+    return l.replace(handout=True, root=SUBMIT_DIR, workdir=SUBMIT_DIR, container_workdir=SUBMIT_DIR,
+                     mounts=mounts, registry="", regenerate=(), chain=1)
 
 
 def render(l: Launcher, instructor_root: str, preview: bool = False) -> str:

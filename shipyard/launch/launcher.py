@@ -57,72 +57,169 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What the job asks Slurm for: the ``#SBATCH`` lines of sbatch_directives.sh.j2. Checked against the cluster's
+    profile by :func:`build`; a field left at its default asks for nothing and takes Slurm's."""
+
+    nodes: int
+    gpus_per_node: int
+    partition: str
+    account: str | None = None
+    time: str | None = None
+    cpus_per_task: int | None = None
+    mem: str | None = None  # #SBATCH --mem (Slurm syntax); None: Slurm's default
+    exclusive: bool = False
+    sbatch_extra: tuple[tuple[str, str], ...] = ()  # --sbatch KEY=VALUE, checked (shipyard/launch/passthrough.py)
+
+
+@dataclass(frozen=True)
+class RuntimeImage:
+    """Where the job runs: the container runtime, its image and site modules, what is mounted, and the staged image
+    the launcher is bound to (sbatch_environment.sh.j2, sbatch_image.sh.j2, the srun words). Unbound by default: no
+    hashes, so the job checks nothing (and :func:`require_bound` refuses a container launcher without them)."""
+
+    runtime: str  # a name in runtimes.NAMES: pyxis | apptainer | charliecloud | host
+    image: str | None = None
+    modules: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/staging/record.py)
+    image_input_hash: str | None = None
+    image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
+    image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
+    image_spec_sha256: str | None = None  # the spec the bound image was built from (nccl-test checks it)
+
+
+@dataclass(frozen=True)
+class Nccl:
+    """The fabric and what the job exports for NCCL: the preset, site and user variables in export order, the pinned
+    transport and who allowed a fallback (the header's transport lines, sbatch_environment.sh.j2), and the awk that
+    reads which transport the run selected (sbatch_verdict.sh.j2)."""
+
+    fabric: str  # efa | ib | socket
+    transport: str  # awk over the job's log: the transport NCCL selected (shipyard/data/nccl.yaml)
+    env: tuple[EnvVar, ...] = ()
+    nccl_debug: bool = False
+    transport_pin: str = ""  # "NCCL_NET=VALUE (where it comes from)" as exported; "" when NCCL_NET is not set
+    transport_fallback: str = ""  # who allowed NCCL to fall back to sockets (the flag or the cluster key); "": nobody
+
+
+@dataclass(frozen=True)
+class TorchrunStep:
+    """What only a torchrun launcher has: the c10d rendezvous of a multi-node job (sbatch_rendezvous.sh.j2), the
+    checks each node passes before torchrun (preflight.sh.j2) and the hints read after a failed step."""
+
+    rdzv_port: int  # the first c10d store port; a job uses rdzv_port + job id % rdzv_ports
+    rdzv_ports: int
+    node_checks: preflight.NodeChecks | None = None  # --preflight: what each node is held to (None: off)
+    failure_hints: str = ""  # awk over the log of a failed step: a hint per known misleading error (launch/hints.py)
+
+
+@dataclass(frozen=True)
+class NcclTest:
+    """An nccl-test launcher's step (sbatch_srun_nccl_test.sh.j2). ``binary`` is the --binary flag's value, as the
+    "regenerate with" line repeats it; ``nccl_test_binary`` is what the step runs: that name, or its absolute path
+    in a shipyard-built image."""
+
+    binary: str
+    sizes: str
+    iters: int
+    check: int
+    nccl_test_binary: str
+    nccl_test_mpi: str  # srun's MPI plugin; "none": one task per node drives its GPUs
+    nccl_test_args: tuple[str, ...]
+    nccl_test_tasks: int  # ranks per node: one per GPU, or one driving every GPU with mpi none
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The checkpoint signal, requeue and chain (sbatch_step.sh.j2 forwards the signal, sbatch_requeue.sh.j2
+    requeues). Off by default: one job, no signal, no requeue."""
+
+    signal: str
+    chain: int  # jobs submitted one after the other (1: one job)
+    requeue: bool = False
+    max_restarts: int = 0
+    signal_before: int | None = None  # seconds before the time limit; None: no checkpoint signal
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    """``--monitor``: a sampler on each node beside torchrun (sbatch_monitor.sh.j2). Off by default."""
+
+    monitor_interval: int
+    monitor: bool = False
+
+
+@dataclass(frozen=True)
+class SweepArray:
+    """``--sweep``/``--sweep-file``: the combinations, one array task each (sbatch_sweep.sh.j2). None: no sweep."""
+
+    combinations: sweeps.Sweep | None = None
+    max_concurrent: int | None = None  # --max-concurrent: the array's %P
+
+
+PARTS = {"resources": Resources, "runtime_image": RuntimeImage, "nccl": Nccl, "torchrun_step": TorchrunStep,
+         "nccl_test": NcclTest, "checkpoint": Checkpoint, "monitoring": Monitoring, "sweep_array": SweepArray}
+_PART_OF = {f.name: part for part, cls in PARTS.items() for f in fields_of(cls)}
+
+
+@dataclass(frozen=True)
 class Launcher:
-    """Everything a launcher script says. Built by :func:`build`; rendered by :func:`render`. No field has a value
-    default: :func:`build` sets each from the flags, the registry or shipyard/data/launch.yaml."""
+    """Everything a launcher script says: what the job is, and its parts (:data:`PARTS`), each the model of the
+    template blocks it names. Built by :func:`build`, which sets every field from the flags, the registry or
+    shipyard/data/launch.yaml; rendered by :func:`render`. A part's field reads as the launcher's own (``l.nodes``
+    is ``l.resources.nodes``), so a caller need not know which part holds it; :meth:`of` and :meth:`replace` take
+    the fields flat."""
 
     name: str
     kind: str  # "torchrun" | "nccl-test"
     environment: str
     cluster: str
     local_sandbox: bool  # the cluster's profile says it is this machine's sandbox: its clients take the sandbox's route
-    runtime: str  # a name in runtimes.NAMES: pyxis | apptainer | charliecloud | host
-    fabric: str  # efa | ib | socket
-    nodes: int
-    gpus_per_node: int
-    partition: str
     root: str  # project directory (absolute): workdir, and where launch/ lives
     registry: str  # the registry file the launcher was generated from
     workdir: str  # where the job runs (the host path; default: root): torchrun resolves the script from here
     container_workdir: str  # the same directory as the container sees it (== workdir without a container)
     command: tuple[str, ...]  # training script and its arguments, exactly as given
-    account: str | None
-    time: str | None
-    cpus_per_task: int | None
-    mem: str | None  # #SBATCH --mem (Slurm syntax); None: Slurm's default
-    exclusive: bool
-    image: str | None
-    modules: tuple[str, ...]
-    mounts: tuple[Mount, ...]
-    env: tuple[EnvVar, ...]
-    requeue: bool
-    max_restarts: int
-    signal: str
-    signal_before: int | None
-    monitor: bool
-    monitor_interval: int
-    nccl_debug: bool
-    rdzv_port: int  # the first c10d store port; a job uses rdzv_port + job id % rdzv_ports
-    rdzv_ports: int
     srun_wait: int
     umask: str  # every launcher's umask (shipyard/data/launch.yaml): what its job writes is its user's alone
-    chain: int
-    transport: str
-    failure_hints: str  # awk over the log of a failed step: a hint per known misleading error (launch/hints.py)
-    nccl_test_binary: str
-    nccl_test_mpi: str
-    nccl_test_args: tuple[str, ...]
-    combinations: sweeps.Sweep | None  # --sweep/--sweep-file: the combinations, one array task each
-    max_concurrent: int | None  # --max-concurrent: the array's %P
-    sbatch_extra: tuple[tuple[str, str], ...]  # --sbatch KEY=VALUE, checked (shipyard/launch/passthrough.py)
-    nccl_test_tasks: int  # ranks per node: one per GPU, or one driving every GPU with mpi none
-    binary: str  # --binary, --sizes, --iters, --check as resolved (written into nccl-test launchers only)
-    sizes: str
-    iters: int
-    check: int
     forced: tuple[str, ...]  # `invoke check` errors that --force overrode (named in the header)
     code_commit: str | None  # the project's commit (git, else what remote.sync shipped); None: unknown
     code_dirty: bool  # uncommitted changes to tracked files were part of it
-    transport_pin: str  # "NCCL_NET=VALUE (where it comes from)" as exported; "" when NCCL_NET is not set
-    transport_fallback: str  # who allowed NCCL to fall back to sockets (the flag or the cluster key); "": nobody
-    node_checks: preflight.NodeChecks | None  # --preflight: what each node is held to before torchrun (None: off)
-    image_sha256: str | None = None  # the staged image this launcher is bound to (see shipyard/staging/record.py)
-    image_input_hash: str | None = None
-    image_bound_from: str = ""  # where the hashes were read: the stage record or the build manifest
-    image_opt_out: bool = False  # --image: the job runs what it is given, unchecked
+    resources: Resources
+    runtime_image: RuntimeImage
+    nccl: Nccl
+    torchrun_step: TorchrunStep
+    nccl_test: NcclTest
+    checkpoint: Checkpoint
+    monitoring: Monitoring
+    sweep_array: SweepArray
     handout: bool = False  # a student's launcher (shipyard/launch/handout.py): runs where it is submitted from
-    image_spec_sha256: str | None = None  # the spec the bound image was built from (nccl-test checks it)
     regenerate: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def of(cls, **values) -> Launcher:
+        """A launcher from its fields given flat: each part's go to that part."""
+        grouped: dict[str, dict] = {part: {} for part in PARTS}
+        own = {}
+        for key, value in values.items():
+            (grouped[_PART_OF[key]] if key in _PART_OF else own)[key] = value
+        return cls(**own, **{part: PARTS[part](**given) for part, given in grouped.items()})
+
+    def replace(self, **values) -> Launcher:
+        """This launcher with the fields given flat changed, in whichever part they are."""
+        own = {k: v for k, v in values.items() if k not in _PART_OF}
+        for part in PARTS:
+            changed = {k: v for k, v in values.items() if _PART_OF.get(k) == part}
+            if changed:
+                own[part] = replace(getattr(self, part), **changed)
+        return replace(self, **own)
+
+    def __getattr__(self, name: str):
+        part = _PART_OF.get(name)
+        if part is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(object.__getattribute__(self, part), name)
 
     @property
     def path(self) -> Path:
@@ -200,7 +297,7 @@ def build(reg: Registry, env: Environment, cluster: Cluster, opts: options.Optio
     fields |= _nccl_test_env(kind, fields["nodes"], fields["env"])
     fields |= _preflight(env, cl, kind, opts.preflight, fields["gpus_per_node"], bool(opts.image))
     fields["forced"] = tuple(" ".join(str(f).split()) for f in forced)  # one comment line each
-    launcher = Launcher(**fields)
+    launcher = Launcher.of(**fields)
     given = _resolved_options(launcher, opts, user_mounts, user_env)
     return replace(launcher, regenerate=options.invocation(kind, given, launcher.command))
 
@@ -574,6 +671,7 @@ def render(l: Launcher) -> str:
     image_path = runtimes.get(l.runtime).image_path_prelude() if l.image_opt_out else ""
     return templating.render("shipyard.launch", "sbatch.sh.j2", trim_blocks=True,
         l=l,
+        **{part: getattr(l, part) for part in PARTS},  # each block reads its part by name
         record=str(staged.record_path(l.image)) if l.image_sha256 else "",
         identity=identity,  # the job's "image unchanged" check: shipyard/identity.py's stat format and fields
         version=__version__,

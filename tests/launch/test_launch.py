@@ -558,15 +558,14 @@ def test_golden_host_injection_prepends_the_library_path(launch_registry, runtim
 def test_pyxis_names_the_container_after_the_staged_images_hash(launch_registry):
     """A staged image's launcher names the container <env>-<sha256[:16]>, so chained/requeued segments on a
     node reuse the unpacked container and a restaged image (another hash) never does; no name without a record."""
-    from dataclasses import replace
 
     l = _build(launch_registry, cluster="lab-efa", runtime="pyxis", nodes=2)
     assert not any(w.startswith("--container-name") for w in launch.container_argv(l))
-    staged = replace(l, image_sha256="ab" * 32, image_input_hash="cd" * 32)
+    staged = l.replace(image_sha256="ab" * 32, image_input_hash="cd" * 32)
     assert f"--container-name={l.environment}-{'ab' * 8}" in launch.container_argv(staged)
-    again = replace(staged, image_sha256="ef" * 32)
+    again = staged.replace(image_sha256="ef" * 32)
     assert f"--container-name={l.environment}-{'ef' * 8}" in launch.container_argv(again)
-    app = replace(_build(launch_registry, cluster="lab-efa", runtime="apptainer", nodes=2), image_sha256="ab" * 32)
+    app = _build(launch_registry, cluster="lab-efa", runtime="apptainer", nodes=2).replace(image_sha256="ab" * 32)
     assert not any("container-name" in w for w in launch.container_argv(app))
 
 

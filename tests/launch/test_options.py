@@ -80,10 +80,10 @@ def test_defaults_are_data_and_the_help_reads_them():
     assert f"{d['name']}-<cluster>, {d['nccl_test_name']}-<cluster>" in helps["name"]
     # a field's own default only says "not given"
     assert {f.default for f in fields(Options)} <= {None, False}
-    # and the launcher model has no value defaults: build sets each field (the image binding is optional)
-    optional = {f.name for f in fields(launcher.Launcher) if f.default is not MISSING}
-    assert optional == {"image_sha256", "image_input_hash", "image_bound_from", "image_opt_out", "image_spec_sha256",
-                        "regenerate", "handout"}
+    # and the launcher's parts default only to "off" or "not given": a value comes from the data, through build
+    models = [launcher.Launcher, *launcher.PARTS.values()]
+    assert {f.default for m in models for f in fields(m) if f.default is not MISSING} <= {None, False, "", (), 0}
+    assert "nodes" in {f.name for f in fields(launcher.Resources) if f.default is MISSING}
 
 
 def test_implied_values_come_from_data(launch_registry):

@@ -36,7 +36,7 @@ def preflight_registry():
 
 def _function(l: launch.Launcher) -> str:
     """The shipyard_preflight function of ``l``'s launcher (with no grace wait: the tests need no pause)."""
-    text = launch.render(replace(l, node_checks=replace(l.node_checks, grace=0)))
+    text = launch.render(l.replace(node_checks=replace(l.node_checks, grace=0)))
     m = re.search(r"^shipyard_preflight\(\) \{\n.*?^\}\n", text, re.S | re.M)
     assert m, "no shipyard_preflight in the launcher"
     return m.group(0)
