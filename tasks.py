@@ -4,28 +4,21 @@ which runs this checkout's suite (tests/suite_runner.py) and so exists only here
 import sys
 from pathlib import Path
 
-from invoke import Collection, task
+from invoke import Collection
 
 from shipyard import tasks as shipyard_tasks
-from shipyard.cli import task_guard
+from shipyard.taskspec import Spec, make
 
 sys.path.append(str(Path(__file__).resolve().parent / "tests"))  # the runner and its pytest plugin live there
 
+TEST = Spec(
+    "test", "Install what the tests need (Slurm, munge, dockerd, registry, shellcheck, ...) and run the whole suite.",
+    {"no_install": (False, "do not apt-get install missing test packages"),
+     "k": (None, "only tests matching this pytest -k expression"),
+     "pytest_args": ("", "extra pytest arguments, one shell-quoted string (e.g. '-x -q')")},
+    # lazy: the runner loads the sandbox's helpers, which no other task needs
+    "suite_runner:main", lambda run, f: run(f.pytest_args, f.k, install=not f.no_install))
 
-@task(
-    name="test",
-    help={
-        "no_install": "do not apt-get install missing test packages",
-        "k": "only tests matching this pytest -k expression",
-        "pytest_args": "extra pytest arguments, one shell-quoted string (e.g. '-x -q')",
-    },
-)
-@task_guard
-def test_(c, no_install=False, k=None, pytest_args=""):
-    """Install what the tests need (Slurm, munge, dockerd, registry, shellcheck, ...) and run the whole suite."""
-    import suite_runner  # lazy: the runner loads the sandbox's helpers, which no other task needs
+SPECS = (TEST,)
 
-    raise SystemExit(suite_runner.main(pytest_args, k, install=not no_install))
-
-
-ns = Collection(*shipyard_tasks.ns.tasks.values(), *shipyard_tasks.ns.collections.values(), test_)
+ns = Collection(*shipyard_tasks.ns.tasks.values(), *shipyard_tasks.ns.collections.values(), make(TEST))

@@ -247,37 +247,49 @@ def test_tasks_load_no_command_module_until_a_task_runs():
 # ------------------------------------------------------------------------------------------------ tasks
 
 
+# what a task's call may compute besides the one command call: the Flags' own hand-overs and plain conversions
+FLAG_HANDOVERS = {"context", "options", "after_dashdash"}
+CONVERSIONS = {"int", "float", "str"}
+
+
 def task_offences(path: Path) -> list[str]:
-    """What a task function (one decorated with ``@task``) may hold besides its docstring: lazy imports, option
-    building (assignments with no command call in them) and one command call, ``raise SystemExit(cmd(...))``, last.
-    Anything else (a branch, a loop, a ``try``, a second command call, a computation after the call) is logic that
-    belongs in shipyard/commands/."""
+    """Every task is a ``Spec(...)`` (shipyard/taskspec.py): flags, help and ``call``, a lambda that is one call of
+    the command it is handed, its arguments read from the flags (``f.x``, ``not f.x``, ``f.x or None``,
+    ``int(f.x)``, ``f.context()``). Anything else (a ``@task`` function, a branch, a second call, a comprehension)
+    is logic that belongs in shipyard/commands/."""
     found = []
-    for fn in ast.walk(ast.parse(path.read_text())):
-        if not (isinstance(fn, ast.FunctionDef) and any(
-                (d.func if isinstance(d, ast.Call) else d).id == "task" for d in fn.decorator_list
-                if isinstance(d.func if isinstance(d, ast.Call) else d, ast.Name))):
+    tree = ast.parse(path.read_text())
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                isinstance(d.func if isinstance(d, ast.Call) else d, ast.Name)
+                and (d.func if isinstance(d, ast.Call) else d).id == "task" for d in fn.decorator_list):
+            found.append(f"{fn.name}: a @task function, not a Spec")
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Spec"):
             continue
-        body = fn.body[1:] if fn.body and isinstance(fn.body[0], ast.Expr) \
-            and isinstance(fn.body[0].value, ast.Constant) else fn.body
-        last = body[-1] if body else None
-        if not (isinstance(last, ast.Raise) and isinstance(last.exc, ast.Call)
-                and isinstance(last.exc.func, ast.Name) and last.exc.func.id == "SystemExit"
-                and len(last.exc.args) == 1 and isinstance(last.exc.args[0], ast.Call)):
-            found.append(f"{fn.name}: does not end with raise SystemExit(command(...))")
+        given = {k.arg: k.value for k in node.keywords} | dict(zip(("name", "doc", "flags", "command", "call"),
+                                                                   node.args))
+        name = given["name"].value if isinstance(given.get("name"), ast.Constant) else f"line {node.lineno}"
+        call = given.get("call")
+        if not (isinstance(call, ast.Lambda) and len(call.args.args) == 2):
+            found.append(f"{name}: its call is not a lambda of (command, flags)")
             continue
-        for node in body[:-1]:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
+        run, flags = (a.arg for a in call.args.args)
+        body = call.body
+        if not (isinstance(body, ast.Call) and isinstance(body.func, ast.Name) and body.func.id == run):
+            found.append(f"{name}: its call is not one call of the command")
+            continue
+        for inner in ast.walk(body):
+            if inner is body:
                 continue
-            if isinstance(node, ast.Assign) and not any(
-                    isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id.endswith("_commands")
-                    for n in ast.walk(node.value)):
-                continue
-            found.append(f"{fn.name}:{node.lineno}: {type(node).__name__} besides option building and one command call")
-        calls = [n for n in ast.walk(last.exc.args[0]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                 and isinstance(n.func.value, ast.Name) and n.func.value.id.endswith(("_commands", "_runner"))]
-        if len(calls) != 1:
-            found.append(f"{fn.name}: {len(calls)} command calls in its SystemExit (one expected)")
+            if isinstance(inner, ast.Call):
+                handover = (isinstance(inner.func, ast.Attribute) and isinstance(inner.func.value, ast.Name)
+                            and inner.func.value.id == flags and inner.func.attr in FLAG_HANDOVERS)
+                if not handover and not (isinstance(inner.func, ast.Name) and inner.func.id in CONVERSIONS):
+                    found.append(f"{name}: calls {ast.unparse(inner.func)} besides the command")
+            elif isinstance(inner, (ast.IfExp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                                    ast.GeneratorExp, ast.NamedExpr)):
+                found.append(f"{name}: {type(inner).__name__} in its call")
     return found
 
 
@@ -286,20 +298,41 @@ TASK_FILES = (PKG / "tasks.py", PKG.parent / "tasks.py")
 
 @pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: str(p.relative_to(PKG.parent)))
 def test_a_task_is_its_options_and_one_command_call(path):
+    assert "Spec(" in path.read_text()
     assert task_offences(path) == []
 
 
 def test_the_task_check_would_notice_logic_in_a_task(tmp_path):
     bad = tmp_path / "tasks.py"
     bad.write_text("from invoke import task\n\n"
-                   "@task\ndef a(c, x=None):\n    '''doc'''\n    opts = dict(x=x)\n"
-                   "    raise SystemExit(a_commands.run(opts))\n\n"
-                   "@task(name='b')\ndef b(c, x=None):\n    if x:\n        x = 1\n"
-                   "    raise SystemExit(b_commands.run(x))\n\n"
-                   "@task\ndef d(c):\n    n = d_commands.count()\n    raise SystemExit(d_commands.run(n))\n\n"
-                   "@task\ndef e(c):\n    raise SystemExit(e_commands.run(e_commands.other()))\n\n"
-                   "@task\ndef f(c):\n    f_commands.run()\n")
-    assert task_offences(bad) == ["b:11: If besides option building and one command call",
-                                  "d:17: Assign besides option building and one command call",
-                                  "e: 2 command calls in its SystemExit (one expected)",
-                                  "f: does not end with raise SystemExit(command(...))"]
+                   "A = Spec('a', 'doc', {}, 'm:a', lambda run, f: run(f.context(), int(f.x), not f.y))\n"
+                   "B = Spec('b', 'doc', {}, 'm:b', lambda run, f: run(f.x if f.y else 1))\n"
+                   "C = Spec('c', 'doc', {}, 'm:c', lambda run, f: run(other(f.x)))\n"
+                   "D = Spec('d', 'doc', {}, 'm:d', call=lambda run, f: f.x and run(f.x))\n"
+                   "E = Spec('e', 'doc', {}, 'm:e', helper)\n"
+                   "F = Spec('f', 'doc', {}, 'm:f', lambda run, f: run([x for x in f.x]))\n\n"
+                   "@task\ndef g(c):\n    raise SystemExit(g_commands.run())\n")
+    assert task_offences(bad) == ["g: a @task function, not a Spec",
+                                  "b: IfExp in its call",
+                                  "c: calls other besides the command",
+                                  "d: its call is not one call of the command",
+                                  "e: its call is not a lambda of (command, flags)",
+                                  "f: ListComp in its call"]
+
+
+def test_every_task_is_made_from_a_spec():
+    """The namespace holds the tasks of the specs and nothing else: no task made by hand beside the table."""
+    sys.path.insert(0, str(PKG.parent))
+    try:
+        import tasks as root_tasks
+    finally:
+        sys.path.remove(str(PKG.parent))
+    from shipyard import tasks as shipyard_tasks
+    from shipyard.taskspec import Flags
+
+    specs = shipyard_tasks.SPECS + root_tasks.SPECS
+    assert len(root_tasks.ns.task_names) == len(specs)
+    assert {s.name for s in specs} >= {t.rsplit(".", 1)[-1] for t in root_tasks.ns.task_names}
+    assert {t.body.__doc__ for t in (root_tasks.ns[n] for n in root_tasks.ns.task_names)} == {s.doc for s in specs}
+    # a flag named like one of the Flags' hand-overs would hide it
+    assert not {n for s in specs for n in s.flags} & {n for n in dir(Flags) if not n.startswith("_")}
