@@ -104,3 +104,27 @@ def test_rendezvous_block_stops_without_a_head_address(tmp_path):
     r = _run(tmp_path, block, 'case "$1 $2" in "show hostnames") echo n7;; esac', SLURM_JOB_ID="1",
              SLURM_JOB_NODELIST="n7")
     assert r.returncode == 1 and "cannot resolve the head node of n7" in r.stderr
+
+
+NO_TORCHRUN = ("shipyard: error: node 1 (n8): torchrun is not on the PATH inside the image (/usr/bin); the "
+               "environment needs torch installed\n")
+
+
+@pytest.mark.parametrize(("torchrun", "step_rc", "earlier_only", "job_rc"), [
+    (True, 143, False, 127),  # a bystander's 143: the cause is the node without torchrun
+    (True, 143, True, 143),  # the line is from before this run's start in the log: not this run's cause
+    (True, 0, False, 0),
+    (False, 143, False, 143),  # nccl-test runs no torchrun: its code stands
+])
+def test_verdict_block_reports_the_causes_exit_code(tmp_path, launch_registry, torchrun, step_rc, earlier_only,
+                                                    job_rc):
+    l = build_launcher(launch_registry, cluster="lab-socket", command=CMD)
+    block = _block("sbatch_verdict.sh.j2", torchrun=torchrun, nccl=l.nccl, torchrun_step=l.torchrun_step)
+    log = tmp_path / "job.out"
+    earlier = NO_TORCHRUN if earlier_only else "an earlier run's line\n"  # the log is appended to across requeues
+    log.write_text(earlier + ("" if earlier_only else NO_TORCHRUN))
+    start = len(earlier)
+    script = f'log={log}\nlog_start={start}\n(exit {step_rc}) &\n{block}\necho "rc=$rc"'
+    r = _run(tmp_path, script, "")
+    assert r.returncode == 0, r.stderr
+    assert f"shipyard: job step exit code {job_rc}\n" in r.stdout and r.stdout.endswith(f"rc={job_rc}\n")
