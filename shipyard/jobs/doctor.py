@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import re
 import shlex
+import subprocess
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
@@ -449,8 +451,6 @@ def run_probes(reg: Registry, cluster: Cluster) -> tuple[str, Probe, Probe | Non
 def _reader(mode: int, gid: int) -> tuple[int, int, str] | None:
     """(uid, gid, who) of a student the recorded ``mode`` was staged for: someone else entirely when it gives the world
     read access, a member of the file's group (``gid``) when only the group; None for a private stage."""
-    import pwd
-
     name = facts()["student_probe_user"]
     try:
         entry = pwd.getpwnam(name)
@@ -468,8 +468,6 @@ def _read_as(path: Path, uid: int, gid: int) -> str | None:
     """Why ``path`` cannot be opened and read by ``uid``:``gid`` (no other groups), or None when it can: a child
     process that has dropped to that uid reads one byte, so the folders above and the file's own mode both count,
     as they do for a student's job."""
-    import subprocess
-
     try:
         res = subprocess.run(["head", "-c", "1", "--", str(path)], user=uid, group=gid, extra_groups=[], cwd="/",
                              env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, stdin=subprocess.DEVNULL,
