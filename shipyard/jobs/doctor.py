@@ -24,6 +24,7 @@ import os
 import pwd
 import re
 import shlex
+import stat
 import subprocess
 import uuid
 from collections import Counter, defaultdict
@@ -480,12 +481,11 @@ def _read_as(path: Path, uid: int, gid: int) -> str | None:
 
 
 def unreadable_by_readers(image: Path) -> tuple[str, str] | None:
-    """As root, whether the students the stage was meant for (its record's mode) can read the staged version and its
-    record, tried as one of them (:func:`_reader`): root reads every file, so asking as root says nothing about a
-    student's job. (why not, the recorded mode), or None when they can, when the stage was private, when this is no
-    root, or when the record is unreadable (the record's own check says so next)."""
-    if os.geteuid() != 0:
-        return None
+    """Whether the students the stage was meant for (its record's mode) can read the staged version and its record:
+    as root, tried as one of them (:func:`_reader`), since root reads every file and so says nothing about a
+    student's job; as anyone else, who cannot become another uid, by the files' read bits against the recorded
+    mode. (why not, the recorded mode), or None when they can, when the stage was private, or when the record is
+    unreadable (the record's own check says so next)."""
     version = versions.current(image)
     rec, _ = staged.read_record(version)
     if not rec or not rec.mode:
@@ -499,7 +499,16 @@ def unreadable_by_readers(image: Path) -> tuple[str, str] | None:
         return None
     uid, gid, who = reader
     for path in (version, staged.record_path(version)):
-        why = _read_as(path, uid, gid)
+        if os.geteuid() == 0:
+            why = _read_as(path, uid, gid)
+        else:
+            try:
+                have = stat.S_IMODE(path.stat().st_mode)
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+            else:
+                why = f"mode {have:04o}" if mode & 0o044 & ~have else None
+            who = who.partition(" (tried")[0]
         if why:
             return f"{path} is not readable by {who}: {why} (staged for them with mode {rec.mode})", rec.mode
     return None

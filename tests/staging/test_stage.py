@@ -398,6 +398,21 @@ def test_doctor_reads_a_group_stage_as_a_member_of_the_files_group(built):
     assert f"with gid {version.stat().st_gid})" in tiny.detail
 
 
+def test_doctor_as_a_user_judges_the_read_bits_against_the_staged_mode(built, monkeypatch):
+    """Someone who cannot become another uid (the instructor's own account) reads the image as its owner; doctor
+    then compares the files' read bits with the mode they were staged with."""
+    env = built.environment("tiny")
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO(), mode="world")
+    version = versions.current(storage(built) / "tiny.sif")
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
+    assert {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}["tiny"].status \
+        == doctor.PASS
+    version.chmod(0o640)
+    tiny = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}["tiny"]
+    assert tiny.status == doctor.FAIL, tiny
+    assert f"{version} is not readable by other users: mode 0640 (staged for them with mode 0644)" in tiny.detail
+
+
 def test_doctor_read_only_storage_is_not_a_failure():
     cl = registry.load_text(PROJECT_REGISTRY.format(registry="x"), "r.yaml").cluster("sandbox")
     probe = {"storage": ["present"], "storage_writable": ["no"], "user": ["student"]}
