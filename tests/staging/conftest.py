@@ -3,7 +3,7 @@ test, and `tiny` in its containers/ as a real SIF (made by the real Apptainer) w
 
 from __future__ import annotations
 
-import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -63,7 +63,9 @@ def proj(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     no_build_network(monkeypatch)  # the host's CA bundle and proxy are not what these tests are about
     yield registry.load(root / "registry.yaml")
-    shutil.rmtree(storage, ignore_errors=True)
+    # rm, not shutil.rmtree: a test may leave a file where the folder was, and os.open patched until monkeypatch
+    # undoes it after this
+    subprocess.run(["rm", "-rf", "--", str(storage)], check=False)
 
 
 @pytest.fixture
