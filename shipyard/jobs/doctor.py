@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import re
 import shlex
+import stat
+import subprocess
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
@@ -33,6 +36,7 @@ from shipyard import facts as data
 from shipyard import slurm
 from shipyard import runtimes
 from shipyard.staging import record as staged
+from shipyard.staging import versions
 from shipyard.registry import compat
 from shipyard.registry.model import Cluster, Environment, Gpu, Registry
 
@@ -445,6 +449,71 @@ def run_probes(reg: Registry, cluster: Cluster) -> tuple[str, Probe, Probe | Non
     return storage, login, node, None
 
 
+def _reader(mode: int, gid: int) -> tuple[int, int, str] | None:
+    """(uid, gid, who) of a student the recorded ``mode`` was staged for: someone else entirely when it gives the world
+    read access, a member of the file's group (``gid``) when only the group; None for a private stage."""
+    name = facts()["student_probe_user"]
+    try:
+        entry = pwd.getpwnam(name)
+        uid, own_gid = entry.pw_uid, entry.pw_gid
+    except KeyError:
+        uid, own_gid = 65534, 65534
+    if mode & 0o004:
+        return uid, own_gid, f"other users (tried uid {uid} {name})"
+    if mode & 0o040:
+        return uid, gid, f"its group (tried uid {uid} {name} with gid {gid})"
+    return None
+
+
+def _read_as(path: Path, uid: int, gid: int) -> str | None:
+    """Why ``path`` cannot be opened and read by ``uid``:``gid`` (no other groups), or None when it can: a child
+    process that has dropped to that uid reads one byte, so the folders above and the file's own mode both count,
+    as they do for a student's job."""
+    try:
+        res = subprocess.run(["head", "-c", "1", "--", str(path)], user=uid, group=gid, extra_groups=[], cwd="/",
+                             env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if res.returncode == 0:
+        return None
+    return (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1].rpartition(": ")[2]
+
+
+def unreadable_by_readers(image: Path) -> tuple[str, str] | None:
+    """Whether the students the stage was meant for (its record's mode) can read the staged version and its record:
+    as root, tried as one of them (:func:`_reader`), since root reads every file and so says nothing about a
+    student's job; as anyone else, who cannot become another uid, by the files' read bits against the recorded
+    mode. (why not, the recorded mode), or None when they can, when the stage was private, or when the record is
+    unreadable (the record's own check says so next)."""
+    version = versions.current(image)
+    rec, _ = staged.read_record(version)
+    if not rec or not rec.mode:
+        return None
+    try:
+        mode, gid = int(rec.mode, 8), version.stat().st_gid
+    except (ValueError, OSError):
+        return None
+    reader = _reader(mode, gid)
+    if reader is None:
+        return None
+    uid, gid, who = reader
+    for path in (version, staged.record_path(version)):
+        if os.geteuid() == 0:
+            why = _read_as(path, uid, gid)
+        else:
+            try:
+                have = stat.S_IMODE(path.stat().st_mode)
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+            else:
+                why = f"mode {have:04o}" if mode & 0o044 & ~have else None
+            who = who.partition(" (tried")[0]
+        if why:
+            return f"{path} is not readable by {who}: {why} (staged for them with mode {rec.mode})", rec.mode
+    return None
+
+
 def images(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
     """Per environment used on the cluster: is its image in the storage, readable, and the one its stage record
     names, by the job's own rule (:func:`shipyard.staging.record.job_check`: content hashed once per image file)?
@@ -461,6 +530,12 @@ def images(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
         stage = f"invoke stage {name} --cluster {cluster.name}"
         if not image.exists():
             out.append(Finding(bad, LOGIN, "image", f"{name}: {image} is not there", f"run `{stage}`"))
+            continue
+        unread = unreadable_by_readers(image)
+        if unread:
+            out.append(Finding(bad, LOGIN, "image", f"{name}: {unread[0]}",
+                               f"ask whoever staged it to run `{stage} --mode {unread[1]}` and to let those readers "
+                               f"search every folder above it"))
             continue
         if not os.access(image, os.R_OK):
             out.append(Finding(bad, LOGIN, "image", f"{name}: {image} is not readable by {getpass.getuser()}",

@@ -3,6 +3,10 @@ test, and `tiny` in its containers/ as a real SIF (made by the real Apptainer) w
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pytest
 from fixtures_build import PROJECT_REGISTRY, no_build_network
 from fixtures_sif import record_build
@@ -45,8 +49,10 @@ BAD_ENV = """\
 def proj(tmp_path, monkeypatch):
     root = tmp_path / "proj"
     root.mkdir()
-    storage = tmp_path / "images"
-    storage.mkdir()
+    # the storage a course's students reach: outside pytest's own 0700 folder, so doctor, run as root, can read the
+    # image as one of them (another uid) the way their jobs do
+    storage = Path(tempfile.mkdtemp(prefix="shipyard-images-"))
+    storage.chmod(0o755)
     text = PROJECT_REGISTRY.format(registry="127.0.0.1:9")
     text = text.replace("clusters:\n", "clusters:\n" + EXTRA_CLUSTERS.replace("STORAGE", str(storage)))
     text = text.replace("  pytorch-2.3:\n", BAD_ENV + "  pytorch-2.3:\n")
@@ -56,7 +62,10 @@ def proj(tmp_path, monkeypatch):
     # stage and doctor verify an image once per file and cache it in the user's cache, as the job does: the test's own
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     no_build_network(monkeypatch)  # the host's CA bundle and proxy are not what these tests are about
-    return registry.load(root / "registry.yaml")
+    yield registry.load(root / "registry.yaml")
+    # rm, not shutil.rmtree: a test may leave a file where the folder was, and os.open patched until monkeypatch
+    # undoes it after this
+    subprocess.run(["rm", "-rf", "--", str(storage)], check=False)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pwd
 import shutil
 import subprocess
 from pathlib import Path
@@ -349,6 +350,67 @@ def test_doctor_reports_each_environment_image(built):
         fh.write(b"tampered")
     finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}
     assert finds["tiny"].status == doctor.FAIL and "changed after it was staged" in finds["tiny"].detail
+
+
+def test_doctor_reads_the_image_as_a_student_would_not_as_root(built):
+    """Root reads every file: doctor run as root tries the staged version as another uid, the reader its recorded
+    mode was meant for, so an image a student's job cannot open is a FAIL naming the file and the uid tried."""
+    if os.geteuid() != 0:
+        pytest.fail("reading as another uid needs root (as a user, doctor reads as that user)")
+    env = built.environment("tiny")
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO(), mode="world")
+    version = versions.current(storage(built) / "tiny.sif")
+    finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}
+    assert finds["tiny"].status == doctor.PASS, finds["tiny"]
+    nobody = pwd.getpwnam(doctor.facts()["student_probe_user"]).pw_uid
+    version.chmod(0o640)  # root:root 0640: root still reads it, no student does
+    assert os.access(version, os.R_OK)
+    finds = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}
+    tiny = finds["tiny"]
+    assert tiny.status == doctor.FAIL, tiny
+    assert f"{version} is not readable by other users (tried uid {nobody} " in tiny.detail, tiny.detail
+    assert "Permission denied" in tiny.detail and "mode 0644" in tiny.detail and "--mode 0644" in tiny.fix
+    version.chmod(0o644)  # the record too: the job reads it before the image
+    staged.record_path(version).chmod(0o600)
+    tiny = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}["tiny"]
+    assert tiny.status == doctor.FAIL and str(staged.record_path(version)) in tiny.detail, tiny.detail
+    staged.record_path(version).chmod(0o644)
+    storage(built).chmod(0o750)  # a folder above that the world cannot search fails the same way
+    tiny = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}["tiny"]
+    assert tiny.status == doctor.FAIL and "Permission denied" in tiny.detail, tiny.detail
+    storage(built).chmod(0o755)  # readable again (the chmods moved its ctime, which the record's own check tells)
+    tiny = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}["tiny"]
+    assert "is not readable" not in tiny.detail, tiny.detail
+
+
+def test_doctor_reads_a_group_stage_as_a_member_of_the_files_group(built):
+    """A group stage (0640) is meant for the file's group: doctor reads it as another uid in that group only."""
+    if os.geteuid() != 0:
+        pytest.fail("reading as another uid needs root (as a user, doctor reads as that user)")
+    env = built.environment("tiny")
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO(), mode="group")
+    version = versions.current(storage(built) / "tiny.sif")
+    assert {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}["tiny"].status \
+        == doctor.PASS
+    version.chmod(0o600)
+    tiny = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}["tiny"]
+    assert tiny.status == doctor.FAIL and "is not readable by its group" in tiny.detail, tiny.detail
+    assert f"with gid {version.stat().st_gid})" in tiny.detail
+
+
+def test_doctor_as_a_user_judges_the_read_bits_against_the_staged_mode(built, monkeypatch):
+    """Someone who cannot become another uid (the instructor's own account) reads the image as its owner; doctor
+    then compares the files' read bits with the mode they were staged with."""
+    env = built.environment("tiny")
+    helpers_stage.stage(built, "tiny", "lab", out=io.StringIO(), mode="world")
+    version = versions.current(storage(built) / "tiny.sif")
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
+    assert {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}["tiny"].status \
+        == doctor.PASS
+    version.chmod(0o640)
+    tiny = {f.detail.split(":")[0]: f for f in doctor.images(built, built.cluster("lab"), env)}["tiny"]
+    assert tiny.status == doctor.FAIL, tiny
+    assert f"{version} is not readable by other users: mode 0640 (staged for them with mode 0644)" in tiny.detail
 
 
 def test_doctor_read_only_storage_is_not_a_failure():
