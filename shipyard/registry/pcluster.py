@@ -22,7 +22,7 @@ import yaml
 
 from shipyard import facts
 from shipyard.errors import ShipyardError
-from shipyard.registry import loader
+from shipyard.registry import fabric_checks, loader
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -161,7 +161,33 @@ def review(config_text: str, fname: str, name: str, prof: dict, chosen: str | No
     if (prof.get("fabric_options") or {}).get("efa_installer"):
         notes.append(f"{key}.fabric_options.efa_installer: {prof['fabric_options']['efa_installer']}, the current "
                      "release in shipyard's data; the image installs this version (pin another deliberately)")
+    parts = prof["scheduler"]["partitions"]
+    for queue, types in efa_left_off(config).items():
+        if parts.get(queue, {}).get("fabric") == "socket":
+            notes.append(f"{key}.scheduler.partitions.{queue}.fabric: queue {queue}: {', '.join(types)} "
+                         f"{'supports' if len(types) == 1 else 'support'} EFA but the queue does not enable it; "
+                         "fabric set to socket (NCCL over TCP) - enable Efa in the cluster config "
+                         "(ComputeResources: Efa: Enabled: true) and import again, or confirm")
     return notes
+
+
+def efa_left_off(config: dict) -> dict[str, list[str]]:
+    """Per queue, its EFA-capable instance types on compute resources that do not enable EFA. Why: ParallelCluster
+    attaches no EFA unless the compute resource asks, so a p5 queue without ``Efa: Enabled`` runs NCCL over TCP,
+    and the profile's ``fabric: socket`` is then right, but rarely what was meant. Reads a config that
+    :func:`profile` has already accepted."""
+    c = _Config({}, "")
+    out: dict[str, list[str]] = {}
+    for i, q in enumerate(config["Scheduling"]["SlurmQueues"]):
+        qpath, name = ("Scheduling", "SlurmQueues", i), str(q.get("Name"))
+        for j, cr in enumerate(q.get("ComputeResources") or []):
+            crpath = qpath + ("ComputeResources", j)
+            if c.get(c.get(cr, crpath, "Efa", dict) or {}, crpath + ("Efa",), "Enabled", bool, False):
+                continue
+            for t in _instance_types(c, cr, crpath):
+                if fabric_checks.efa_capable(t) and t not in out.get(name, []):
+                    out.setdefault(name, []).append(t)
+    return out
 
 
 def _partition(queue: dict, qpath: tuple, lines, fname: str) -> dict:  # noqa: C901 - one queue, key by key
