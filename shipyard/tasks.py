@@ -457,14 +457,16 @@ def demo(c, steps=60, timeout=600, no_install=False):
         "dry_run": "show the diff only; write nothing",
         "yes": "write without asking (asked only on a terminal)",
         "runtime": f"{RUNTIME_CHOICES}; needed for a GPU cluster whose post-install scripts do not show it",
+        "update": "NAME: re-read the edited config into the existing profile NAME (keeps the keys you added; shows "
+                  "the diff; writes only with --yes)",
     },
 )
 @task_guard
-def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False, runtime=""):
+def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False, runtime="", update=None):
     """Turn a ParallelCluster config into a cluster profile in registry.yaml (each queue a partition); shows the diff."""
     from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
     raise SystemExit(registry_commands.import_pcluster(config, name, registry, dry_run=dry_run, yes=yes,
-                                                       runtime=runtime))
+                                                       runtime=runtime, update=update))
 
 
 cluster_tasks = Collection("cluster", cluster_import_pcluster)

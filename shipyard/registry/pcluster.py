@@ -335,8 +335,9 @@ def insert(registry_text: str, fname: str, name: str, prof: dict, source: str) -
     if not isinstance(data, dict) or not isinstance(data.get("clusters"), dict):
         raise ShipyardError(f"{fname}:1: no 'clusters:' mapping to add the profile to")
     if name in data["clusters"]:
-        raise ShipyardError(f"{fname}:{lines[('clusters', name)]}: clusters.{name} already exists; pass --name "
-                            "NAME for another profile name, or remove that entry first")
+        raise ShipyardError(f"{fname}:{lines[('clusters', name)]}: clusters.{name} already exists; pass --update "
+                            f"{name} to re-read the config into it (keeps the keys you added), or --name NAME for "
+                            "another profile name")
     node = _clusters_node(registry_text)
     if node is not None and node.flow_style:
         return _insert_flow(registry_text, fname, node, name, prof)
@@ -380,10 +381,10 @@ def _insert_flow(text: str, fname: str, node, name: str, prof: dict) -> str:
     return text[:end - 1] + sep + entry + text[end - 1:]
 
 
-def check_name(name: str) -> str:
-    """``name`` when it can name a cluster profile (``--name``); else one error line."""
+def check_name(name: str, flag: str = "--name") -> str:
+    """``name`` when it can name a cluster profile (``--name``, ``--update``); else one error line."""
     if not _NAME.match(name):
-        raise ShipyardError(f"--name {name!r}: use letters, digits, '.', '_' and '-'")
+        raise ShipyardError(f"{flag} {name!r}: use letters, digits, '.', '_' and '-'")
     return name
 
 
@@ -392,3 +393,163 @@ def added(registry_text: str, rpath: Path, name: str, prof: dict, source: str) -
     after = insert(registry_text, str(rpath), name, prof, source)
     loader.load_text(after, str(rpath), rpath)
     return after
+
+
+# What a re-import (``--update``) takes from the config: the keys the import writes, per level of the profile. A key
+# outside these is the user's own (a ``driver``, an ``account``, a partition's ``max_time`` set by hand...) and is
+# kept as written; a key among them follows the config, and goes when the config no longer gives it.
+_PRODUCED = {
+    (): {"description", "runtime", "fabric", "gpus_per_node", "cpus_per_node", "mem_per_node", "instance_type",
+         "gpus", "scheduler", "binds", "storage", "fabric_options"},
+    ("scheduler",): {"partition", "partitions", "interactive_partition", "build_partition"},
+    ("scheduler", "partitions", "*"): {"description", "instance_type", "gpus_per_node", "gpus", "cpus_per_node",
+                                       "mem_per_node", "fabric", "line_rate_gbps", "exclusive", "max_time"},
+    ("fabric_options",): {"line_rate_gbps", "efa_installer"},
+}
+# Keys the import writes only when the config says them, and a user often sets by hand: kept when the config is silent.
+_OWN_WHEN_ABSENT = {("scheduler", "partitions", "*", "max_time")}
+# Values the import only suggests (the config cannot say them for sure); an update keeps the user's value while the
+# new profile still has the key, and while a partition it names still exists.
+_SUGGESTED = {("description",), ("runtime",), ("storage",), ("fabric_options", "efa_installer"),
+              ("scheduler", "partition"), ("scheduler", "interactive_partition"), ("scheduler", "build_partition")}
+
+
+def _level(path: tuple) -> tuple:
+    return ("scheduler", "partitions", "*") if path[:2] == ("scheduler", "partitions") and len(path) == 3 else path
+
+
+def merged(old: Any, new: dict, path: tuple = ()) -> tuple[dict, list[str]]:
+    """The profile ``new`` (read from the edited config) over the registry's ``old`` one: the user's own keys kept
+    where they were, the config's keys updated, added or removed, queues added and removed with the config. Returns
+    the profile and the dotted keys kept as the user's own. Order: ``old``'s, then what is new."""
+    old = old if isinstance(old, dict) else {}
+    produced = _PRODUCED.get(_level(path))
+    queues = path == ("scheduler", "partitions")
+    out: dict[str, Any] = {}
+    kept: list[str] = []
+    for k, v in old.items():
+        here = path + (str(k),)
+        if queues:
+            if k in new:
+                out[k], more = merged(v, new[k] if isinstance(new[k], dict) else {}, here)
+                kept += more
+            continue  # a queue the config no longer has goes, with what was added to it
+        if produced is None or k not in produced:
+            out[k] = v
+            kept.append(".".join(here))
+        elif k not in new:
+            if _level(path) + (k,) in _OWN_WHEN_ABSENT:
+                out[k] = v
+                kept.append(".".join(here))
+            continue  # else the config no longer gives it
+        elif here in _SUGGESTED and _still_valid(here, v, new):
+            out[k] = v
+        elif isinstance(new[k], dict) and (_level(here) in _PRODUCED or here == ("scheduler", "partitions")):
+            out[k], more = merged(v, new[k], here)
+            kept += more
+        else:
+            out[k] = new[k]
+    for k, v in new.items():
+        if k not in out:
+            out[k] = v
+    return out, kept
+
+
+def _still_valid(path: tuple, value: Any, new: dict) -> bool:
+    """A suggested value the user may have changed by hand still fits the new profile: a default partition that
+    still exists; any other suggestion always does."""
+    if path[0] == "scheduler":
+        return value in (new.get("partitions") or {})
+    return True
+
+
+def existing(registry_text: str, fname: str, name: str) -> dict:
+    """``clusters.NAME`` as registry.yaml has it (``--update NAME``); one line when there is none."""
+    data, _ = loader.parse_yaml(registry_text, fname)
+    clusters = data.get("clusters") if isinstance(data, dict) else None
+    if not isinstance(clusters, dict) or name not in clusters:
+        known = ", ".join(map(str, clusters or {})) if isinstance(clusters, dict) else "none"
+        raise ShipyardError(f"--update {name!r}: {fname} has no clusters.{name} (known: {known}); "
+                            "import without --update to add it")
+    prof = clusters[name]
+    if not isinstance(prof, dict):
+        raise ShipyardError(f"{fname}: clusters.{name} is not a mapping; cannot update it")
+    return prof
+
+
+def replaced(registry_text: str, fname: str, name: str, prof: dict) -> str:
+    """registry.yaml's text with the block of ``clusters.NAME`` replaced by ``prof``; every other line byte for byte
+    (comments before the entry and after it stay where they are)."""
+    node = _clusters_node(registry_text)
+    if node is None or not isinstance(node, yaml.MappingNode) or node.flow_style:
+        raise ShipyardError(f"{fname}: clusters: --update rewrites a profile of a block-style 'clusters:' mapping; "
+                            "write it in block style, then update again")
+    pair = next(((k, v) for k, v in node.value if k.value == name), None)
+    if pair is None:
+        raise ShipyardError(f"--update {name!r}: {fname} has no clusters.{name}")
+    key, value = pair
+    text_lines = registry_text.splitlines(keepends=True)
+    if text_lines and not text_lines[-1].endswith("\n"):
+        text_lines[-1] += "\n"
+    start = key.start_mark.line
+    if registry_text.splitlines()[start][:key.start_mark.column].strip():
+        raise ShipyardError(f"{fname}:{start + 1}: clusters.{name} does not start its own line; cannot update it "
+                            "as text (write the clusters in block style)")
+    end = value.end_mark.line + (1 if value.end_mark.column else 0)
+    while end > start + 1 and (not text_lines[end - 1].strip() or text_lines[end - 1].lstrip().startswith("#")):
+        end -= 1  # the next entry's leading comments and blank lines stay with it
+    return "".join(text_lines[:start]) + _dump(name, prof, key.start_mark.column) + "".join(text_lines[end:])
+
+
+def updated(registry_text: str, rpath: Path, name: str, prof: dict) -> tuple[str, list[str]]:
+    """The registry text with ``clusters.NAME`` re-read from the config (:func:`merged`), validated as a whole
+    registry before anyone writes it, and the keys kept as the user's own."""
+    new, kept = merged(existing(registry_text, str(rpath), name), prof)
+    after = _carried(registry_text, replaced(registry_text, str(rpath), name, new), str(rpath), name)
+    loader.load_text(after, str(rpath), rpath)
+    return after, [f"clusters.{name}.{k}" for k in kept]
+
+
+def _at_path(data: Any, path: tuple) -> Any:
+    for p in path:
+        data = data[p]
+    return data
+
+
+def _carried(before: str, after: str, fname: str, name: str) -> str:
+    """``after`` (the profile re-dumped) with the user's own text carried over from ``before``: the comment lines
+    right above each key that is still there, and the very line of each scalar whose value did not change (its
+    quoting and trailing comment). Why: the profile is rewritten as a whole, but a re-import should change only
+    what the config changed."""
+    old, old_lines = loader.parse_yaml(before, fname)
+    new, new_lines = loader.parse_yaml(after, fname)
+    src, dst = before.splitlines(keepends=True), after.splitlines(keepends=True)
+
+    def single(lines: Mapping) -> dict[int, tuple]:  # line -> the one key path on it (block style only)
+        seen: dict[int, list] = {}
+        for path, ln in lines.items():
+            if path[:2] == ("clusters", name) and len(path) > 2:
+                seen.setdefault(ln, []).append(path)
+        return {ln: ps[0] for ln, ps in seen.items() if len(ps) == 1}
+
+    old_single, new_single = single(old_lines), single(new_lines)
+    out = list(dst)
+    above: dict[int, list[str]] = {}
+    for path, ln in new_lines.items():
+        if path[:2] != ("clusters", name) or len(path) < 3 or path not in old_lines:
+            continue
+        o = old_lines[path]
+        indent = dst[ln - 1][:len(dst[ln - 1]) - len(dst[ln - 1].lstrip(" "))]
+        k, comments = o - 1, []
+        while k > 0 and src[k - 1].lstrip().startswith("#"):
+            comments.insert(0, indent + src[k - 1].lstrip())
+            k -= 1
+        if comments:
+            above[ln - 1] = comments
+        ov, nv = _at_path(old, path), _at_path(new, path)
+        line = src[o - 1].lstrip(" ")
+        if (old_single.get(o) == path and new_single.get(ln) == path and not isinstance(ov, (dict, list))
+                and type(ov) is type(nv) and ov == nv and line.startswith(f"{path[-1]}:")
+                and line.split(":", 1)[1].strip()[:1] not in ("", "|", ">", "#")):
+            out[ln - 1] = indent + line
+    return "".join("".join(above.get(i, [])) + line for i, line in enumerate(out))
