@@ -119,6 +119,9 @@ def import_pcluster(config: str, name: str | None = None, registry_path=None, *,
     except (OSError, UnicodeDecodeError) as exc:
         raise ShipyardError(f"{cpath}: cannot read the ParallelCluster config: {exc}") from None
     name = update or pcluster.check_name(name or cpath.stem)
+    chosen = runtime or None
+    if update is None:
+        prof = pcluster.profile(ctext, str(cpath), chosen)  # a bad config is named before the registry is read
     rpath = registry.registry_path(registry_path)
     try:
         before = read_capped_text(rpath, "registry", "a registry")
@@ -130,8 +133,6 @@ def import_pcluster(config: str, name: str | None = None, registry_path=None, *,
         prof = pcluster.profile(ctext, str(cpath), chosen)
         after, kept = pcluster.updated(before, rpath, name, prof)
     else:
-        chosen = runtime or None
-        prof = pcluster.profile(ctext, str(cpath), chosen)
         after, kept = pcluster.added(before, rpath, name, prof, cpath.name), []
     diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                 str(rpath), f"{rpath} ({'updated' if update else 'with'} clusters.{name})")
@@ -140,12 +141,15 @@ def import_pcluster(config: str, name: str | None = None, registry_path=None, *,
         print(f"clusters.{name} already says what {cpath.name} says: nothing to write", file=out)
         return 0
     if kept:
-        print("kept (your own keys, not from the config):", file=out)
+        print("kept as you wrote them (not from the config):", file=out)
         for key in kept:
             print(f"  - {key}", file=out)
     print("review (the config cannot say these):", file=out)
-    for note in pcluster.review(ctext, str(cpath), name, prof, chosen):
-        print(f"  - {note}", file=out)
+    why = "the profile's, kept; --runtime chooses another" if update is not None and not runtime else None
+    kept_keys = {k.split(" ", 1)[0] for k in kept}
+    for note in pcluster.review(ctext, str(cpath), name, prof, chosen, why):
+        if note.split(":", 1)[0] not in kept_keys:  # what the user already set is not asked for again
+            print(f"  - {note}", file=out)
     if dry_run:
         print(f"dry run: {rpath} not changed", file=out)
         return 0

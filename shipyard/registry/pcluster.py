@@ -143,14 +143,15 @@ def current_efa_installer() -> str:
     return str(facts.load("compat")["efa"]["current_installer"]["version"])
 
 
-def review(config_text: str, fname: str, name: str, prof: dict, chosen: str | None = None) -> list[str]:
+def review(config_text: str, fname: str, name: str, prof: dict, chosen: str | None = None,
+           why_runtime: str | None = None) -> list[str]:
     """What the import could not know from the config, one line each, for the user to review before the first job:
     how the runtime was chosen, the driver, the account, the login host, the EFA installer version it suggested."""
     config, _ = loader.parse_yaml(config_text, fname, core12=True)
     key = f"clusters.{name}"
     rt = prof["runtime"]
-    why = ("--runtime" if chosen else "a post-install script installs it" if _detected_runtime(config)
-           else "no GPUs: the nodes' own Python, no container")
+    why = why_runtime or ("--runtime" if chosen else "a post-install script installs it" if _detected_runtime(config)
+                          else "no GPUs: the nodes' own Python, no container")
     notes = [f"{key}.runtime: {rt} ({why})"]
     if prof.get("gpus_per_node"):
         notes.append(f"{key}.driver: not in the config; set it to the NVIDIA driver of the compute nodes' AMI "
@@ -444,6 +445,8 @@ def merged(old: Any, new: dict, path: tuple = ()) -> tuple[dict, list[str]]:
             continue  # else the config no longer gives it
         elif here in _SUGGESTED and _still_valid(here, v, new):
             out[k] = v
+            if v != new[k]:
+                kept.append(f"{'.'.join(here)} (the config suggests {new[k]})")
         elif isinstance(new[k], dict) and (_level(here) in _PRODUCED or here == ("scheduler", "partitions")):
             out[k], more = merged(v, new[k], here)
             kept += more
