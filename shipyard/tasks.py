@@ -462,7 +462,8 @@ def demo(c, steps=60, timeout=600, no_install=False):
     },
 )
 @task_guard
-def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False, runtime="", update=None):
+def cluster_import_pcluster(c, config, name=None, registry=None, dry_run=False, yes=False, runtime="",
+                            update=None):
     """Turn a ParallelCluster config into a cluster profile in registry.yaml (each queue a partition); shows the diff."""
     from shipyard.commands import registry as registry_commands  # lazy: start-up of every task
     raise SystemExit(registry_commands.import_pcluster(config, name, registry, dry_run=dry_run, yes=yes,

@@ -95,7 +95,8 @@ def test_update_with_yes_keeps_the_users_keys_and_follows_the_config(course):
     assert rc == 0 and "wrote clusters.pc into registry.yaml (3 partitions)" in out
     text = (course / "registry.yaml").read_text()
     # the user's lines, byte for byte: comments, quoting, the keys the import would not write
-    for line in ('    driver: "580.95.05"   # nvidia-smi on a p4de node\n', "    # queues as ParallelCluster has them\n",
+    for line in ('    driver: "580.95.05"   # nvidia-smi on a p4de node\n',
+                 "    # queues as ParallelCluster has them\n",
                  "      account: course42\n", "          max_time: '04:00:00'\n", "          mig: 1g.10gb\n",
                  "    storage: /fsx/gpu-course/images\n", "# The course's registry (a comment of the user's: kept "):
         assert line in text, line
