@@ -188,3 +188,49 @@ def test_check_warns_once_for_a_cluster_wide_socket_fabric_on_an_efa_instance():
         "    scheduler: {partition: a, partitions: [a, b]}\n  lab:\n"))
     got = [(p.severity, p.key) for p in compat.check_all(reg) if "supports EFA" in p.message]
     assert got == [("WARN", "clusters.cloud.fabric")]
+
+
+# ------------------------------------------------------------------------------------------------ registry layouts
+
+
+@pytest.mark.parametrize("layout", ["four-space", "last-in-file"])
+def test_update_keeps_the_registry_layout(layout, tmp_path, monkeypatch):
+    """A registry indented by four spaces, and one whose profile is the last thing in the file (no newline at its
+    end): the profile is rewritten at its own indentation, every other line as it was."""
+    monkeypatch.chdir(tmp_path)
+    base = COURSE.replace("\n  ", "\n    ").replace("\n      ", "\n        ") if layout == "four-space" else \
+        COURSE.split("\ndefaults:")[0].replace("environments:", "defaults: {environment: course}\nenvironments:")
+    (tmp_path / "registry.yaml").write_text(base)
+    (tmp_path / "c.yaml").write_text(P4DE)
+    assert run("c.yaml", tmp_path, name="pc", runtime="pyxis", yes=True)[0] == 0
+    text = (tmp_path / "registry.yaml").read_text()
+    if layout == "last-in-file":
+        text = text.rstrip("\n")
+    text = text.replace("exclusive: false\n", "exclusive: false\n" + " " * (10 if layout == "last-in-file" else 20)
+                        + "mig: 1g.10gb\n", 1)
+    (tmp_path / "registry.yaml").write_text(text)
+    (tmp_path / "c.yaml").write_text(edited_config())
+    assert run("c.yaml", tmp_path, update="pc", yes=True)[0] == 0
+    after = (tmp_path / "registry.yaml").read_text()
+    head = text.split("  pc:\n")[0]
+    assert after.startswith(head) and after.count("mig: 1g.10gb") == 1
+    cl = registry.load("registry.yaml").cluster("pc")
+    assert cl.partitions == ("compute-gpu", "inference-gpu", "train-l40s")
+    assert cl.partition_info("inference-gpu").mig == "1g.10gb"
+    if layout == "four-space":
+        assert "\n    pc:\n        description:" in after and after.endswith(base.split("\ndefaults:")[1])
+
+
+def test_a_flow_style_clusters_mapping_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "registry.yaml").write_text(
+        'environments: {course: {torch: "2.5.1", cuda: "12.4", python: "3.11", os: ubuntu22.04}}\n'
+        "clusters: {lab: {runtime: host, fabric: socket, gpus_per_node: 0, scheduler: {partition: cpu, partitions: "
+        "[cpu]}}}\n")
+    (tmp_path / "c.yaml").write_text(P4DE)
+    assert run("c.yaml", tmp_path, name="pc", runtime="pyxis", yes=True)[0] == 0  # a flow entry is added
+    before = (tmp_path / "registry.yaml").read_bytes()
+    with pytest.raises(ShipyardError) as e:
+        run("c.yaml", tmp_path, update="pc", yes=True)
+    assert "write it in block style" in str(e.value) and "\n" not in str(e.value)
+    assert (tmp_path / "registry.yaml").read_bytes() == before
