@@ -407,6 +407,9 @@ _PRODUCED = {
                                        "mem_per_node", "fabric", "line_rate_gbps", "exclusive", "max_time"},
     ("fabric_options",): {"line_rate_gbps", "efa_installer"},
 }
+# Lists the import writes that a user extends by hand (a site's /scratch beside the config's /fsx): the config's
+# entries, then the user's others.
+_UNION = {("binds",)}
 # Keys the import writes only when the config says them, and a user often sets by hand: kept when the config is silent.
 _OWN_WHEN_ABSENT = {("scheduler", "partitions", "*", "max_time")}
 # Values the import only suggests (the config cannot say them for sure); an update keeps the user's value while the
@@ -438,6 +441,11 @@ def merged(old: Any, new: dict, path: tuple = ()) -> tuple[dict, list[str]]:
         if produced is None or k not in produced:
             out[k] = v
             kept.append(".".join(here))
+        elif here in _UNION and isinstance(v, list):
+            theirs = [b for b in v if b not in (new.get(k) or [])]
+            if theirs or k in new:
+                out[k] = list(new.get(k) or []) + theirs
+            kept += [f"{'.'.join(here)}: {b} (not from the config; remove it if its storage is gone)" for b in theirs]
         elif k not in new:
             if _level(path) + (k,) in _OWN_WHEN_ABSENT:
                 out[k] = v

@@ -72,6 +72,7 @@ def course(tmp_path, monkeypatch):
         ("          exclusive: false\n", "          exclusive: false\n          max_time: '04:00:00'\n"
                                        "          mig: 1g.10gb\n"),
         ("    storage: /fsx/shipyard/images\n", "    storage: /fsx/gpu-course/images\n"),
+        ("    binds: ['/fsx:/fsx', '/apps:/apps']\n", "    binds: ['/fsx:/fsx', '/apps:/apps', /scratch]\n"),
     ):
         assert text.count(old) == 1, old
         text = text.replace(old, new)
@@ -105,6 +106,7 @@ def test_update_with_yes_keeps_the_users_keys_and_follows_the_config(course):
     cl = registry.load("registry.yaml").cluster("pc")
     assert cl.partitions == ("compute-gpu", "inference-gpu", "train-l40s") and cl.driver == "580.95.05"
     assert cl.account == "course42" and cl.storage == "/fsx/gpu-course/images" and cl.runtime == "pyxis"
+    assert cl.binds == ("/fsx:/fsx", "/apps:/apps", "/scratch")
     inf, gpu, l40s = (cl.partition_info(p) for p in ("inference-gpu", "compute-gpu", "train-l40s"))
     assert (inf.instance_type, inf.gpus_per_node, inf.cpus_per_node, inf.mig, inf.max_time) == \
         ("g5.24xlarge", 4, 96, "1g.10gb", "04:00:00")
