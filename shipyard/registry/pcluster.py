@@ -9,7 +9,9 @@ runtime needs ``--runtime``: never a silent ``host``), and :func:`review` lists 
 
 The profile is inserted as text into registry.yaml (the user's comments and layout stay as they are), the result is
 loaded and validated like any registry before anything is written, the diff is shown, and the file is replaced
-atomically. An instance type missing from the data file is refused by name, and nothing is written.
+atomically. An instance type missing from the data file is refused by name, and nothing is written. A re-import
+(``--update NAME``) merges the edited config into the existing profile (:func:`merged`): the config's keys follow
+the config, the user's own keys, comments and quoting stay (:func:`updated`).
 """
 
 from __future__ import annotations
