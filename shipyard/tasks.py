@@ -275,9 +275,12 @@ CLUSTER_IMPORT_PCLUSTER = Spec(
      "registry": (None, "registry file to add it to (default: $SHIPYARD_REGISTRY or ./registry.yaml)"),
      "dry_run": (False, "show the diff only; write nothing"),
      "yes": (False, "write without asking (asked only on a terminal)"),
-     "runtime": ("", f"{RUNTIME_CHOICES}; needed for a GPU cluster whose post-install scripts do not show it")},
+     "runtime": ("", f"{RUNTIME_CHOICES}; needed for a GPU cluster whose post-install scripts do not show it"),
+     "update": (None, "NAME: re-read the edited config into the existing profile NAME (keeps the keys you added; "
+                      "shows the diff; writes only with --yes)")},
     f"{REGISTRY}:import_pcluster",
-    lambda run, f: run(f.config, f.name, f.registry, dry_run=f.dry_run, yes=f.yes, runtime=f.runtime),
+    lambda run, f: run(f.config, f.name, f.registry, dry_run=f.dry_run, yes=f.yes, runtime=f.runtime,
+                       update=f.update),
     positional=("config",))
 
 # ----------------------------------------------------------------------------------------------- build, push, pull

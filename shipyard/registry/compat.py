@@ -535,4 +535,5 @@ def check_all(reg) -> list[Problem]:
                                         "no GPU models listed: arch compatibility not checked"))
                 if "gpus" not in part.own:
                     break  # the cluster-wide list is missing: one warning, not one per partition
+        problems += [Problem(WARN, "", cname, key, msg) for key, msg in fabric_checks.efa_unused(cluster)]
     return problems

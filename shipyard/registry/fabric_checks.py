@@ -57,6 +57,31 @@ def image_carries_fabric(env: Environment, cluster: Cluster) -> bool:
     return cluster.fabric in env.fabrics
 
 
+def efa_capable(instance_type: str | None) -> bool:
+    """The instance type can attach an EFA: ``efa: true`` in shipyard/data/ec2.yaml (AWS's list of the types EFA
+    supports, with its source). A type the data does not mark is not known to be capable."""
+    return bool((facts.load("ec2")["instances"].get(instance_type or "") or {}).get("efa"))
+
+
+def efa_unused(cluster: Cluster) -> list[tuple[str, str]]:
+    """(registry key, message) for each partition on sockets whose instance type supports EFA: every launcher for
+    it runs NCCL over TCP, at a fraction of the instance's network, and nothing at run time says so. A fact the
+    partitions inherit from the cluster is reported once, under the cluster's key."""
+    out: dict[str, str] = {}
+    for pname in cluster.partitions:
+        part = cluster.partition_info(pname)
+        if part.fabric != "socket" or not efa_capable(part.instance_type):
+            continue
+        key = cluster.key("fabric", pname)
+        if key == f"clusters.{cluster.name}.fabric" and "instance_type" in part.own:
+            key = f"clusters.{cluster.name}.scheduler.partitions.{pname}.fabric"
+        where = f"partition {pname}: " if ".partitions." in key else ""
+        out.setdefault(key, f"{where}{part.instance_type} supports EFA but the fabric is socket, so NCCL "
+                            "runs over TCP; set fabric: efa where the nodes have EFA attached (ParallelCluster: "
+                            "Efa: Enabled: true on the queue's compute resources), or confirm that TCP is meant")
+    return list(out.items())
+
+
 def plugin_paths(cluster: Cluster) -> list[str]:
     """Variables of the cluster's launch preset that name a plugin file inside the image (NCCL_*_PLUGIN)."""
     preset = facts.load("launch")["fabrics"].get(cluster.fabric, {})

@@ -9,7 +9,9 @@ runtime needs ``--runtime``: never a silent ``host``), and :func:`review` lists 
 
 The profile is inserted as text into registry.yaml (the user's comments and layout stay as they are), the result is
 loaded and validated like any registry before anything is written, the diff is shown, and the file is replaced
-atomically. An instance type missing from the data file is refused by name, and nothing is written.
+atomically. An instance type missing from the data file is refused by name, and nothing is written. A re-import
+(``--update NAME``) merges the edited config into the existing profile (:func:`merged`): the config's keys follow
+the config, the user's own keys, comments and quoting stay (:func:`updated`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import yaml
 
 from shipyard import facts
 from shipyard.errors import ShipyardError
-from shipyard.registry import loader
+from shipyard.registry import fabric_checks, loader
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -143,14 +145,15 @@ def current_efa_installer() -> str:
     return str(facts.load("compat")["efa"]["current_installer"]["version"])
 
 
-def review(config_text: str, fname: str, name: str, prof: dict, chosen: str | None = None) -> list[str]:
+def review(config_text: str, fname: str, name: str, prof: dict, chosen: str | None = None,
+           why_runtime: str | None = None) -> list[str]:
     """What the import could not know from the config, one line each, for the user to review before the first job:
     how the runtime was chosen, the driver, the account, the login host, the EFA installer version it suggested."""
     config, _ = loader.parse_yaml(config_text, fname, core12=True)
     key = f"clusters.{name}"
     rt = prof["runtime"]
-    why = ("--runtime" if chosen else "a post-install script installs it" if _detected_runtime(config)
-           else "no GPUs: the nodes' own Python, no container")
+    why = why_runtime or ("--runtime" if chosen else "a post-install script installs it" if _detected_runtime(config)
+                          else "no GPUs: the nodes' own Python, no container")
     notes = [f"{key}.runtime: {rt} ({why})"]
     if prof.get("gpus_per_node"):
         notes.append(f"{key}.driver: not in the config; set it to the NVIDIA driver of the compute nodes' AMI "
@@ -161,7 +164,33 @@ def review(config_text: str, fname: str, name: str, prof: dict, chosen: str | No
     if (prof.get("fabric_options") or {}).get("efa_installer"):
         notes.append(f"{key}.fabric_options.efa_installer: {prof['fabric_options']['efa_installer']}, the current "
                      "release in shipyard's data; the image installs this version (pin another deliberately)")
+    parts = prof["scheduler"]["partitions"]
+    for queue, types in efa_left_off(config).items():
+        if parts.get(queue, {}).get("fabric") == "socket":
+            notes.append(f"{key}.scheduler.partitions.{queue}.fabric: queue {queue}: {', '.join(types)} "
+                         f"{'supports' if len(types) == 1 else 'support'} EFA but the queue does not enable it; "
+                         "fabric set to socket (NCCL over TCP) - enable Efa in the cluster config "
+                         "(ComputeResources: Efa: Enabled: true) and import again, or confirm")
     return notes
+
+
+def efa_left_off(config: dict) -> dict[str, list[str]]:
+    """Per queue, its EFA-capable instance types on compute resources that do not enable EFA. Why: ParallelCluster
+    attaches no EFA unless the compute resource asks, so a p5 queue without ``Efa: Enabled`` runs NCCL over TCP,
+    and the profile's ``fabric: socket`` is then right, but rarely what was meant. Reads a config that
+    :func:`profile` has already accepted."""
+    c = _Config({}, "")
+    out: dict[str, list[str]] = {}
+    for i, q in enumerate(config["Scheduling"]["SlurmQueues"]):
+        qpath, name = ("Scheduling", "SlurmQueues", i), str(q.get("Name"))
+        for j, cr in enumerate(q.get("ComputeResources") or []):
+            crpath = qpath + ("ComputeResources", j)
+            if c.get(c.get(cr, crpath, "Efa", dict) or {}, crpath + ("Efa",), "Enabled", bool, False):
+                continue
+            for t in _instance_types(c, cr, crpath):
+                if fabric_checks.efa_capable(t) and t not in out.get(name, []):
+                    out.setdefault(name, []).append(t)
+    return out
 
 
 def _partition(queue: dict, qpath: tuple, lines, fname: str) -> dict:  # noqa: C901 - one queue, key by key
@@ -309,8 +338,9 @@ def insert(registry_text: str, fname: str, name: str, prof: dict, source: str) -
     if not isinstance(data, dict) or not isinstance(data.get("clusters"), dict):
         raise ShipyardError(f"{fname}:1: no 'clusters:' mapping to add the profile to")
     if name in data["clusters"]:
-        raise ShipyardError(f"{fname}:{lines[('clusters', name)]}: clusters.{name} already exists; pass --name "
-                            "NAME for another profile name, or remove that entry first")
+        raise ShipyardError(f"{fname}:{lines[('clusters', name)]}: clusters.{name} already exists; pass --update "
+                            f"{name} to re-read the config into it (keeps the keys you added), or --name NAME for "
+                            "another profile name")
     node = _clusters_node(registry_text)
     if node is not None and node.flow_style:
         return _insert_flow(registry_text, fname, node, name, prof)
@@ -354,10 +384,10 @@ def _insert_flow(text: str, fname: str, node, name: str, prof: dict) -> str:
     return text[:end - 1] + sep + entry + text[end - 1:]
 
 
-def check_name(name: str) -> str:
-    """``name`` when it can name a cluster profile (``--name``); else one error line."""
+def check_name(name: str, flag: str = "--name") -> str:
+    """``name`` when it can name a cluster profile (``--name``, ``--update``); else one error line."""
     if not _NAME.match(name):
-        raise ShipyardError(f"--name {name!r}: use letters, digits, '.', '_' and '-'")
+        raise ShipyardError(f"{flag} {name!r}: use letters, digits, '.', '_' and '-'")
     return name
 
 
@@ -366,3 +396,173 @@ def added(registry_text: str, rpath: Path, name: str, prof: dict, source: str) -
     after = insert(registry_text, str(rpath), name, prof, source)
     loader.load_text(after, str(rpath), rpath)
     return after
+
+
+# What a re-import (``--update``) takes from the config: the keys the import writes, per level of the profile. A key
+# outside these is the user's own (a ``driver``, an ``account``, a partition's ``max_time`` set by hand...) and is
+# kept as written; a key among them follows the config, and goes when the config no longer gives it.
+_PRODUCED = {
+    (): {"description", "runtime", "fabric", "gpus_per_node", "cpus_per_node", "mem_per_node", "instance_type",
+         "gpus", "scheduler", "binds", "storage", "fabric_options"},
+    ("scheduler",): {"partition", "partitions", "interactive_partition", "build_partition"},
+    ("scheduler", "partitions", "*"): {"description", "instance_type", "gpus_per_node", "gpus", "cpus_per_node",
+                                       "mem_per_node", "fabric", "line_rate_gbps", "exclusive", "max_time"},
+    ("fabric_options",): {"line_rate_gbps", "efa_installer"},
+}
+# Lists the import writes that a user extends by hand (a site's /scratch beside the config's /fsx): the config's
+# entries, then the user's others.
+_UNION = {("binds",)}
+# Keys the import writes only when the config says them, and a user often sets by hand: kept when the config is silent.
+_OWN_WHEN_ABSENT = {("scheduler", "partitions", "*", "max_time")}
+# Values the import only suggests (the config cannot say them for sure); an update keeps the user's value while the
+# new profile still has the key, and while a partition it names still exists.
+_SUGGESTED = {("description",), ("runtime",), ("storage",), ("fabric_options", "efa_installer"),
+              ("scheduler", "partition"), ("scheduler", "interactive_partition"), ("scheduler", "build_partition")}
+
+
+def _level(path: tuple) -> tuple:
+    return ("scheduler", "partitions", "*") if path[:2] == ("scheduler", "partitions") and len(path) == 3 else path
+
+
+def merged(old: Any, new: dict, path: tuple = ()) -> tuple[dict, list[str]]:
+    """The profile ``new`` (read from the edited config) over the registry's ``old`` one: the user's own keys kept
+    where they were, the config's keys updated, added or removed, queues added and removed with the config. Returns
+    the profile and the dotted keys kept as the user's own. Order: ``old``'s, then what is new."""
+    old = old if isinstance(old, dict) else {}
+    produced = _PRODUCED.get(_level(path))
+    queues = path == ("scheduler", "partitions")
+    out: dict[str, Any] = {}
+    kept: list[str] = []
+    for k, v in old.items():
+        here = path + (str(k),)
+        if queues:
+            if k in new:
+                out[k], more = merged(v, new[k] if isinstance(new[k], dict) else {}, here)
+                kept += more
+            continue  # a queue the config no longer has goes, with what was added to it
+        if produced is None or k not in produced:
+            out[k] = v
+            kept.append(".".join(here))
+        elif here in _UNION and isinstance(v, list):
+            theirs = [b for b in v if b not in (new.get(k) or [])]
+            if theirs or k in new:
+                out[k] = list(new.get(k) or []) + theirs
+            kept += [f"{'.'.join(here)}: {b} (not from the config; remove it if its storage is gone)" for b in theirs]
+        elif k not in new:
+            if _level(path) + (k,) in _OWN_WHEN_ABSENT:
+                out[k] = v
+                kept.append(".".join(here))
+            continue  # else the config no longer gives it
+        elif here in _SUGGESTED and _still_valid(here, v, new):
+            out[k] = v
+            if v != new[k]:
+                kept.append(f"{'.'.join(here)} (the config suggests {new[k]})")
+        elif isinstance(new[k], dict) and (_level(here) in _PRODUCED or here == ("scheduler", "partitions")):
+            out[k], more = merged(v, new[k], here)
+            kept += more
+        else:
+            out[k] = new[k]
+    for k, v in new.items():
+        if k not in out:
+            out[k] = v
+    return out, kept
+
+
+def _still_valid(path: tuple, value: Any, new: dict) -> bool:
+    """A suggested value the user may have changed by hand still fits the new profile: a default partition that
+    still exists; any other suggestion always does."""
+    if path[0] == "scheduler":
+        return value in (new.get("partitions") or {})
+    return True
+
+
+def existing(registry_text: str, fname: str, name: str) -> dict:
+    """``clusters.NAME`` as registry.yaml has it (``--update NAME``); one line when there is none."""
+    data, _ = loader.parse_yaml(registry_text, fname)
+    clusters = data.get("clusters") if isinstance(data, dict) else None
+    if not isinstance(clusters, dict) or name not in clusters:
+        known = ", ".join(map(str, clusters or {})) if isinstance(clusters, dict) else "none"
+        raise ShipyardError(f"--update {name!r}: {fname} has no clusters.{name} (known: {known}); "
+                            "import without --update to add it")
+    prof = clusters[name]
+    if not isinstance(prof, dict):
+        raise ShipyardError(f"{fname}: clusters.{name} is not a mapping; cannot update it")
+    return prof
+
+
+def replaced(registry_text: str, fname: str, name: str, prof: dict) -> str:
+    """registry.yaml's text with the block of ``clusters.NAME`` replaced by ``prof``; every other line byte for byte
+    (comments before the entry and after it stay where they are)."""
+    node = _clusters_node(registry_text)
+    if node is None or not isinstance(node, yaml.MappingNode) or node.flow_style:
+        raise ShipyardError(f"{fname}: clusters: --update rewrites a profile of a block-style 'clusters:' mapping; "
+                            "write it in block style, then update again")
+    pair = next(((k, v) for k, v in node.value if k.value == name), None)
+    if pair is None:
+        raise ShipyardError(f"--update {name!r}: {fname} has no clusters.{name}")
+    key, value = pair
+    text_lines = registry_text.splitlines(keepends=True)
+    if text_lines and not text_lines[-1].endswith("\n"):
+        text_lines[-1] += "\n"
+    start = key.start_mark.line
+    if registry_text.splitlines()[start][:key.start_mark.column].strip():
+        raise ShipyardError(f"{fname}:{start + 1}: clusters.{name} does not start its own line; cannot update it "
+                            "as text (write the clusters in block style)")
+    end = value.end_mark.line + (1 if value.end_mark.column else 0)
+    while end > start + 1 and (not text_lines[end - 1].strip() or text_lines[end - 1].lstrip().startswith("#")):
+        end -= 1  # the next entry's leading comments and blank lines stay with it
+    return "".join(text_lines[:start]) + _dump(name, prof, key.start_mark.column) + "".join(text_lines[end:])
+
+
+def updated(registry_text: str, rpath: Path, name: str, prof: dict) -> tuple[str, list[str]]:
+    """The registry text with ``clusters.NAME`` re-read from the config (:func:`merged`), validated as a whole
+    registry before anyone writes it, and the keys kept as the user's own."""
+    new, kept = merged(existing(registry_text, str(rpath), name), prof)
+    after = _carried(registry_text, replaced(registry_text, str(rpath), name, new), str(rpath), name)
+    loader.load_text(after, str(rpath), rpath)
+    return after, [f"clusters.{name}.{k}" for k in kept]
+
+
+def _at_path(data: Any, path: tuple) -> Any:
+    for p in path:
+        data = data[p]
+    return data
+
+
+def _carried(before: str, after: str, fname: str, name: str) -> str:
+    """``after`` (the profile re-dumped) with the user's own text carried over from ``before``: the comment lines
+    right above each key that is still there, and the very line of each scalar whose value did not change (its
+    quoting and trailing comment). Why: the profile is rewritten as a whole, but a re-import should change only
+    what the config changed."""
+    old, old_lines = loader.parse_yaml(before, fname)
+    new, new_lines = loader.parse_yaml(after, fname)
+    src, dst = before.splitlines(keepends=True), after.splitlines(keepends=True)
+
+    def single(lines: Mapping) -> dict[int, tuple]:  # line -> the one key path on it (block style only)
+        seen: dict[int, list] = {}
+        for path, ln in lines.items():
+            if path[:2] == ("clusters", name) and len(path) > 2:
+                seen.setdefault(ln, []).append(path)
+        return {ln: ps[0] for ln, ps in seen.items() if len(ps) == 1}
+
+    old_single, new_single = single(old_lines), single(new_lines)
+    out = list(dst)
+    above: dict[int, list[str]] = {}
+    for path, ln in new_lines.items():
+        if path[:2] != ("clusters", name) or len(path) < 3 or path not in old_lines:
+            continue
+        o = old_lines[path]
+        indent = dst[ln - 1][:len(dst[ln - 1]) - len(dst[ln - 1].lstrip(" "))]
+        k, comments = o - 1, []
+        while k > 0 and src[k - 1].lstrip().startswith("#"):
+            comments.insert(0, indent + src[k - 1].lstrip())
+            k -= 1
+        if comments:
+            above[ln - 1] = comments
+        ov, nv = _at_path(old, path), _at_path(new, path)
+        line = src[o - 1].lstrip(" ")
+        if (old_single.get(o) == path and new_single.get(ln) == path and not isinstance(ov, (dict, list))
+                and type(ov) is type(nv) and ov == nv and line.startswith(f"{path[-1]}:")
+                and line.split(":", 1)[1].strip()[:1] not in ("", "|", ">", "#")):
+            out[ln - 1] = indent + line
+    return "".join("".join(above.get(i, [])) + line for i, line in enumerate(out))
