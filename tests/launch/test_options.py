@@ -49,7 +49,7 @@ def test_the_new_field_is_a_flag_of_the_task_and_its_help():
     assert {k: v for k, v in kwargs["help"].items() if k != "qos"} == options.help_for(TORCHRUN)
     assert "qos" not in options.names(NCCL_TEST, WithQos)  # only the kinds the field names
     # the one parameter the task gains: the launch task's signature plus `qos` is the derived model's flag list
-    params = [p for p in inspect.signature(load_tasks().launch.body).parameters if p != "c"]
+    params = [p for p in inspect.signature(load_tasks().ns.tasks["launch"].body).parameters if p != "c"]
     assert params + ["qos"] == list(options.names(TORCHRUN, WithQos))
 
 

@@ -52,9 +52,9 @@ def test_unknown_runtime_is_one_line_naming_the_flag():
         runtimes.get("docker")
 
 
-@pytest.mark.parametrize("kind,task_name", [(options.TORCHRUN, "launch"), (options.NCCL_TEST, "nccl_test")])
+@pytest.mark.parametrize("kind,task_name", [(options.TORCHRUN, "launch"), (options.NCCL_TEST, "nccl-test")])
 def test_options_model_drives_both_tasks(kind, task_name):
-    task = getattr(load_tasks(), task_name)
+    task = load_tasks().ns.tasks[task_name]
     assert task.help == options.help_for(kind)
     assert task.iterable == ["env", "sbatch"] and task.positional == [options.POSITIONAL]
     params = [p for p in inspect.signature(task.body).parameters if p != "c"]
