@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+# RSA size of the throw-away test keys: apptainer's default 4096 takes seconds of CPU per key to make, 2048 a
+# fraction of that; signing and verifying read the key, whatever its size
+TEST_KEY_BITS = 2048
 # (name, email, comment) of the two test keys, in the order `apptainer key newpair` makes them (= --keyidx)
 KEY_IDENTITIES = (("Course Staff", "staff@example.org", "gpu-course"),
                   ("Teaching Assistant", "ta@example.org", "second signer"))
@@ -88,12 +91,12 @@ class SigningKeyring:
 @pytest.fixture(scope="session")
 def signing_keyring(real_apptainer, tmp_path_factory) -> SigningKeyring:
     """Two keys made by the real `apptainer key newpair` (empty password, never pushed): 0 and 1 of
-    :data:`KEY_IDENTITIES`. About a second each."""
+    :data:`KEY_IDENTITIES`. A fraction of a second each at :data:`TEST_KEY_BITS`."""
     folder = tmp_path_factory.mktemp("apptainer-keyring")
     env = _with_apptainer(real_apptainer, folder)
     for name, email, comment in KEY_IDENTITIES:
         run_apptainer("key", "newpair", "--name", name, "--email", email, "--comment", comment, "--password", "",
-                      "--push=false", env=env)
+                      "--push=false", "--bit-length", str(TEST_KEY_BITS), env=env)
     read = primary_keys_by_gpg(folder / "keys" / "pgp-public", folder / "gnupg")
     users = [f"{name} ({comment}) <{email}>" for name, email, comment in KEY_IDENTITIES]
     assert [uid for _, uid in read] == users, f"the test keyring holds {read}"

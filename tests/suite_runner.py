@@ -12,6 +12,8 @@ collected") fails only when no run had a test, so a suite that silently collects
 
 from __future__ import annotations
 
+import ast
+import itertools
 import json
 import os
 import re
@@ -111,6 +113,52 @@ def with_marks(pytest_args: list[str], phase: str) -> list[str]:
         out += [*pytest_args[i:at], "-m", f"({expr}) and ({phase})"]
         i = at + width
     return out + pytest_args[i:]
+
+
+# An -m expression over more marks than this is not enumerated (2**n truth tables); the collection decides instead.
+MAX_ENUMERATED_MARKS = 12
+
+
+def _truth(node: ast.expr, marks: dict[str, bool]) -> bool:
+    if isinstance(node, ast.BoolOp):
+        values = (_truth(v, marks) for v in node.values)
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.UnaryOp):
+        return not _truth(node.operand, marks)
+    return marks[node.id]
+
+
+def _names(node: ast.expr) -> set[str] | None:
+    """The marks an -m expression names, or None when it holds more than ``and``, ``or``, ``not``, parentheses and
+    plain names (pytest also reads ``mark(key=value)`` and names Python would not parse; those are left to pytest)."""
+    if isinstance(node, ast.BoolOp):
+        found = [_names(v) for v in node.values]
+        return None if None in found else set().union(*found)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _names(node.operand)
+    if isinstance(node, ast.Name):
+        return {node.id}
+    return None
+
+
+def may_select(pytest_args: list[str], phase: str) -> bool:
+    """False when no test, whatever its marks, can match both the arguments' ``-m`` expression and ``phase``: the
+    quick loop's ``not slurm and not docker`` can never select a ``slurm or docker`` test, so no collection is needed
+    to know that. True whenever that cannot be decided from the expression alone (a ``-k`` or a path still narrows
+    what pytest selects; this only rules out)."""
+    options = _mark_options(pytest_args)
+    if not options:
+        return True
+    expression = f"({options[-1][2]}) and ({phase})"  # pytest reads the last -m; with_marks narrows it so
+    try:
+        tree = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return True
+    names = _names(tree)
+    if names is None or len(names) > MAX_ENUMERATED_MARKS:
+        return True
+    order = sorted(names)
+    return any(_truth(tree, dict(zip(order, values))) for values in itertools.product((False, True), repeat=len(order)))
 
 
 def phases(pytest_args: list[str]) -> list[list[str]]:
@@ -299,7 +347,8 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
         argvs = [[*PYTEST, *args, f"--junitxml={tmp}/run-{i}.xml", "-o", "junit_family=xunit1"]
                  for i, args in enumerate(runs)]
         envs = [{**env, SELECTED_ENV: f"{tmp}/run-{i}.selected"} for i in range(len(runs))]
-        probe = [*PYTEST, "--collect-only", "-q", "-p", "no:xdist", *with_marks(pytest_args, SERVICES)]
+        probe = ([*PYTEST, "--collect-only", "-q", "-p", "no:xdist", *with_marks(pytest_args, SERVICES)]
+                 if may_select(pytest_args, SERVICES) else None)
         started, codes = _side_by_side(argvs, runs, envs, Path(tmp), probe, env)
         results = [read_results(Path(tmp, f"run-{i}.xml")) for i in started]
         selected = [read_selected(Path(tmp, f"run-{i}.selected")) for i in started]
@@ -352,13 +401,14 @@ def _follow(proc: subprocess.Popen, path: Path) -> int:
             time.sleep(0.2)
 
 
-def _side_by_side(argvs: list[list[str]], runs: list[list[str]], envs: list[dict], tmp: Path, probe: list[str],
-                  env: dict) -> tuple[list[int], list[int]]:
+def _side_by_side(argvs: list[list[str]], runs: list[list[str]], envs: list[dict], tmp: Path,
+                  probe: list[str] | None, env: dict) -> tuple[list[int], list[int]]:
     """Start the runs; (the indexes of those started, their exit statuses).
 
     The run without services starts at once, and beside it one collection of the service tests (``probe``): when
-    the selection holds none (the quick loop), that run is the only one, shown as it goes, and the collection cost
-    no time of its own; else the service runs start too, the first shown as it goes, the others' reports after it."""
+    the selection holds none, that run is the only one, shown as it goes, and the collection cost no time of its own.
+    When the ``-m`` expression alone rules out every service test (``probe`` is None: the quick loop), there is no
+    collection at all; else the service runs start too, the first shown as it goes, the others' reports after it."""
     if len(argvs) == 1:
         return [0], [subprocess.run(argvs[0], env=envs[0]).returncode]
     last = len(argvs) - 1
@@ -366,7 +416,8 @@ def _side_by_side(argvs: list[list[str]], runs: list[list[str]], envs: list[dict
     with open(outs[last], "wb") as fh:
         rest = subprocess.Popen(argvs[last], stdout=fh, stderr=subprocess.STDOUT, env=envs[last])
     try:
-        collected = subprocess.run(probe, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        collected = 5 if probe is None else subprocess.run(probe, env=env, stdout=subprocess.DEVNULL,
+                                                             stderr=subprocess.DEVNULL).returncode
         if collected == 5:  # pytest: no tests collected
             return [last], [_follow(rest, outs[last])]
         others = []

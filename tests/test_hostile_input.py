@@ -25,6 +25,7 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 from fixtures_launch import FAKE_ROOT, LAUNCH_REGISTRY, build_launcher
+from fuzz_budget import examples
 from helpers_apptainer import GO_SPACE, labels, parse
 from helpers_registry import shellcheck
 from hypothesis import HealthCheck, given, settings
@@ -137,7 +138,7 @@ def test_scanner_sees_the_attacks_that_broke_main():
 # ----------------------------------------------------------------------------------------------- (a) + (b) properties
 
 
-@settings(max_examples=160, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(160), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(field=st.sampled_from(FIELDS), value=hostile)
 def test_no_value_adds_a_section_or_an_instruction(field, value, tmp_path_factory):
     """Arbitrary text in every user-controlled field of an environment: refused in one line at load, or the .def
@@ -213,7 +214,7 @@ def load_launch(text: str):
     return registry.load_text(text, "registry.yaml", path=FAKE_ROOT / "registry.yaml")
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(field=st.sampled_from(CLUSTER_FIELDS), value=hostile)
 def test_no_value_adds_a_command_line_to_a_launcher(field, value):
     """Arbitrary text in a cluster's scheduler values, modules, env, storage and in --env/command words: refused in

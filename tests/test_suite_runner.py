@@ -180,3 +180,18 @@ def test_a_killed_pytest_process_fails_the_run(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "test run 3 was killed by signal 9: failing" in captured.err
     assert captured.out.splitlines()[-1] == "tests: 1 passed, 0 failed"  # what the XML shows; the verdict is 1
+
+
+@pytest.mark.parametrize("args,can", [
+    (["-m", "not slurm and not docker and not pypi and not slow"], False),  # the quick loop
+    (["-mnot (slurm or docker)"], False),
+    (["-m", "slurm"], True),
+    (["-m", "not slow"], True),
+    (["-m", "not docker", "-m", "not slurm and not docker"], False),  # pytest reads the last -m
+    (["-m", "not slurm and not docker", "-m", "not slow"], True),
+    (["-k", "x"], True),  # no -m: anything may be selected
+    (["-m", "mark(key=1)"], True),  # beyond plain names: pytest decides
+    (["-m", "slurm or"], True),  # not an expression: pytest says so
+])
+def test_an_expression_that_rules_out_every_service_test_needs_no_collection(args, can):
+    assert devtools.may_select(args, devtools.SERVICES) is can

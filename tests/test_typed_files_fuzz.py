@@ -5,10 +5,10 @@ reader's reason); never another exception. And a sweep file of plain cells reads
 from __future__ import annotations
 
 import json
-import os
 import string
 from pathlib import Path
 
+from fuzz_budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +18,7 @@ from shipyard.launch import sweep as sweeps
 from shipyard.remote import sync
 from shipyard.staging import record as staged
 
-EXAMPLES = 300 if os.environ.get("CI", "").lower() in ("true", "1") else 80
+EXAMPLES = examples(300)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 json_values = st.recursive(

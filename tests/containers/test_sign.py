@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_invoke import invoke_cli
-from fixtures_sign import apptainer_dirs, run_apptainer, signature_objects, tamper
+from fixtures_sign import TEST_KEY_BITS, apptainer_dirs, run_apptainer, signature_objects, tamper
 
 from shipyard import project as paths
 from shipyard import registry
@@ -316,7 +316,7 @@ def test_a_key_with_a_passphrase_and_no_terminal_fails_at_once(sign_project, tmp
     apptainer's own prompt shows and signing fails, exit 1, in one line of shipyard's; nothing is recorded."""
     env = {**os.environ, **apptainer_dirs(tmp_path / "locked")}
     run_apptainer("key", "newpair", "--name", "Locked", "--email", "locked@example.org", "--comment", "passphrase",
-                  "--password", "not-typed-here", "--push=false", env=env)
+                  "--password", "not-typed-here", "--push=false", "--bit-length", str(TEST_KEY_BITS), env=env)
     res = _invoke("sign", "course", env=env, timeout=60)
     assert res.returncode == 1
     assert "Enter key passphrase" in res.stdout  # apptainer's prompt, on the terminal shipyard passed through

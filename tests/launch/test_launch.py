@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_launch import HOSTILE_ARGS, build_launcher, fake_build_manifest, run_launch
+from fuzz_budget import examples
 from helpers_registry import GOLDEN, golden
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,7 +124,7 @@ def test_regenerate_command_writes_the_same_file(launch_project, invoke):
 # ------------------------------------------------------------------------------------------------ quoting
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
                 max_size=5))
 def test_shell_quote_round_trips_through_bash(words):
@@ -479,7 +480,7 @@ def test_a_missing_torchrun_is_the_jobs_exit_code(launch_registry, tmp_path, rc,
     assert subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.split() == [str(rc)]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True),
                        st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=16),
                        max_size=4))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from fixtures_invoke import invoke_cli
 from fixtures_launch import replace_staged_image, stage_record
+from fuzz_budget import examples
 from helpers_registry import GOLDEN, ROOT, golden, shellcheck
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,7 +94,7 @@ def test_wrappers_pass_shellcheck_and_always_pass_nv(label, reg, cluster, env):
 _path_part = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._- '$\"`;&|", min_size=1, max_size=12)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(storage=st.lists(_path_part, min_size=1, max_size=3), binds=st.lists(_path_part, max_size=3))
 def test_wrapper_quotes_any_site_value_and_keeps_nv(storage, binds):
     """Site values with spaces, quotes or shell metacharacters reach apptainer as single, unchanged words."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import yaml
+from fuzz_budget import examples
 from helpers_registry import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,10 +18,10 @@ from shipyard.registry import compat
 
 SHIPPED = yaml.safe_load((ROOT / "registry.yaml").read_text())
 SHIPPED_TEXT = (ROOT / "registry.yaml").read_text()
-# CI (CI=true, .ci/run) tries 600 mutated registries; the quick loop 150 (each is a load, a check and a render of
-# every environment: 600 cost it about 6 s of its 60). A failure hypothesis finds is replayed first on every later
+# CI (CI=true, .ci/run) tries 600 mutated registries, a developer's run a fifth of that (tests/fuzz_budget.py; each
+# is a load, a check and a render of every environment). A failure hypothesis finds is replayed first on every later
 # run from its example database (.hypothesis/, git-ignored), whatever the count.
-MUTATION_EXAMPLES = 600 if os.environ.get("CI", "").lower() in ("true", "1") else 150
+MUTATION_EXAMPLES = examples(600)
 
 values = st.one_of(
     st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True), st.text(max_size=12),
@@ -118,7 +118,7 @@ def test_the_shipped_registry_passes_what_an_accepted_one_must():
         accepted(SHIPPED, reg, [], {**rendered, name: "# a definition of another environment\n"})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(pos=st.integers(0, len(SHIPPED_TEXT) - 1), junk=st.text(min_size=1, max_size=3))
 def test_corrupted_yaml_text_never_tracebacks(pos, junk):
     text = SHIPPED_TEXT[:pos] + junk + SHIPPED_TEXT[pos + 1:]
