@@ -601,15 +601,18 @@ def stage(c, env=None, cluster=None, from_="auto", registry="", tag="", mode="",
                          "default: the cut-off recorded in the existing lock, else today 00:00 UTC",
         "index_url": "package index to resolve against instead of PyPI, uv's default (e.g. a site mirror); without "
                      "credentials: those go in ~/.netrc, or give the whole URL in $UV_DEFAULT_INDEX instead",
+        "update_base": "only look up the base image's tag again and record the digest it names now (the Python "
+                       "closure is kept); without it a digest already recorded is kept",
     },
 )
 @task_guard
-def lock_(c, env=None, exclude_newer=None, index_url=None):
-    """Write definitions/<env>.lock: the full dependency closure, pinned with sha256 hashes (uv pip compile)."""
+def lock_(c, env=None, exclude_newer=None, index_url=None, update_base=False):
+    """Write definitions/<env>.lock: the full dependency closure, pinned with sha256 hashes (uv pip compile), and
+    the base image's digest (looked up through base_mirror or its registry)."""
     from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import definitions as definitions_commands  # lazy: start-up of every task
 
-    raise SystemExit(definitions_commands.lock(Context.load(), env, exclude_newer, index_url))
+    raise SystemExit(definitions_commands.lock(Context.load(), env, exclude_newer, index_url, update_base))
 
 
 @task(

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard import __version__, facts, project
+from shipyard.definitions import base_pin
+from shipyard.definitions.base_pin import BasePin
 from shipyard.registry import fabric_checks
 from shipyard.registry.model import BaseMirror, Environment
 
@@ -344,9 +346,10 @@ def pip_check(env: Environment, python: str) -> Step:
     return Step("pip check: the installed set must be consistent", (f"{python} -m pip check",))
 
 
-def build_recipe(env: Environment, lock_sha256: str | None = None, mirror: BaseMirror | None = None) -> Recipe:
-    """The pure function from a resolved environment (and the sha256 of its lock file, if any, and the registry's
-    base_mirror, if any) to build primitives.
+def build_recipe(env: Environment, lock_sha256: str | None = None, mirror: BaseMirror | None = None,
+                 base: BasePin | None = None) -> Recipe:
+    """The pure function from a resolved environment (and the sha256 of its lock file, if any, the registry's
+    base_mirror, if any, and the base image's digest the lock records, if any) to build primitives.
 
     The lock's digest becomes a label, so re-locking changes the committed definition and shows up in review.
     """
@@ -407,7 +410,8 @@ def build_recipe(env: Environment, lock_sha256: str | None = None, mirror: BaseM
 
     return Recipe(
         name=env.name,
-        base=mirror.rewrite(env.base.value) if mirror and env.base.value else env.base.value or "",
+        base=base_pin.pinned(mirror.rewrite(env.base.value) if mirror and env.base.value else env.base.value or "",
+                             base, env.base.value or ""),
         base_origin=env.base.value if mirror and env.base.value else None,
         mirror=mirror.url if mirror and env.base.value else None,
         build_args=env.build_args,
