@@ -6,7 +6,9 @@ here (the resolution is tests/definitions/test_lock.py's), so the tests need no 
 
 from __future__ import annotations
 
+import hashlib
 import io
+import subprocess
 
 import pytest
 from fixtures_lock import CUTOFF, REGISTRY_TEXT
@@ -17,7 +19,7 @@ from shipyard.commands import definitions as definitions_cmd
 from shipyard.commands import gate
 from shipyard.commands.context import Context
 from shipyard.containers import base_digest, push
-from shipyard.definitions import pylock
+from shipyard.definitions import base_pin, pylock
 from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
 
@@ -176,3 +178,20 @@ def test_the_accept_header_asks_for_indexes_and_manifests():
 def _check_problems(reg) -> list[str]:
     """What `invoke check tiny` adds for the lock (tests/registry has the table itself)."""
     return [f"{p.severity} {p.key}: {p.message}" for p in gate.lock_problems_for(reg, reg.environment("tiny"))]
+
+
+@pytest.mark.real_apptainer
+def test_real_apptainer_bootstraps_from_the_pinned_reference(real_project, base_registry, tmp_path):
+    """The ``From:`` line shipyard renders for a pinned base (the mirror's ``HOST:PORT/NAME:TAG@sha256:...``) is one
+    the real Apptainer 1.4.5 builds from, and it asks the registry for the manifest by that digest."""
+    env = real_project.environment("tiny")
+    pin = base_digest.resolve(real_project, env)
+    manifest = base_registry.manifests[tuple(env.base.value.split(":"))]
+    assert pin.digest == "sha256:" + hashlib.sha256(manifest).hexdigest(), pin
+    ref = base_pin.pinned(real_project.base_reference(env), pin, env.base.value)
+    assert ref == f"{base_registry.address}/shipyard-test/base:1@{pin.digest}"
+    (tmp_path / "pinned.def").write_text(f"Bootstrap: docker\nFrom: {ref}\n\n%post\n    touch /pinned\n")
+    res = subprocess.run(["apptainer", "build", "--no-https", str(tmp_path / "pinned.sif"), str(tmp_path / "pinned.def")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"GET /v2/shipyard-test/base/manifests/{pin.digest}" in base_registry.requests
