@@ -510,17 +510,23 @@ def build(c, env=None, backend="", fakeroot=False, force=False, formats="", no_b
     positional=["env"],
     help={
         "env": "environment (default: defaults.environment)",
-        "against": "another build manifest (a kept containers/ENV.json, or the one of a staged version) to compare "
-                   "the last build with (default: the build before the last)",
+        "against": "another build manifest (a kept copy of containers/ENV.json) to compare the last build with "
+                   "(default: the build before the last)",
+        "staged": "a staged version on the cluster's storage (`current`, its file name, or a sha256 prefix as "
+                  "`stage --list` shows it): once, that version against the last build; twice, the first version "
+                  "against the second",
+        "cluster": "the cluster whose staged versions --staged names (default: defaults.cluster)",
     },
+    iterable=["staged"],
 )
 @task_guard
-def diff(c, env=None, against=""):
-    """What changed between two builds of ENV: Python packages, apt packages, libraries, labels (read from the images)."""
+def diff(c, env=None, against="", staged=None, cluster=None):
+    """What changed between two builds or staged versions of ENV: Python packages, apt packages, libraries, labels
+    (read from the images)."""
     from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import containers as container_commands  # lazy: the build backends cost ~0.1 s
 
-    raise SystemExit(container_commands.diff(Context.load(), env, against or None))
+    raise SystemExit(container_commands.diff(Context.load(), env, against or None, list(staged or ()), cluster))
 
 
 @task(
