@@ -39,7 +39,8 @@ def _lock_sha256(reg: Registry | None, env: Environment) -> str | None:
 def _recipe(env: Environment, reg: Registry | None):
     sha = _lock_sha256(reg, env)
     pin = pylock.recorded_base(reg, env) if sha is not None else None
-    return build_recipe(env, lock_sha256=sha, mirror=reg.base_mirror if reg is not None else None, base=pin)
+    return build_recipe(env, lock_sha256=sha, mirror=reg.base_mirror if reg is not None else None, base=pin,
+                        apt_snapshot=reg.apt_snapshot if reg is not None else None)
 
 
 def _render_def(recipe) -> str:
