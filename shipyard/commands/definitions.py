@@ -59,7 +59,14 @@ def lock(ctx: Context, env: str | None = None, exclude_newer: str | None = None,
         ctx.say(f"wrote {path.relative_to(ctx.root)}: {_base_words(pin)}")
         return 0
     index = pylock.index_from(index_url)
-    pin = pylock.recorded_base(ctx.registry, e)
+    if exclude_newer:
+        pylock.normalize_cutoff(exclude_newer)  # a bad flag is said before any network
+    if not pylock.lock_inputs(e):
+        raise ShipyardError(f"environments.{e.name}: nothing to lock (stack: base and no pip packages)")
+    try:
+        pin = pylock.recorded_base(ctx.registry, e)
+    except ShipyardError:  # a garbled pin: this relock records the base afresh
+        pin = None
     if pin is None or pin.digest is None or pin.reference != (e.base.value or ""):
         pin = base_digest.resolve(ctx.registry, e, ctx.err)
     path = definitions.relock(ctx.registry, e, exclude_newer, index, base=pin)

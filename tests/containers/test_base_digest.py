@@ -18,7 +18,7 @@ from shipyard import project as paths
 from shipyard.commands import definitions as definitions_cmd
 from shipyard.commands import gate
 from shipyard.commands.context import Context
-from shipyard.containers import base_digest, push
+from shipyard.containers import base_digest, engine, push
 from shipyard.definitions import base_pin, pylock
 from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
@@ -77,6 +77,8 @@ def test_the_lock_records_the_digest_and_the_definitions_pull_by_it(make_project
     assert definitions_cmd.render(Context(reg, out=out), "tiny", check=True) == 0, out.getvalue()
     warns = [p for p in _check_problems(reg) if "pinned by tag only" in p]
     assert not warns
+    assert engine.base_record(reg, env) == {"reference": f"{BASE}:24.05-py3", "digest": digest,
+                                            "mirrored": f"{mirror.address}/{BASE}:24.05-py3"}
 
 
 def test_a_lock_whose_base_digest_was_changed_fails_render_check(make_project, mirror):
