@@ -62,3 +62,4 @@ def test_an_os_without_snapshot_sources_is_refused_at_load():
     with pytest.raises(ShipyardError, match=r"environments\.jammy\.os: ubuntu26\.04 has no snapshot sources in "
                                             r"shipyard/data/apt\.yaml \(known: debian12, ubuntu22\.04, ubuntu24\.04\)"):
         _load(text)
+
