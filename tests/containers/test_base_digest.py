@@ -197,3 +197,70 @@ def test_real_apptainer_bootstraps_from_the_pinned_reference(real_project, base_
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"GET /v2/shipyard-test/base/manifests/{pin.digest}" in base_registry.requests
+
+
+class _Registry:
+    """A registry that gives no digest on HEAD (some proxies drop the header): the GET's bytes decide. ``lie``: the
+    GET reports a digest its bytes do not hash to. Keeps each request's method, path and Accept header."""
+
+    def __init__(self, body: bytes, lie: bool = False):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.seen: list[tuple[str, str, str]] = []
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, send_body: bool):
+                registry.seen.append((self.command, self.path, self.headers.get("Accept", "")))
+                self.send_response(200)
+                self.send_header("Content-Type", base_digest.OCI_INDEX)
+                self.send_header("Content-Length", str(len(body)))
+                if send_body and lie:
+                    self.send_header("Docker-Content-Digest", "sha256:" + "e" * 64)
+                self.end_headers()
+                if send_body:
+                    self.wfile.write(body)
+
+            def do_HEAD(self):
+                self._answer(False)
+
+            def do_GET(self):
+                self._answer(True)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.address = f"127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_without_a_digest_on_head_the_manifests_own_bytes_decide(make_project):
+    body = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []}'
+    server = _Registry(body)
+    try:
+        reg, env = _project(make_project, server.address)
+        pin = base_digest.resolve(reg, env)
+    finally:
+        server.stop()
+    assert pin.digest == "sha256:" + hashlib.sha256(body).hexdigest()
+    assert [(m, p) for m, p, _ in server.seen] == [("HEAD", f"/v2/{BASE}/manifests/24.05-py3"),
+                                                  ("GET", f"/v2/{BASE}/manifests/24.05-py3")]
+    assert all(a == base_digest.ACCEPT for _, _, a in server.seen)
+
+
+def test_a_registry_whose_digest_is_not_its_bytes_is_one_error_line(make_project):
+    server = _Registry(b"{}", lie=True)
+    try:
+        reg, env = _project(make_project, server.address)
+        with pytest.raises(ShipyardError, match=r"^environments\.tiny\.base .*registry reports digest sha256:e+ but "
+                                                r"the manifest it serves hashes to sha256:"):
+            base_digest.resolve(reg, env)
+    finally:
+        server.stop()
