@@ -47,7 +47,7 @@ def lock_problems_for(reg: Registry, env: Environment) -> list[compat.Problem]:
 
 def base_problems(reg: Registry, env: Environment) -> list[compat.Problem]:
     """A WARN when the lock records no digest of the base image (no registry answered `invoke lock`, or the lock
-    predates base digests): the definitions pull whatever the tag names on the day of the build."""
+    is of format 1, with no base lines): the definitions pull whatever the tag names on the day of the build."""
     base = env.base.value or ""
     if not base or base_pin.embedded_digest(base):
         return []

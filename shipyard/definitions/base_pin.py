@@ -8,7 +8,7 @@ docker bootstrap pull by the digest and keep the tag for the reader). A hand-edi
 files, so ``render --check`` names them stale; ``invoke lock ENV --update-base`` moves the pin on purpose.
 
 Where no registry answered, the lock says the base is unpinned and why, the definitions keep the tag, and
-``invoke check`` warns. A lock written before digests were recorded (no ``lock-format``, format 1) reads the same
+``invoke check`` warns. A lock of format 1 (no ``lock-format`` line, no base lines) reads the same
 as an unpinned one.
 
 The header lines (``# key: value``, read by :func:`shipyard.definitions.pylock.read_header`)::
