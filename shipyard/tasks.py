@@ -310,12 +310,18 @@ BUILD = Spec(
     positional=("env",))
 
 DIFF = Spec(
-    "diff", "What changed between two builds of ENV: Python packages, apt packages, libraries, labels (read from the "
-            "images).",
+    "diff", "What changed between two builds or staged versions of ENV: Python packages, apt packages, libraries, "
+            "labels\n(read from the images).",
     {"env": (None, "environment (default: defaults.environment)"),
-     "against": ("", "another build manifest (a kept containers/ENV.json, or the one of a staged version) to compare "
-                     "the last build with (default: the build before the last)")},
-    f"{CONTAINERS}:diff", lambda run, f: run(f.context(), f.env, f.against or None), positional=("env",))
+     "against": ("", "another build manifest (a kept copy of containers/ENV.json) to compare the last build with "
+                     "(default: the build before the last)"),
+     "staged": (None, "a staged version on the cluster's storage (`current`, its file name, or a sha256 prefix as "
+                      "`stage --list` shows it): once, that version against the last build; twice, the first version "
+                      "against the second"),
+     "cluster": (None, "the cluster whose staged versions --staged names (default: defaults.cluster)")},
+    f"{CONTAINERS}:diff",
+    lambda run, f: run(f.context(), f.env, f.against or None, list(f.staged or ()), f.cluster),
+    positional=("env",), iterable=("staged",))
 
 PUSH = Spec(
     "push", "Push ENV's image and verify the pushed digest by reading the manifest back; record it in "
@@ -360,14 +366,18 @@ STAGE_TASK = Spec(
 # ----------------------------------------------------------------------------------------------- locks, modules, signing
 
 LOCK = Spec(
-    "lock", "Write definitions/<env>.lock: the full dependency closure, pinned with sha256 hashes (uv pip compile).",
+    "lock", "Write definitions/<env>.lock: the full dependency closure, pinned with sha256 hashes (uv pip compile), "
+            "and\nthe base image's digest (looked up through base_mirror or its registry).",
     {"env": (None, "environment to lock (default: defaults.environment)"),
      "exclude_newer": (None, "resolve as PyPI was at this UTC date/time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ); "
                              "default: the cut-off recorded in the existing lock, else today 00:00 UTC"),
      "index_url": (None, "package index to resolve against instead of PyPI, uv's default (e.g. a site mirror); "
                          "without credentials: those go in ~/.netrc, or give the whole URL in $UV_DEFAULT_INDEX "
-                         "instead")},
-    f"{DEFINITIONS}:lock", lambda run, f: run(f.context(), f.env, f.exclude_newer, f.index_url), positional=("env",))
+                         "instead"),
+     "update_base": (False, "only look up the base image's tag again and record the digest it names now (the Python "
+                            "closure is kept); without it a digest already recorded is kept")},
+    f"{DEFINITIONS}:lock", lambda run, f: run(f.context(), f.env, f.exclude_newer, f.index_url, f.update_base),
+    positional=("env",))
 
 MODULES = Spec(
     "modules", "Write Lmod modulefiles shipyard/<env>.lua and wrappers (python, torchrun, pip, ...) that run each tool "

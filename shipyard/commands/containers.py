@@ -16,6 +16,9 @@ from shipyard.containers import contents, engine, on_slurm, push as registry_io,
 from shipyard.containers import manifest as mf
 from shipyard.errors import ShipyardError
 from shipyard.remote import transport
+from shipyard.staging import kept_contents
+from shipyard.staging import record as staged_record
+from shipyard.staging import stage as staging
 
 
 def build(ctx: Context, env: str | None = None, *, backend: str | None = None, fakeroot: bool = False,
@@ -136,11 +139,32 @@ def show_contents(ctx: Context, env: str | None = None) -> int:
     return 0
 
 
-def diff(ctx: Context, env: str | None = None, against: str | None = None) -> int:
-    """`invoke diff ENV [--against MANIFEST]`: what changed between two images' contents records: the build
-    before and the last build of ENV, or another build manifest (a kept copy of containers/ENV.json, the one
-    beside a staged version) and the last build."""
+def diff(ctx: Context, env: str | None = None, against: str | None = None, staged: list[str] | tuple = (),
+         cluster: str | None = None) -> int:
+    """`invoke diff ENV [--against MANIFEST | --staged V [--staged V2]] [--cluster C]`: what changed between two
+    images' contents records: the build before and the last build of ENV; another build manifest (a kept copy of
+    containers/ENV.json) and the last build; a staged version (``current``, its file name or a sha256 prefix, on the
+    cluster's storage) and the last build; or two staged versions, the first as the old one."""
     environment = ctx.environment(env)
+    if staged:
+        if against:
+            raise ShipyardError("--against and --staged: give one of them (--staged V --staged V2 compares two staged "
+                                "versions)")
+        if len(staged) > 2:
+            raise ShipyardError(f"--staged given {len(staged)} times: once (that version against the last build) or "
+                                "twice (two staged versions)")
+        where = ctx.cluster(cluster)
+        if transport.is_remote(where):  # the staged versions live on the cluster's storage
+            return remote_commands.forward(ctx, where)
+        dest = Path(staging.request(where)[0].image(ctx.registry.root, environment.name, where))
+        sides = [_staged_side(dest, name, environment.name, where.name) for name in staged]
+        if len(sides) == 1:
+            _, m, new = _last_contents(ctx, environment.name)
+            sides.append((new, f"{environment.name}: the last build ({m.finished or '?'}, input hash "
+                               f"{(m.input_hash or '?')[:12]})"))
+        (old, old_title), (new, new_title) = sides
+        ctx.write(contents.render_diff(contents.diff(old, new), old_title, new_title))
+        return 0
     path, m, new = _last_contents(ctx, environment.name)
     if against:
         other_path = Path(against)
@@ -162,3 +186,16 @@ def diff(ctx: Context, env: str | None = None, against: str | None = None) -> in
     new_title = f"{environment.name}: the last build ({m.finished or '?'}, input hash {(m.input_hash or '?')[:12]})"
     ctx.write(contents.render_diff(contents.diff(old, new), old_title, new_title))
     return 0
+
+
+def _staged_side(dest: Path, name: str, env_name: str, cluster_name: str):
+    """(the contents kept with the staged version ``name``, its title); one line when it kept none."""
+    version = kept_contents.find(dest, name)
+    rec = kept_contents.read(version)
+    if rec is None:
+        raise ShipyardError(f"--staged {name}: {version} has no contents record beside it "
+                            f"({kept_contents.path(version).name}): it was staged from a registry, or by a shipyard "
+                            "that kept none; stage a build of this shipyard from containers/ to keep one")
+    when, _ = staged_record.read_record(version)
+    return rec, (f"{env_name}: staged version {version.name} on {cluster_name}"
+                 + (f" (staged {when.staged}, input hash {(when.input_hash or '?')[:12]})" if when else ""))

@@ -11,7 +11,8 @@ The locks. A lock that is missing, or was made for other pins than the registry 
 (:func:`shipyard.definitions.pylock.stale_reason`), is an ERROR: the definition would install something else than
 registry.yaml says, and the build would find out only at its ``%test``, at the end. These checks live here rather
 than in :mod:`shipyard.registry.compat` because the lock is a file of the definitions stage; `invoke check` adds them
-through :func:`lock_problems`. They apply to what reads the lock (render, build); launch, stage, modules and shell
+through :func:`lock_problems`. A lock that records no digest of the base image is a WARN (:func:`base_problems`).
+They apply to what reads the lock (render, build); launch, stage, modules and shell
 judge the environment on the cluster, since the image they run was built already and is bound by its record.
 """
 
@@ -22,7 +23,7 @@ from typing import IO
 
 from shipyard import project
 from shipyard.cli import as_run
-from shipyard.definitions import pylock
+from shipyard.definitions import base_pin, pylock
 from shipyard.errors import ShipyardError
 from shipyard.registry import compat, report
 from shipyard.registry.model import Cluster, Environment, Registry
@@ -39,7 +40,24 @@ def lock_problems_for(reg: Registry, env: Environment) -> list[compat.Problem]:
         return [compat.Problem(compat.ERROR, env.name, "", key, f"{_rel(reg, path)} is missing: the definition would "
                                f"install unhashed, unpinned wheels; run `invoke lock {env.name}`")]
     why = pylock.stale_reason(reg, env)
-    return [compat.Problem(compat.ERROR, env.name, "", key, why)] if why else []
+    if why:
+        return [compat.Problem(compat.ERROR, env.name, "", key, why)]
+    return base_problems(reg, env)
+
+
+def base_problems(reg: Registry, env: Environment) -> list[compat.Problem]:
+    """A WARN when the lock records no digest of the base image (no registry answered `invoke lock`, or the lock
+    is of format 1, with no base lines): the definitions pull whatever the tag names on the day of the build."""
+    base = env.base.value or ""
+    if not base or base_pin.embedded_digest(base):
+        return []
+    pin = pylock.recorded_base(reg, env)
+    if pin is not None and pin.digest:
+        return []
+    why = pin.why if pin is not None else "the lock records no base digest"
+    return [compat.Problem(compat.WARN, env.name, "", f"environments.{env.name}.base",
+                           f"base image {base} is pinned by tag only ({why}); run `invoke lock {env.name} "
+                           "--update-base` where its registry (or base_mirror) answers")]
 
 
 def lock_problems(reg: Registry) -> list[compat.Problem]:

@@ -50,6 +50,7 @@ from shipyard.containers.common import (
 )
 from shipyard.containers.docker import DockerBackend, check_repository_name
 from shipyard.containers.log import BuildLog
+from shipyard.definitions import pylock
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, now_iso
 
@@ -66,12 +67,16 @@ def input_hash(spec: dict, texts: dict[str, str], backend: str, tools: dict[str,
 
 
 def base_record(reg, env) -> dict | None:
-    """The manifest's ``base``: the reference registry.yaml names and, with base_mirror, the one the build pulled."""
+    """The manifest's ``base``: the reference registry.yaml names, with base_mirror the one the build pulled, and
+    the digest the definitions pulled it by when the lock pins it (:mod:`shipyard.definitions.base_pin`)."""
     if not env.base.value:
         return None
     rec = {"reference": env.base.value}
     if reg.base_mirror:
         rec["mirrored"] = reg.base_reference(env)
+    pin = pylock.recorded_base(reg, env)
+    if pin is not None and pin.digest and pin.reference == env.base.value:
+        rec["digest"] = pin.digest
     return rec
 
 

@@ -157,12 +157,13 @@ _CURRENT: list[_Deadline] = []  # the transfer in progress (a CLI runs one at a 
 
 
 @contextlib.contextmanager
-def transfer_deadline(target, what: str):
-    """Run one push or pull under :func:`deadline_s`: past it, one ShipyardError line naming the registry, what was
-    transferred and the deadline, whatever the network was doing."""
+def transfer_deadline(target, what: str, seconds: float | None = None):
+    """Run one push or pull under :func:`deadline_s` (or ``seconds``: a shorter exchange, such as a manifest
+    lookup): past it, one ShipyardError line naming the registry, what was transferred and the deadline, whatever
+    the network was doing."""
     import urllib3.util.connection as u3conn  # lazy: with requests
 
-    dl = _Deadline(deadline_s())
+    dl = _Deadline(seconds if seconds is not None else deadline_s())
     orig = u3conn.create_connection
 
     def create_connection(*args, **kwargs):

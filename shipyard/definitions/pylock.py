@@ -16,6 +16,9 @@ value is a full RFC 3339 UTC timestamp, never a bare date, because uv reads a ba
 Why the header and not registry.yaml: the cut-off is a fact about *this resolution*, like the hashes; keeping it
 beside them means the lock alone reproduces itself, and registry.yaml keeps describing what is wanted.
 
+The base image. The header also records the base image's digest (:mod:`shipyard.definitions.base_pin`): the lock is
+the one file that says which bytes a rebuild must get, and the base is most of them.
+
 Staleness. The header also carries ``inputs-sha256``: the sha256 of what the registry asks for (the requirement
 lines, the overrides, the Python version, the platform and the torch variant index). :func:`stale_reason` recomputes
 it from the model, so ``render --check`` can tell a stale lock without any network.
@@ -39,6 +42,8 @@ import tempfile
 from pathlib import Path
 
 from shipyard import project
+from shipyard.definitions import base_pin
+from shipyard.definitions.base_pin import BasePin
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write
 from shipyard.registry.model import Environment, Registry
@@ -123,10 +128,41 @@ def stale_reason(reg: Registry, env: Environment) -> str | None:
     header = read_header(path)
     if "inputs-sha256" not in header:
         return f"{path}: no shipyard-lock header with inputs-sha256; regenerate it with `invoke lock {env.name}`"
+    try:
+        base_pin.lock_format(header, path)
+        pin = base_pin.from_header(header, path)
+    except ShipyardError as exc:
+        return str(exc)
     if header["inputs-sha256"] != inputs_digest(env):
         return (f"{path}: locked for other inputs than environments.{env.name} now asks for "
                 f"(torch/companions/NCCL/pip/python changed); run `invoke lock {env.name}`")
+    if pin is not None and pin.reference != (env.base.value or ""):
+        return (f"{path}: records the base image {pin.reference}, environments.{env.name}.base is "
+                f"{env.base.value or 'none'}; run `invoke lock {env.name} --update-base`")
     return None
+
+
+def recorded_base(reg: Registry, env: Environment) -> BasePin | None:
+    """The base pin ``definitions/<env>.lock`` records (None: no lock, or one that records none)."""
+    path = project.lock_path(reg, env.name)
+    return base_pin.from_header(read_header(path), path)
+
+
+def with_base(text: str, pin: BasePin | None) -> str:
+    """The lock ``text`` with its header's base lines replaced by ``pin``'s (and ``lock-format`` set): the Python
+    closure below is kept byte for byte, so the base moves without re-resolving anything else."""
+    lines = text.splitlines(keepends=True)
+    if not lines or not lines[0].startswith(HEADER_PREFIX):
+        raise ShipyardError("not a shipyard lock (no shipyard-lock header)")
+    end = 1
+    while end < len(lines) and lines[end].startswith("# ") and ":" in lines[end]:
+        end += 1
+    keep = [ln for ln in lines[1:end] if ln[2:].partition(":")[0].strip() not in _BASE_KEYS]
+    new = [f"# lock-format: {base_pin.FORMAT}\n"] + [ln + "\n" for ln in (pin.lines() if pin else [])]
+    return lines[0] + "".join(new + keep + lines[end:])
+
+
+_BASE_KEYS = ("lock-format", "base", "base-digest", "base-source", "base-unpinned")
 
 
 def normalize_cutoff(value: str) -> str:
@@ -209,10 +245,12 @@ def uv_environ(env: Environment, index_url: str | None = DEFAULT_INDEX, base: di
     return environ
 
 
-def render_header(env: Environment, cutoff: str, index_url: str | None) -> str:
+def render_header(env: Environment, cutoff: str, index_url: str | None, base: BasePin | None = None) -> str:
     """The comment block that makes the lock self-describing and its staleness decidable."""
     lines = [
         f"{HEADER_PREFIX} for environment {env.name}: written by `invoke lock {env.name}`; do not edit.",
+        f"# lock-format: {base_pin.FORMAT}",
+        *(base.lines() if base else []),
         f"# inputs-sha256: {inputs_digest(env)}",
         f"# exclude-newer: {cutoff}",
         f"# python: {env.python.value}",
@@ -239,7 +277,7 @@ def _uv_bin() -> str:
 
 
 def compile_lock(env: Environment, cutoff: str, index_url: str | None = DEFAULT_INDEX,
-                 uv_bin: str | None = None) -> str:
+                 uv_bin: str | None = None, base: BasePin | None = None) -> str:
     """Resolve ``env`` with uv and return the full lock text (header + pinned, hashed requirements)."""
     if not lock_inputs(env):
         raise ShipyardError(f"environments.{env.name}: nothing to lock (stack: base and no pip packages)")
@@ -257,15 +295,16 @@ def compile_lock(env: Environment, cutoff: str, index_url: str | None = DEFAULT_
                             f"(exclude-newer {cutoff}): {detail}")
     if "--hash=sha256:" not in proc.stdout:
         raise ShipyardError(f"environments.{env.name}: uv produced a lock without hashes; refusing to write it")
-    return render_header(env, cutoff, index_url) + proc.stdout
+    return render_header(env, cutoff, index_url, base) + proc.stdout
 
 
 def lock(reg: Registry, env_name: str | None = None, exclude_newer: str | None = None,
-         index_url: str | None = None) -> Path:
+         index_url: str | None = None, base: BasePin | None = None) -> Path:
     """Write ``definitions/<env>.lock`` atomically and return its path. The definitions install from the lock and
     carry its sha256 as a label, so callers re-render afterwards (:func:`shipyard.definitions.render.relock`).
 
-    The cut-off is, in order: ``exclude_newer``; the one in the existing lock; midnight UTC today.
+    The cut-off is, in order: ``exclude_newer``; the one in the existing lock; midnight UTC today. ``base``: the
+    base image's pin to record (the caller resolves it: that takes the network, which this floor does not reach).
     """
     env = reg.environment(env_name)
     path = project.lock_path(reg, env.name)
@@ -278,8 +317,24 @@ def lock(reg: Registry, env_name: str | None = None, exclude_newer: str | None =
         except ShipyardError:
             raise ShipyardError(f"{path}: header exclude-newer {previous!r} is not a UTC timestamp; "
                                 "pass --exclude-newer YYYY-MM-DD") from None
-    text = compile_lock(env, cutoff, index_url or DEFAULT_INDEX)
+    text = compile_lock(env, cutoff, index_url or DEFAULT_INDEX, base=base)
     atomic_write(path, text)
+    return path
+
+
+def repin_base(reg: Registry, env: Environment, base: BasePin) -> Path:
+    """Record ``base`` in the existing ``definitions/<env>.lock`` (`invoke lock ENV --update-base`): only the base
+    lines change, so the Python closure does not drift with it."""
+    path = project.lock_path(reg, env.name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ShipyardError(f"{path}: no lock to move the base of; run `invoke lock {env.name}` first") from None
+    try:
+        new = with_base(text, base)
+    except ShipyardError as exc:
+        raise ShipyardError(f"{path}: {exc}; run `invoke lock {env.name}`") from None
+    atomic_write(path, new)
     return path
 
 

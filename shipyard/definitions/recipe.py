@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard import __version__, facts, project
+from shipyard.definitions import base_pin
+from shipyard.definitions.base_pin import BasePin
 from shipyard.registry import fabric_checks
-from shipyard.registry.model import BaseMirror, Environment
+from shipyard.registry.model import AptSnapshot, BaseMirror, Environment
 
 VENV = "/opt/venv"
 SHIPYARD_DIR = "/opt/shipyard"
@@ -324,6 +326,22 @@ def nccl_tests_tests(env: Environment, python: str) -> list[str]:
     ]
 
 
+def apt_snapshot_sources(env: Environment, snapshot: AptSnapshot) -> Step:
+    """The OS's own apt sources replaced by registry.yaml's dated snapshot mirror (shipyard/data/apt.yaml), before
+    the first apt-get: a rebuild installs the Debian/Ubuntu packages of that day. The image keeps these sources, so
+    what is installed into it later comes from the same day too."""
+    data = facts.load("apt")["snapshot"]
+    sources = data["sources"][env.os.value]
+    url = snapshot.url or sources["url"]
+    lines = [f"deb [check-valid-until=no] {url}/{src['archive']}/{snapshot.date} {suite} " + " ".join(src["components"])
+             for src in sources["archives"] for suite in src["suites"]]
+    return Step(f"apt from the snapshot of {snapshot.date} at {url} (registry.yaml apt_snapshot), not the "
+                f"{env.os.value} sources of the day of the build", (
+        "rm -f " + " ".join(_q(p) for p in data["replaces"][1:]),
+        f"printf '%s\\n' {' '.join(_q(line) for line in lines)} > {_q(data['replaces'][0])}",
+    ), "both")
+
+
 def build_network() -> Step:
     """The host's CA bundle and proxy settings, when the build was given any (never stored in the image)."""
     # Apptainer runs %post under `sh -x`, whose trace of the sourced exports would put a proxy's user:password@
@@ -344,9 +362,10 @@ def pip_check(env: Environment, python: str) -> Step:
     return Step("pip check: the installed set must be consistent", (f"{python} -m pip check",))
 
 
-def build_recipe(env: Environment, lock_sha256: str | None = None, mirror: BaseMirror | None = None) -> Recipe:
-    """The pure function from a resolved environment (and the sha256 of its lock file, if any, and the registry's
-    base_mirror, if any) to build primitives.
+def build_recipe(env: Environment, lock_sha256: str | None = None, mirror: BaseMirror | None = None,
+                 base: BasePin | None = None, apt_snapshot: AptSnapshot | None = None) -> Recipe:
+    """The pure function from a resolved environment (and the sha256 of its lock file, if any, the registry's
+    base_mirror, if any, and the base image's digest the lock records, if any) to build primitives.
 
     The lock's digest becomes a label, so re-locking changes the committed definition and shows up in review.
     """
@@ -354,6 +373,8 @@ def build_recipe(env: Environment, lock_sha256: str | None = None, mirror: BaseM
     ours = env.stack == "shipyard"
     python = f"{VENV}/bin/python" if ours else "python3"
     post: list[Step] = [Step("Fail on the first error", ("set -eu",), "both"), build_network()]
+    if apt_snapshot:
+        post.append(apt_snapshot_sources(env, apt_snapshot))
     apt = list(env.apt)
     if ours:
         post.append(python_install(env))
@@ -407,7 +428,8 @@ def build_recipe(env: Environment, lock_sha256: str | None = None, mirror: BaseM
 
     return Recipe(
         name=env.name,
-        base=mirror.rewrite(env.base.value) if mirror and env.base.value else env.base.value or "",
+        base=base_pin.pinned(mirror.rewrite(env.base.value) if mirror and env.base.value else env.base.value or "",
+                             base, env.base.value or ""),
         base_origin=env.base.value if mirror and env.base.value else None,
         mirror=mirror.url if mirror and env.base.value else None,
         build_args=env.build_args,

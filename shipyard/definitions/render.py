@@ -15,6 +15,7 @@ from pathlib import Path
 
 from shipyard import __version__, project, templating
 from shipyard.definitions import pylock
+from shipyard.definitions.base_pin import BasePin
 from shipyard.definitions.recipe import BUILD_NET_MOUNT, SHIPYARD_DIR, VENV, Step, build_recipe
 from shipyard.files import atomic_write
 from shipyard.registry.model import Environment, Registry
@@ -36,7 +37,10 @@ def _lock_sha256(reg: Registry | None, env: Environment) -> str | None:
 
 
 def _recipe(env: Environment, reg: Registry | None):
-    return build_recipe(env, lock_sha256=_lock_sha256(reg, env), mirror=reg.base_mirror if reg is not None else None)
+    sha = _lock_sha256(reg, env)
+    pin = pylock.recorded_base(reg, env) if sha is not None else None
+    return build_recipe(env, lock_sha256=sha, mirror=reg.base_mirror if reg is not None else None, base=pin,
+                        apt_snapshot=reg.apt_snapshot if reg is not None else None)
 
 
 def _render_def(recipe) -> str:
@@ -147,9 +151,17 @@ def stale(reg: Registry, envs: list[Environment], all_envs: bool = False) -> lis
 
 
 def relock(reg: Registry, env: Environment, exclude_newer: str | None = None,
-           index_url: str | None = None) -> Path:
+           index_url: str | None = None, base: BasePin | None = None) -> Path:
     """Write the environment's lock (:func:`shipyard.definitions.pylock.lock`), then re-render its definitions:
     they install from the lock and carry its sha256 as a label, so a new lock makes them stale."""
-    path = pylock.lock(reg, env.name, exclude_newer, index_url)
+    path = pylock.lock(reg, env.name, exclude_newer, index_url, base=base)
+    write(reg, [env])
+    return path
+
+
+def repin(reg: Registry, env: Environment, base: BasePin) -> Path:
+    """Move the lock's base pin (:func:`shipyard.definitions.pylock.repin_base`), then re-render: the definitions
+    bootstrap from the pinned reference."""
+    path = pylock.repin_base(reg, env, base)
     write(reg, [env])
     return path

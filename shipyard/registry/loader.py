@@ -11,6 +11,7 @@ would let "1.0\n" or "KEY\n" through to a generated file.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import functools
 import os
@@ -30,6 +31,7 @@ from shipyard.registry.model import (
     COMPAT,
     DEFAULT,
     EXPLICIT,
+    AptSnapshot,
     BaseMirror,
     Cluster,
     Environment,
@@ -715,6 +717,24 @@ def _check_mirrored_bases(envs: Mapping[str, Environment], mirror: Mapping, line
                                 "image to the mirror and name it there, or remove base_mirror")
 
 
+def _check_apt_snapshot(envs: Mapping[str, Environment], snap: Mapping, lines, fname: str) -> AptSnapshot:
+    """apt_snapshot's date is a real UTC time, and every environment's ``os`` has snapshot sources in
+    shipyard/data/apt.yaml (the schema checked the form of url and date: nothing in them needs quoting)."""
+    try:
+        datetime.datetime.strptime(snap["date"], "%Y%m%dT%H%M%SZ")
+    except ValueError:
+        raise ShipyardError(f"{fname}:{_line(lines, ('apt_snapshot', 'date'))}: apt_snapshot.date: "
+                            f"{snap['date']} is not a real date and time (YYYYMMDDTHHMMSSZ, UTC)") from None
+    known = facts.load("apt")["snapshot"]["sources"]
+    for env in envs.values():
+        if env.os.value not in known:
+            at = _line(lines, ("environments", env.name, "os")) or _line(lines, ("apt_snapshot", "date"))
+            raise ShipyardError(f"{fname}:{at}: environments.{env.name}.os: {env.os.value} has no snapshot sources "
+                                f"in shipyard/data/apt.yaml (known: {', '.join(known)}); remove apt_snapshot or "
+                                "add them there")
+    return AptSnapshot(snap["date"], snap.get("url"))
+
+
 def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None) -> Registry:
     """Parse, validate and resolve registry text. Every user error is a one-line ShipyardError."""
     data, lines = parse_yaml(text, fname)
@@ -738,6 +758,8 @@ def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None)
     mirror = data.get("base_mirror")
     if mirror:
         _check_mirrored_bases(envs, mirror, lines, fname)
+    snap = data.get("apt_snapshot")
+    apt_snapshot = _check_apt_snapshot(envs, snap, lines, fname) if snap else None
     defaults = data.get("defaults", {})
     for key, table in (("environment", envs), ("cluster", clusters), ("registry", regs)):
         val = defaults.get(key)
@@ -754,6 +776,7 @@ def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None)
         default_cluster=defaults.get("cluster"),
         default_registry=defaults.get("registry"),
         base_mirror=BaseMirror(mirror["url"], bool(mirror.get("insecure_http", False))) if mirror else None,
+        apt_snapshot=apt_snapshot,
     )
 
 

@@ -320,6 +320,15 @@ class BaseMirror:
 
 
 @dataclass(frozen=True)
+class AptSnapshot:
+    """registry.yaml's ``apt_snapshot``: a dated snapshot mirror of the OS's apt archive, so a rebuild installs the
+    Debian/Ubuntu packages of that day, not today's (shipyard/data/apt.yaml: the archives and suites per OS)."""
+
+    date: str  # YYYYMMDDTHHMMSSZ
+    url: str | None = None  # a site's mirror, http(s)://HOST[:PORT][/PATH] (URL/ARCHIVE/DATE); None: the OS's own
+
+
+@dataclass(frozen=True)
 class Registry:
     """Everything registry.yaml says, resolved."""
 
@@ -331,6 +340,7 @@ class Registry:
     default_cluster: str | None
     default_registry: str | None
     base_mirror: BaseMirror | None = None  # None: bases are pulled from the registry their reference names
+    apt_snapshot: AptSnapshot | None = None  # None: apt reads the base OS's own sources
 
     def base_reference(self, env: Environment) -> str:
         """The base image ``env``'s definitions bootstrap from: its own reference, or the mirror's copy of it."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from shipyard.errors import ShipyardError
+from shipyard.staging import kept_contents
 from shipyard.staging import record as staged
 from shipyard.staging import stage as staging
 from shipyard.staging import versions
@@ -82,7 +83,7 @@ def prune(dest: Path, force: bool = False, out: IO[str] | None = None) -> list[P
             if users and not force:
                 kept.append(f"{v.name} (handouts {', '.join(map(str, users))})")
                 continue
-            for p in (Path(str(v) + staged.RECORD_SUFFIX), v):
+            for p in (Path(str(v) + staged.RECORD_SUFFIX), kept_contents.path(v), v):
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
             removed.append(v)

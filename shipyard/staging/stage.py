@@ -56,11 +56,12 @@ from shipyard.containers import common as b
 from shipyard.containers import manifest as mf
 from shipyard.containers import on_slurm
 from shipyard.containers import push as registry_io
+from shipyard.containers.contents import Contents
 from shipyard.errors import ShipyardError
 from shipyard.files import atomic_write, exclusive_temp, now_iso, sha256_fd
 from shipyard import runtimes
+from shipyard.staging import kept_contents, versions
 from shipyard.staging import record as staged
-from shipyard.staging import versions
 from shipyard.registry.model import Cluster, Environment, Registry
 
 SOURCES = ("auto", "containers", "registry", "docker")
@@ -146,6 +147,7 @@ class Source:
     sha256: str | None = None  # None: known only after the write (enroot import)
     pushed_digest: str | None = None
     after: dict = field(default_factory=dict)  # what write() learnt: a pulled digest, an input hash annotation
+    contents: Contents | None = None  # what the image holds, as its build recorded it (kept with the version)
 
 
 def _manifest(reg: Registry, env: Environment) -> tuple[Path, mf.Manifest]:
@@ -198,7 +200,16 @@ def from_containers(reg: Registry, env: Environment, fmt: str, link: bool, mode:
         return {"linked": bool(link)}
 
     return Source("containers", str(src.relative_to(reg.root)), m.input_hash, m.spec_hash, art.size,
-                  write, sha256=art.sha256, pushed_digest=_pushed_digest(m), after=learnt)
+                  write, sha256=art.sha256, pushed_digest=_pushed_digest(m), after=learnt, contents=_contents(m))
+
+
+def _contents(m: mf.Manifest) -> Contents | None:
+    """The build's contents record, kept with the staged version for `invoke diff --staged`; a corrupt one is not
+    kept (the stage itself does not depend on it, and `invoke show --contents` names the problem)."""
+    try:
+        return m.contents_record
+    except ShipyardError:
+        return None
 
 
 def _copy_hashing(fin, fout) -> tuple[int, int, str]:
@@ -577,6 +588,8 @@ def _write(env: Environment, cluster: Cluster, src: Source, dest: Path, perm: in
     )
     try:
         staged.write_record(dest, record, mode=perm)
+        if src.contents is not None and src.sha256 == got:  # the build's record describes these very bytes
+            kept_contents.keep(dest, src.contents, perm)
         _move_pointer(pointer, dest)
     except OSError as exc:
         raise _os_error(exc, storage) from None

@@ -42,6 +42,10 @@ def test_show_and_diff_without_records_are_one_line(project):
         commands.diff(ctx, "tiny")
     with pytest.raises(ShipyardError, match="--against nope.json: no such build manifest"):
         commands.diff(ctx, "tiny", "nope.json")
+    with pytest.raises(ShipyardError, match="--against and --staged: give one of them"):
+        commands.diff(ctx, "tiny", "x.json", staged=["current"])
+    with pytest.raises(ShipyardError, match="--staged given 3 times"):
+        commands.diff(ctx, "tiny", staged=["a", "b", "c"])
 
 
 def test_diff_the_build_before(project):

@@ -18,8 +18,9 @@ from shipyard.definitions import render as definitions
 SHIPPED = registry.load(ROOT / "registry.yaml")
 FEATURES = registry.load(DATA / "features.yaml")
 MIRROR = registry.load(DATA / "mirror.yaml")
+SNAPSHOT = registry.load(DATA / "snapshot.yaml")
 CASES = [("shipped", SHIPPED, n) for n in SHIPPED.environments] + [("features", FEATURES, n) for n in FEATURES.environments] \
-    + [("mirror", MIRROR, n) for n in MIRROR.environments]
+    + [("mirror", MIRROR, n) for n in MIRROR.environments] + [("snapshot", SNAPSHOT, n) for n in SNAPSHOT.environments]
 IDS = [f"{kind}-{name}" for kind, _, name in CASES]
 
 

@@ -213,8 +213,13 @@ def test_invoke_lock_task_writes_and_reports(lock_project, invoke):
     root = Path(__file__).resolve().parents[2]
     res = invoke("lock", "tiny", "--exclude-newer", "2026-11-01", cwd=root, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == ("wrote definitions/tiny.lock: 1 packages, 2 sha256 hashes, "
-                                  "exclude-newer 2026-11-01T00:00:00Z")
+    # then the base image: pinned where nvcr.io answers, else unpinned with the reason (tests/containers/
+    # test_base_digest.py pins one through a mirror of the tests' own)
+    said = res.stdout.strip()
+    assert said.startswith("wrote definitions/tiny.lock: 1 packages, 2 sha256 hashes, exclude-newer "
+                           "2026-11-01T00:00:00Z; base nvcr.io/nvidia/pytorch:24.05-py3 "), said
+    header = lock.read_header(paths.lock_path(reg, "tiny"))
+    assert header["base"] == "nvcr.io/nvidia/pytorch:24.05-py3" and header["base-digest"] in said.lower()
     res = invoke("lock", "tiny", "--exclude-newer", "soon", cwd=root, env=env, timeout=120)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
 

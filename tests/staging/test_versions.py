@@ -229,3 +229,48 @@ def test_module_wrappers_and_the_shell_check_and_run_the_staged_version(built, s
     script = launch_commands.shell_check(ctx, built.environment("tiny"), built.cluster("lab"), None)
     shell_ok = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
     assert shell_ok.returncode == 0 and f"image={versions.current(dest)}" in script.read_text(), shell_ok.stderr
+
+
+def _record_contents(reg, numpy: str) -> None:
+    """The contents record of `tiny`'s last build in containers/ENV.json, as a build reads it from its image (the
+    probe itself is tested in tests/containers/test_contents*.py): one Python package's version is ``numpy``."""
+    from shipyard import project as paths
+    from shipyard.containers import manifest as mf
+    from shipyard.containers.contents import Contents
+
+    rec = Contents(python={"numpy": numpy, "torch": "2.3.1"}, apt={"libc6": "2.36-9+deb12u10"},
+                   labels={"org.shipyard.environment": "tiny"}, probed="apptainer exec")
+    mf.update_manifest(paths.manifest_path(reg, "tiny"), contents=rec.to_dict())
+
+
+def _diff(reg, *staged: str) -> str:
+    from shipyard.commands import containers as container_commands
+
+    ctx = helpers_stage.context(reg)
+    assert container_commands.diff(ctx, "tiny", staged=list(staged), cluster="lab") == 0
+    return ctx.out.getvalue()
+
+
+def test_diff_between_two_staged_versions_lists_the_package_changed_between_them(built, staging_sif, tmp_path):
+    dest = storage(built) / "tiny.sif"
+    _record_contents(built, "1.26.4")
+    rec1 = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    _second_build(built, staging_sif, tmp_path)
+    _record_contents(built, "2.0.2")
+    rec2 = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    v1, v2 = versions.version_path(dest, rec1.sha256), versions.version_path(dest, rec2.sha256)
+    assert Path(f"{v1}.contents.json").is_file() and Path(f"{v2}.contents.json").is_file()
+    said = _diff(built, rec1.sha256[:8], v2.name)
+    assert said.splitlines()[:2] == [
+        f"from tiny: staged version {v1.name} on lab (staged {rec1.staged}, input hash {rec1.input_hash[:12]})",
+        f"to   tiny: staged version {v2.name} on lab (staged {rec2.staged}, input hash {rec2.input_hash[:12]})"]
+    assert "Python packages: 1 changed, 0 added, 0 removed" in said and "~ numpy" in said
+    assert "1.26.4 -> 2.0.2" in said and "apt packages: no change" in said
+    # the current staged version against the last build: the same bytes, no change
+    same = _diff(built, "current")
+    assert f"from tiny: staged version {v2.name}" in same and "Python packages: no change" in same
+    # prune takes the contents record with the version
+    _action(built, prune=True)
+    assert not v1.exists() and not Path(f"{v1}.contents.json").exists() and Path(f"{v2}.contents.json").is_file()
+    with pytest.raises(ShipyardError, match=rf"--staged {rec1.sha256[:8]}: no staged version of tiny.sif"):
+        _diff(built, rec1.sha256[:8])
