@@ -320,7 +320,7 @@ DIFF = Spec(
                       "against the second"),
      "cluster": (None, "the cluster whose staged versions --staged names (default: defaults.cluster)")},
     f"{CONTAINERS}:diff",
-    lambda run, f: run(f.context(), f.env, f.against or None, list(f.staged or ()), f.cluster),
+    lambda run, f: run(f.context(), f.env, f.against or None, f.staged, f.cluster),
     positional=("env",), iterable=("staged",))
 
 PUSH = Spec(

@@ -139,7 +139,7 @@ def show_contents(ctx: Context, env: str | None = None) -> int:
     return 0
 
 
-def diff(ctx: Context, env: str | None = None, against: str | None = None, staged: list[str] | tuple = (),
+def diff(ctx: Context, env: str | None = None, against: str | None = None, staged: list[str] | tuple | None = (),
          cluster: str | None = None) -> int:
     """`invoke diff ENV [--against MANIFEST | --staged V [--staged V2]] [--cluster C]`: what changed between two
     images' contents records: the build before and the last build of ENV; another build manifest (a kept copy of
