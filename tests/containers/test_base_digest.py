@@ -183,6 +183,7 @@ def _check_problems(reg) -> list[str]:
 
 
 @pytest.mark.real_apptainer
+@pytest.mark.slow  # a real build from the registry by digest: seconds of CPU
 def test_real_apptainer_bootstraps_from_the_pinned_reference(real_project, base_registry, tmp_path):
     """The ``From:`` line shipyard renders for a pinned base (the mirror's ``HOST:PORT/NAME:TAG@sha256:...``) is one
     the real Apptainer 1.4.5 builds from, and it asks the registry for the manifest by that digest."""

@@ -78,6 +78,7 @@ def _in_image(sif: Path, action: str, *cmd: str, flags: tuple[str, ...] = ()) ->
 
 
 @real
+@pytest.mark.slow  # a whole real build with %files, %post, %environment, %labels and %test: seconds of CPU
 def test_real_build_renames_temp_into_place_and_records_manifest(real_project, base_registry, capsys, monkeypatch):
     secret = "pa55-w0rd-never-in-files"
     monkeypatch.setenv("SHIPYARD_REGISTRY_PASSWORD", secret)
