@@ -58,3 +58,14 @@ invoke_cli = InvokeCLI()
 def invoke() -> InvokeCLI:
     """``invoke(*args, env=None, cwd=None, timeout=300, input=None) -> CompletedProcess`` for the real CLI."""
     return invoke_cli
+
+
+def task_program():
+    """invoke's Program over this checkout's tasks, for a run inside the test process: a copy of the collection, as
+    `invoke -r` loads one. invoke consumes a task's help texts while it builds its parser (``Task.arg_opts`` pops
+    them), so a run on tasks.py's own ``ns`` would leave its tasks without help for every later in-process run."""
+    from invoke import Collection, Program
+
+    import tasks
+
+    return Program(namespace=Collection.from_module(tasks))

@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from fixtures_invoke import invoke_cli
-from invoke import Program
+from fixtures_invoke import invoke_cli, task_program
 
 import tasks
 
@@ -28,7 +27,7 @@ def test_every_task_is_listed():
 def test_a_missing_required_argument_is_exit_2_with_one_line(name, capsys):
     """invoke's own parse errors exit 1; shipyard's parser hook makes them bad input like any other (exit 2)."""
     with pytest.raises(SystemExit) as ei:
-        Program(namespace=tasks.ns).run(["invoke", name])
+        task_program().run(["invoke", name])
     err = capsys.readouterr().err
     assert ei.value.code == 2 and err.startswith("shipyard: error: ") and len(err.strip().splitlines()) == 1, err
     assert "did not receive required positional arguments" in err
@@ -36,7 +35,7 @@ def test_a_missing_required_argument_is_exit_2_with_one_line(name, capsys):
 
 def test_compat_refresh_bad_input_is_exit_2_before_any_network(capsys):
     with pytest.raises(SystemExit) as ei:
-        Program(namespace=tasks.ns).run(["invoke", "compat.refresh", "--torch", "nonsense"])
+        task_program().run(["invoke", "compat.refresh", "--torch", "nonsense"])
     err = capsys.readouterr().err
     assert ei.value.code == 2 and err.startswith("shipyard: error: --torch nonsense") and len(err.splitlines()) == 1
 
@@ -47,7 +46,7 @@ def test_sandbox_tasks_need_no_registry(name, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "missing" / "registry.yaml"))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as ei:  # every task ends with its command's exit code
-        Program(namespace=tasks.ns).run(["invoke", name, "--directory", str(tmp_path / "no-sandbox")], exit=False)
+        task_program().run(["invoke", name, "--directory", str(tmp_path / "no-sandbox")], exit=False)
     assert (ei.value.code, capsys.readouterr().err) == (0, "")
 
 
@@ -60,7 +59,7 @@ def test_bad_input_is_exit_2_with_one_line_for_every_task(name, tmp_path, monkey
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "missing" / "registry.yaml"))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as ei:
-        Program(namespace=tasks.ns).run(["invoke", name, *ARGS.get(name, [])])
+        task_program().run(["invoke", name, *ARGS.get(name, [])])
     err = capsys.readouterr().err
     assert ei.value.code == 2, (name, err[-500:])
     assert err.startswith("shipyard: error: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -88,7 +87,7 @@ def test_success_is_0_and_a_failed_check_is_1(args, code, tmp_path):
 def test_a_flag_value_of_the_wrong_type_is_exit_2_with_one_line(argv, needle, capsys):
     """invoke casts a flag's value to its default's type; a ValueError there must be one line, not a traceback."""
     with pytest.raises(SystemExit) as ei:
-        Program(namespace=tasks.ns).run(["invoke", *argv])
+        task_program().run(["invoke", *argv])
     err = capsys.readouterr().err
     assert ei.value.code == 2 and err.startswith("shipyard: error: ") and len(err.strip().splitlines()) == 1, err
     assert needle in err, err
@@ -103,7 +102,7 @@ def test_an_unwritable_out_is_exit_2_with_one_line(out, tmp_path, monkeypatch, c
     (tmp_path / "afile").write_text("")
     log = Path(__file__).parent / "data" / "nccl" / "all_reduce_efa_2x8.log"
     with pytest.raises(SystemExit) as ei:
-        Program(namespace=tasks.ns).run(["invoke", "nccl-report", str(log), "--out", out])
+        task_program().run(["invoke", "nccl-report", str(log), "--out", out])
     err = capsys.readouterr().err.strip().splitlines()
     assert ei.value.code == 2 and err[-1].startswith(f"shipyard: error: --out {out}: cannot write"), err
 
@@ -115,7 +114,7 @@ def test_an_unwritable_prefix_is_exit_2_with_one_line(tmp_path, monkeypatch, cap
     (tmp_path / "registry.yaml").write_text((Path(__file__).parent.parent / "registry.yaml").read_text())
     (tmp_path / "afile").write_text("")
     with pytest.raises(SystemExit) as ei:
-        Program(namespace=tasks.ns).run(["invoke", "modules", "--cluster", "grete", "--force", "--prefix",
+        task_program().run(["invoke", "modules", "--cluster", "grete", "--force", "--prefix",
                                          "afile/m"])
     err = capsys.readouterr().err.strip().splitlines()
     assert ei.value.code == 2 and err[-1].startswith("shipyard: error: --prefix afile/m: cannot write"), err
