@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-import torch
 from helpers_registry import ROOT
 
 from shipyard.commands import demo
@@ -19,6 +18,14 @@ from shipyard.commands import demo
 TRAIN = ROOT / "examples" / "train.py"
 # every test here imports torch and trains (seconds each, the bulk of the fast suite): `-m "not slow"` skips them
 pytestmark = pytest.mark.slow
+
+
+def _checkpoint(path) -> dict:
+    """The checkpoint as torch reads it; torch is imported here, not at collection (seconds in every collecting
+    process, and every test of this file is slow)."""
+    import torch
+
+    return _checkpoint(path)
 
 
 def _run(args, cwd, **kw):
@@ -34,14 +41,14 @@ def test_single_process_trains_checkpoints_and_resumes(tmp_path):
     assert r["world_size"] == 1 and (r["start_step"], r["end_step"]) == (0, 20)
     assert r["last_loss"] < r["first_loss"] / 5
     assert re.search(r"^rank 0/1 step 20 loss [0-9.]+$", out, re.M)
-    assert torch.load(tmp_path / "c.pt", weights_only=True)["step"] == 20
+    assert _checkpoint(tmp_path / "c.pt")["step"] == 20
 
     out2 = _run(["--steps", "30", "--checkpoint", "c.pt"], tmp_path)
     assert "resumed from c.pt at step 20" in out2
     r2 = demo.parse_result(out2)
     assert (r2["start_step"], r2["end_step"]) == (20, 30)
     assert r2["first_loss"] < r["first_loss"] / 5  # it continued from the trained weights, not from scratch
-    assert torch.load(tmp_path / "c.pt", weights_only=True)["step"] == 30
+    assert _checkpoint(tmp_path / "c.pt")["step"] == 30
 
 
 def test_torchrun_two_processes_world_size_two(tmp_path):
@@ -76,5 +83,5 @@ def test_sigusr2_checkpoints_and_exits_cleanly(tmp_path):
     assert m, out[-2000:]
     step = int(m[1])
     assert 3 <= step < 100000
-    assert torch.load(tmp_path / "c.pt", weights_only=True)["step"] == step
+    assert _checkpoint(tmp_path / "c.pt")["step"] == step
     assert demo.parse_result(out)["end_step"] == step
