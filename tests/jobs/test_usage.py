@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fixtures_invoke import task_program
 from helpers_registry import GOLDEN, ROOT, golden
 
 from shipyard.errors import ShipyardError
@@ -91,9 +92,10 @@ def _launcher(project: Path, name: str, cluster: str) -> None:
         f"#!/bin/bash\n# environment pytorch-2.3, cluster {cluster}, runtime host, fabric socket: 2 node(s) x 0 GPU(s)\n")
 
 
-def test_cluster_picks_that_clusters_samples_of_a_repeated_job_id(tmp_path, invoke):
+def test_cluster_picks_that_clusters_samples_of_a_repeated_job_id(tmp_path, invoke, monkeypatch, capsys):
     """Job ids repeat across clusters: --cluster (default: defaults.cluster, sandbox here) reads only the samples of
-    launchers written for that cluster, as `invoke logs` does; an unknown cluster is one line."""
+    launchers written for that cluster, as `invoke logs` does; an unknown cluster is one line. The first call is the
+    command line; the others run the task in this process (each plots: matplotlib once, not once per process)."""
     (tmp_path / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
     env = {**os.environ, "SHIPYARD_REGISTRY": str(tmp_path / "registry.yaml")}
     logs = tmp_path / "launch" / "logs"
@@ -105,14 +107,23 @@ def test_cluster_picks_that_clusters_samples_of_a_repeated_job_id(tmp_path, invo
         "cluster grete, not sandbox (same number, another cluster); pass --cluster grete for that one"]
     write_samples(logs, name="train-sandbox")
     _launcher(tmp_path, "train-sandbox", "sandbox")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SHIPYARD_REGISTRY", str(tmp_path / "registry.yaml"))
+
+    def run(*args):
+        with pytest.raises(SystemExit) as ei:
+            task_program().run(["invoke", "usage", "4242", *args])
+        out = capsys.readouterr()
+        return ei.value.code, out.out, out.err
+
     for cluster, args in (("sandbox", ()), ("sandbox", ("--cluster", "sandbox")), ("grete", ("--cluster", "grete"))):
-        proc = invoke("usage", "4242", *args, cwd=tmp_path, env=env)
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.startswith("usage of job 4242: 2 node(s)")  # one job's two nodes, not four
-        assert f"plot: {logs}/train-{cluster}-4242.usage.png" in proc.stdout
-    proc = invoke("usage", "4242", "--cluster", "nosuch", cwd=tmp_path, env=env)
-    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "nosuch" in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr
+        code, out, err = run(*args)
+        assert code == 0, err
+        assert out.startswith("usage of job 4242: 2 node(s)")  # one job's two nodes, not four
+        assert f"plot: {logs}/train-{cluster}-4242.usage.png" in out
+    code, out, err = run("--cluster", "nosuch")
+    assert code == 2 and len(err.splitlines()) == 1 and "nosuch" in err, err
+    assert "Traceback" not in err
 
 
 def test_cluster_flag_has_help(invoke):
