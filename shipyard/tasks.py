@@ -205,15 +205,17 @@ def shell(c, env=None, cluster=None, dry_run=False, command=None, gpus=None, tim
         "cluster": "cluster to check (default: defaults.cluster)",
         "env": "environment whose CUDA/arch needs are checked against the GPUs (default: defaults.environment)",
         "partition": "partition whose node is probed and whose GPUs are expected (default: scheduler.partition)",
+        "time-start": "also start the staged image on one node, twice, and report the cold and warm start in seconds "
+                      "with the runtime's start mode (every container runtime on the sandbox)",
     }
 )
 @task_guard
-def doctor(c, cluster=None, env=None, partition=None):
+def doctor(c, cluster=None, env=None, partition=None, time_start=False):
     """Preflight: Slurm, pyxis, apptainer/enroot, fakeroot, GPUs and driver, shared storage; PASS/WARN/FAIL + fix."""
     from shipyard.commands.context import Context  # lazy: start-up of every task
     from shipyard.commands import jobs as jobs_commands  # lazy: start-up of every task
 
-    raise SystemExit(jobs_commands.doctor(Context.load(), cluster, env, partition=partition))
+    raise SystemExit(jobs_commands.doctor(Context.load(), cluster, env, partition=partition, time_start=time_start))
 
 
 # ----------------------------------------------------------------------------------------------- launchers

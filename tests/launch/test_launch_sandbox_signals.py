@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from fixtures_launch import REPO, run_launch, stage_record, wait_for_text, wait_job
-from fixtures_runtimes import build_sif
+from fixtures_runtimes import build_sif, squashfs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -40,10 +39,7 @@ def host_python_rootfs(busybox_sif_rootfs, tmp_path_factory) -> tuple[Path, str]
 
 def _pyxis(request, rootfs: Path, path: str, images: Path) -> Path:
     request.getfixturevalue("real_pyxis")
-    image = images / "pytorch-2.3.sqsh"
-    subprocess.run(["mksquashfs", str(rootfs), str(image), "-noappend", "-quiet", "-all-root"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
+    return squashfs(rootfs, images / "pytorch-2.3.sqsh")
 
 
 def _apptainer(request, rootfs: Path, path: str, images: Path) -> Path:

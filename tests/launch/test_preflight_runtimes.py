@@ -15,13 +15,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from fixtures_launch import REPO, run_launch, stage_record, wait_job
-from fixtures_runtimes import build_sif
+from fixtures_runtimes import CONTAINER_IMAGE_PATH, build_sif, squashfs
 
 from shipyard import registry
 from shipyard.registry import compat
@@ -29,37 +28,16 @@ from shipyard.registry import compat
 pytestmark = pytest.mark.slurm
 
 NVIDIA_SMI = REPO / "tests" / "doubles" / "doctor" / "nvidia-smi"
-IMAGE_PATH = "/opt/image/bin:/bin:/usr/bin"
-
-
-@pytest.fixture(scope="module")
-def preflight_rootfs(busybox_sif_rootfs, tmp_path_factory) -> Path:
-    """A copy of the stand-in's root filesystem whose image PATH has /usr/bin, with the mount points ch-run wants."""
-    d = tmp_path_factory.mktemp("preflight-image")
-    d.chmod(0o755)
-    root = d / "rootfs"
-    shutil.copytree(busybox_sif_rootfs, root, symlinks=True)
-    for sub in ("home", "var", "run", "ch", "usr/bin"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    (root / "etc" / "environment").write_text(f"LD_LIBRARY_PATH=/opt/image/lib\nPATH={IMAGE_PATH}\n")
-    (root / "ch" / "environment").write_text(f"PATH={IMAGE_PATH}\n")
-    return root
-
-
-def _squashfs(rootfs: Path, image: Path) -> Path:
-    subprocess.run(["mksquashfs", str(rootfs), str(image), "-noappend", "-quiet", "-all-root"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
 
 
 def _pyxis(request, rootfs: Path, images: Path) -> tuple[Path, dict]:
     request.getfixturevalue("real_pyxis")
-    return _squashfs(rootfs, images / "pytorch-2.3.sqsh"), {"mounts": f"{NVIDIA_SMI}:/usr/bin/nvidia-smi:ro"}
+    return squashfs(rootfs, images / "pytorch-2.3.sqsh"), {"mounts": f"{NVIDIA_SMI}:/usr/bin/nvidia-smi:ro"}
 
 
 def _apptainer(request, rootfs: Path, images: Path) -> tuple[Path, dict]:
     bin_dir = request.getfixturevalue("apptainer_on_path")
-    return build_sif(bin_dir, rootfs, images / "pytorch-2.3.sif", environment=f"    export PATH={IMAGE_PATH}\n"), {}
+    return build_sif(bin_dir, rootfs, images / "pytorch-2.3.sif", environment=f"    export PATH={CONTAINER_IMAGE_PATH}\n"), {}
 
 
 def _charliecloud(request, rootfs: Path, images: Path) -> tuple[Path, dict]:
@@ -67,18 +45,18 @@ def _charliecloud(request, rootfs: Path, images: Path) -> tuple[Path, dict]:
     shutil.copytree(rootfs, injected, symlinks=True)
     shutil.copy2(NVIDIA_SMI, injected / "usr" / "bin" / "nvidia-smi")  # where ch-fromhost --nvidia puts it
     request.getfixturevalue("monkeypatch").delenv("USER", raising=False)  # the launcher sets it for ch-run
-    return _squashfs(injected, images / "pytorch-2.3.sqsh"), {}
+    return squashfs(injected, images / "pytorch-2.3.sqsh"), {}
 
 
 @pytest.mark.parametrize("runtime", [pytest.param("pyxis", marks=pytest.mark.real_runtimes),
                                      pytest.param("apptainer", marks=pytest.mark.real_apptainer),
                                      "charliecloud"])
 def test_old_driver_node_stops_before_torchrun_inside_the_container(request, sandbox, sandbox_project,
-                                                                   preflight_rootfs, monkeypatch, runtime):
+                                                                   busybox_container_rootfs, monkeypatch, runtime):
     images = sandbox_project / ".sandbox" / "images"  # clusters.sandbox.storage: the staged image is checked
     images.mkdir(parents=True)
     image, flags = {"pyxis": _pyxis, "apptainer": _apptainer, "charliecloud": _charliecloud}[runtime](
-        request, preflight_rootfs, images)
+        request, busybox_container_rootfs, images)
     image.chmod(0o644)
     stage_record(image)  # the launcher binds to it: the environment's CUDA and torch are what the node is held to
     # the job's PATH (sbatch exports the submitting environment): apptainer --nv looks nvidia-smi up there
