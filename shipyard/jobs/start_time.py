@@ -111,9 +111,10 @@ def mode(runtime: str, probe: dict) -> str:
 
 
 def start_words(runtime: str, image: str, name: str) -> list[str]:
-    """What comes between ``srun --nodes=1 --ntasks=1`` and the command for one container start."""
+    """What comes between ``srun`` and the command for one container start (pyxis: named ``name``, "" for none)."""
     if runtime == "pyxis":
-        return [f"--container-image={image}", f"--container-name={name}", "--no-container-mount-home"]
+        return [f"--container-image={image}", *([f"--container-name={name}"] if name else []),
+                "--no-container-mount-home"]
     if runtime == "apptainer":
         return ["apptainer", "exec", "--no-home", image]
     return ["ch-run", image, "--"]

@@ -101,6 +101,8 @@ def test_salloc_argv_passes_values_as_arguments():
     assert argv[i + 3:] == ["shipyard-start-time", "shipyard-doctor-1", "--",
                             "--container-image=/img dir/pytorch-2.3.sqsh", "--container-name=shipyard-doctor-1",
                             "--no-container-mount-home"]
+    # unnamed (bench/container_start.py's every-step unpack): no --container-name
+    assert start_time.start_words("pyxis", "/i.sqsh", "") == ["--container-image=/i.sqsh", "--no-container-mount-home"]
     assert start_time.salloc_argv(_cluster(), "charliecloud", "/i.sqsh", "n")[-6:] == [
         "shipyard-start-time", "", "--", "ch-run", "/i.sqsh", "--"]  # no container to remove
 
