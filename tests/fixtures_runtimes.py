@@ -209,13 +209,15 @@ CONTAINER_IMAGE_PATH = "/opt/image/bin:/bin:/usr/bin"  # a real image's PATH has
 def busybox_container_rootfs(busybox_sif_rootfs, tmp_path_factory) -> Path:
     """The torchrun stand-in's root filesystem for every runtime: /usr/bin on the image's PATH (/etc/environment for
     enroot, /ch/environment for ch-run; a SIF built from it takes its PATH from build_sif's ``environment``) and
-    the mount points ch-run needs in a read-only image."""
+    the mount points and files ch-run needs in a read-only image."""
     d = tmp_path_factory.mktemp("busybox-container")
     d.chmod(0o755)
     root = d / "rootfs"
     shutil.copytree(busybox_sif_rootfs, root, symlinks=True)
     for sub in ("home", "var", "run", "ch", "usr/bin"):
         (root / sub).mkdir(parents=True, exist_ok=True)
+    for f in ("hosts", "resolv.conf"):  # ch-run binds the node's over them (name resolution): they must exist
+        (root / "etc" / f).touch()
     (root / "etc" / "environment").write_text(f"LD_LIBRARY_PATH=/opt/image/lib\nPATH={CONTAINER_IMAGE_PATH}\n")
     (root / "ch" / "environment").write_text(f"PATH={CONTAINER_IMAGE_PATH}\n")
     return root

@@ -1,5 +1,5 @@
-"""The checkpoint signal inside real containers on the 2-node sandbox: real pyxis 0.24 + enroot and the real
-Apptainer 1.4.5. ``scancel --batch --signal=USR2`` is what Slurm's ``--signal=B:USR2@T`` does at T: the batch script
+"""The checkpoint signal inside real containers on the 2-node sandbox: real pyxis 0.24 + enroot, the real
+Apptainer 1.4.5 and real ch-run 0.31. ``scancel --batch --signal=USR2`` is what Slurm's ``--signal=B:USR2@T`` does at T: the batch script
 forwards it to the job step, Slurm delivers it to every process of the step (the containers' too), torchrun ignores
 it, examples/train.py in the container checkpoints and exits 0, the job requeues and resumes from the checkpoint.
 (The host runtime's run is test_launch_sandbox.py's.)
@@ -25,15 +25,16 @@ HOST_MOUNTS = [m for m in ("/usr", "/root", "/work") if Path(m).is_dir()]
 
 
 @pytest.fixture(scope="module")
-def host_python_rootfs(busybox_sif_rootfs, tmp_path_factory) -> tuple[Path, str]:
+def host_python_rootfs(busybox_container_rootfs, tmp_path_factory) -> tuple[Path, str]:
     """A copy of the busybox root filesystem whose image PATH starts with this venv's bin: (rootfs, PATH)."""
     assert any(Path(sys.executable).resolve().is_relative_to(m) for m in HOST_MOUNTS), sys.executable
     d = tmp_path_factory.mktemp("signal-image")
     d.chmod(0o755)
     root = d / "rootfs"
-    shutil.copytree(busybox_sif_rootfs, root, symlinks=True, ignore=shutil.ignore_patterns("torchrun"))
+    shutil.copytree(busybox_container_rootfs, root, symlinks=True, ignore=shutil.ignore_patterns("torchrun"))
     path = f"{Path(sys.executable).parent}:/bin:/usr/bin"
-    (root / "etc" / "environment").write_text(f"PATH={path}\n")
+    for env_file in ("etc/environment", "ch/environment"):  # enroot's, ch-run's
+        (root / env_file).write_text(f"PATH={path}\n")
     return root, path
 
 
@@ -47,14 +48,20 @@ def _apptainer(request, rootfs: Path, path: str, images: Path) -> Path:
     return build_sif(bin_dir, rootfs, images / "pytorch-2.3.sif", environment=f"    export PATH={path}\n")
 
 
+def _charliecloud(request, rootfs: Path, path: str, images: Path) -> Path:
+    return squashfs(rootfs, images / "pytorch-2.3.sqsh")
+
+
 @pytest.mark.parametrize("runtime", [pytest.param("pyxis", marks=pytest.mark.real_runtimes),
-                                     pytest.param("apptainer", marks=pytest.mark.real_apptainer)])
+                                     pytest.param("apptainer", marks=pytest.mark.real_apptainer),
+                                     "charliecloud"])
 def test_usr2_reaches_train_py_in_the_container_which_checkpoints_and_the_job_requeues(
         request, sandbox, sandbox_project, host_python_rootfs, runtime):
     rootfs, path = host_python_rootfs
     images = sandbox_project / ".sandbox" / "images"  # clusters.sandbox.storage
     images.mkdir(parents=True)
-    image = {"pyxis": _pyxis, "apptainer": _apptainer}[runtime](request, rootfs, path, images)
+    image = {"pyxis": _pyxis, "apptainer": _apptainer, "charliecloud": _charliecloud}[runtime](
+        request, rootfs, path, images)
     image.chmod(0o644)
     stage_record(image)
     (sandbox_project / "train.py").write_text((REPO / "examples" / "train.py").read_text())
