@@ -13,6 +13,9 @@ stored uncompressed) and a SIF (real Apptainer, the same mksquashfs options). Pe
 * pyxis with ``use_squashfuse=1`` in its plugstack line: the SquashFS mounted with squashfuse, no unpack;
 * ch-run from the SquashFS (libsquashfuse) and from an unpacked folder.
 
+Each start is `invoke doctor --time-start`'s (shipyard/jobs/start_time.py's start words), the command
+``/bin/sh -c "exit 0"``.
+
 Prints a Markdown table for bench/README.md: median seconds, container start (minus the baseline), and each row's
 start over Apptainer's.
 """
@@ -33,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from shipyard import sandbox as sb  # noqa: E402
+from shipyard.jobs.start_time import start_words  # noqa: E402
 from shipyard.sandbox import apptainer, runtimes  # noqa: E402
 
 STEP = ["srun", "-N2", "--ntasks-per-node=1"]
@@ -53,7 +57,7 @@ def make_images(tmp: Path, size_mib: int) -> tuple[Path, Path, Path]:
     for d in ("etc", "tmp", "proc", "sys", "dev", "root", "data", "home"):
         (rootfs / d).mkdir()
     shutil.copy("/bin/busybox", rootfs / "bin" / "busybox")
-    for tool in ("true", "sh"):
+    for tool in ("true", "sh"):  # sh: the start's command
         (rootfs / "bin" / tool).symlink_to("busybox")
     for f in ("passwd", "group", "hosts", "resolv.conf"):  # ch-run binds the host's over these; they must exist
         (rootfs / "etc" / f).touch()
@@ -90,9 +94,14 @@ def main() -> int:
         print(f"container_start: {note}")
         return 1 if os.environ.get("CI", "").lower() in ("true", "1") else 0
     before = sb.plugstack(directory)
+    # the start words say `apptainer`: on the PATH the sandbox's clients (and so the steps) get from this process
+    os.environ["PATH"] = f"{apptainer.bin_dir()}{os.pathsep}{os.environ['PATH']}"
     env = {**sb.client_env(directory), "USER": "root"}  # ch-run mounts under /var/tmp/$USER.ch; a service may start us without it
-    exe = str(apptainer.bin_dir() / "apptainer")
     rows: dict[str, list[float]] = {}
+
+    def start(runtime: str, image: Path, container: str = "") -> float:
+        return timed([*STEP, *start_words(runtime, str(image), container), "/bin/sh", "-c", "exit 0"], directory, env)
+
     try:
         info = sb.install_runtimes(a.sources or runtimes.test_sources(ROOT), directory)
         lib, args = runtimes.plugstack_entry(Path(info["build"]), directory)
@@ -103,22 +112,16 @@ def main() -> int:
                 sb.set_plugstack([(lib, args)], directory, required=True)
                 one = {
                     "srun -N2 true (baseline)": timed([*STEP, "true"], directory, env),
-                    "apptainer exec IMG.sif": timed([*STEP, exe, "exec", str(sif), "true"], directory, env),
-                    "pyxis --container-image (unpack every time)":
-                        timed([*STEP, f"--container-image={sqsh}", "true"], directory, env),
-                    "pyxis --container-name, first job (unpack)":
-                        timed([*STEP, f"--container-image={sqsh}", f"--container-name={name}", "true"], directory,
-                              env),
-                    "pyxis --container-name, second job (reuse)":
-                        timed([*STEP, f"--container-image={sqsh}", f"--container-name={name}", "true"], directory,
-                              env),
+                    "apptainer exec IMG.sif": start("apptainer", sif),
+                    "pyxis --container-image (unpack every time)": start("pyxis", sqsh),
+                    "pyxis --container-name, first job (unpack)": start("pyxis", sqsh, name),
+                    "pyxis --container-name, second job (reuse)": start("pyxis", sqsh, name),
                 }
                 drop_named(directory, name)
                 sb.set_plugstack([(lib, [*args, "use_squashfuse=1"])], directory, required=True)
-                one["pyxis use_squashfuse=1 (mounted, no unpack)"] = timed(
-                    [*STEP, f"--container-image={sqsh}", "true"], directory, env)
-                one["ch-run IMG.sqsh"] = timed([*STEP, "ch-run", str(sqsh), "--", "true"], directory, env)
-                one["ch-run FOLDER"] = timed([*STEP, "ch-run", str(rootfs), "--", "true"], directory, env)
+                one["pyxis use_squashfuse=1 (mounted, no unpack)"] = start("pyxis", sqsh)
+                one["ch-run IMG.sqsh"] = start("charliecloud", sqsh)
+                one["ch-run FOLDER"] = start("charliecloud", rootfs)
                 for k, v in one.items():
                     rows.setdefault(k, []).append(v)
     finally:

@@ -139,8 +139,11 @@ DOCTOR = Spec(
     "doctor", "Preflight: Slurm, pyxis, apptainer/enroot, fakeroot, GPUs and driver, shared storage; PASS/WARN/FAIL + fix.",
     {"cluster": (None, "cluster to check (default: defaults.cluster)"),
      "env": (None, "environment whose CUDA/arch needs are checked against the GPUs (default: defaults.environment)"),
-     "partition": (None, "partition whose node is probed and whose GPUs are expected (default: scheduler.partition)")},
-    f"{JOBS}:doctor", lambda run, f: run(f.context(), f.cluster, f.env, partition=f.partition))
+     "partition": (None, "partition whose node is probed and whose GPUs are expected (default: scheduler.partition)"),
+     "time_start": (False, "also start the staged image on one node, twice, and report the cold and warm start in "
+                           "seconds with the runtime's start mode (every container runtime on the sandbox)")},
+    f"{JOBS}:doctor",
+    lambda run, f: run(f.context(), f.cluster, f.env, partition=f.partition, time_start=f.time_start))
 
 # ----------------------------------------------------------------------------------------------- launchers
 # Both launcher tasks' flags, help, repeatable flags and optional positional come from the one options model

@@ -94,8 +94,11 @@ def debian_profile_recipe_sqsh(tmp_path_factory) -> Path:
 
 
 def _busybox_image(d: Path, profile: str | None = None, run_in_root: tuple[str, ...] = ()) -> Path:
-    rootfs = _busybox_rootfs(d, profile, run_in_root)
-    out = d / "busybox.sqsh"
+    return squashfs(_busybox_rootfs(d, profile, run_in_root), d / "busybox.sqsh")
+
+
+def squashfs(rootfs: Path, out: Path) -> Path:
+    """``rootfs`` as a real SquashFS image at ``out`` (mksquashfs, every file root's), readable by all."""
     subprocess.run(["mksquashfs", str(rootfs), str(out), "-noappend", "-quiet", "-all-root"], check=True,
                    stdout=subprocess.DEVNULL)
     out.chmod(0o644)
@@ -197,6 +200,27 @@ def busybox_sif(real_apptainer, busybox_sif_rootfs, tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("busybox-sif-image")
     d.chmod(0o755)
     return build_sif(real_apptainer, busybox_sif_rootfs, d / "busybox.sif")
+
+
+CONTAINER_IMAGE_PATH = "/opt/image/bin:/bin:/usr/bin"  # a real image's PATH has /usr/bin, where runtimes inject
+
+
+@pytest.fixture(scope="session")
+def busybox_container_rootfs(busybox_sif_rootfs, tmp_path_factory) -> Path:
+    """The torchrun stand-in's root filesystem for every runtime: /usr/bin on the image's PATH (/etc/environment for
+    enroot, /ch/environment for ch-run; a SIF built from it takes its PATH from build_sif's ``environment``) and
+    the mount points and files ch-run needs in a read-only image."""
+    d = tmp_path_factory.mktemp("busybox-container")
+    d.chmod(0o755)
+    root = d / "rootfs"
+    shutil.copytree(busybox_sif_rootfs, root, symlinks=True)
+    for sub in ("home", "var", "run", "ch", "usr/bin"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for f in ("hosts", "resolv.conf"):  # ch-run binds the node's over them (name resolution): they must exist
+        (root / "etc" / f).touch()
+    (root / "etc" / "environment").write_text(f"LD_LIBRARY_PATH=/opt/image/lib\nPATH={CONTAINER_IMAGE_PATH}\n")
+    (root / "ch" / "environment").write_text(f"PATH={CONTAINER_IMAGE_PATH}\n")
+    return root
 
 
 class NamespaceForwarder:

@@ -109,9 +109,11 @@ def nccl_report(log: str, out: str | None = None, cluster: str | None = None, ct
     return 0
 
 
-def doctor(ctx: Context, cluster: str | None = None, env: str | None = None, partition: str | None = None) -> int:
+def doctor(ctx: Context, cluster: str | None = None, env: str | None = None, partition: str | None = None,
+           time_start: bool = False) -> int:
     """`invoke doctor`: the preflight report; 1 when anything FAILs. The compute node is probed on ``partition``
-    (default: scheduler.partition) and judged by that partition's GPUs."""
+    (default: scheduler.partition) and judged by that partition's GPUs. ``time_start``: then the staged image's cold
+    and warm start per container runtime (shipyard/jobs/start_time.py), 1 when a start fails."""
     where = ctx.cluster(cluster)
     if partition and partition not in where.partitions:
         raise ShipyardError(f"--partition {partition!r}: not a partition of cluster {where.name} "
@@ -120,6 +122,13 @@ def doctor(ctx: Context, cluster: str | None = None, env: str | None = None, par
         return remote_commands.forward(ctx, where)
     where = where.on(partition)
     environment = ctx.environment(env)
-    findings = doctor_stage.diagnose(ctx.registry, where, environment)
+    findings, node = doctor_stage.diagnose(ctx.registry, where, environment)
     ctx.write(doctor_stage.render(where, environment, findings))
-    return 1 if any(f.status == doctor_stage.FAIL for f in findings) else 0
+    failed = any(f.status == doctor_stage.FAIL for f in findings)
+    if time_start:
+        from shipyard.jobs import start_time  # lazy: only this flag needs it
+
+        timings = start_time.time_starts(ctx.registry, where, environment.name, node)
+        ctx.write("\n" + start_time.render(timings, environment.name))
+        failed = failed or any(t.failed for t in timings)
+    return 1 if failed else 0

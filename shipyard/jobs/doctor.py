@@ -555,8 +555,9 @@ def images(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
     return out
 
 
-def diagnose(reg: Registry, cluster: Cluster, env: Environment) -> list[Finding]:
+def diagnose(reg: Registry, cluster: Cluster, env: Environment) -> tuple[list[Finding], Probe | None]:
     """Probe the login node and a compute node of ``cluster`` (its partition chosen with :meth:`Cluster.on`) and
-    judge them, and the staged image, for ``env``."""
+    judge them, and the staged image, for ``env``. Returns the findings and the node's probe (None when no step ran),
+    whose start-path facts `doctor --time-start` reports beside its timings."""
     storage, login, node, err = run_probes(reg, cluster)
-    return evaluate(cluster, env, storage, login, node, err) + images(reg, cluster, env)
+    return evaluate(cluster, env, storage, login, node, err) + images(reg, cluster, env), node

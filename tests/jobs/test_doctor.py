@@ -414,6 +414,19 @@ def test_probe_reads_the_start_path_from_the_runtimes_configuration(tmp_path):
     assert p["apptainer_suid"] == ["no"] and p["squashfuse"][0] == str(bindir / "squashfuse_ll")
 
 
+def test_probe_finds_the_plugstack_beside_slurm_conf_when_none_is_configured(tmp_path):
+    """Slurm's default: PlugStackConfig unset (scontrol shows "(null)") means plugstack.conf in slurm.conf's
+    folder, which scontrol names on its SLURM_CONF line (the sandbox's case)."""
+    bindir, etc = tmp_path / "bin", tmp_path / "etc"
+    bindir.mkdir()
+    etc.mkdir()
+    (etc / "plugstack.conf").write_text("required /opt/pyxis/spank_pyxis.so container_scope=global\n")
+    _fake_tool(bindir, "scontrol", f'echo "PlugStackConfig         = (null)"; echo "SLURM_CONF              = '
+                                   f'{etc}/slurm.conf"\n')
+    _, p = _run_probe(tmp_path, str(tmp_path), "-", {}, [str(bindir)])
+    assert p["pyxis_plugin"] == ["/opt/pyxis/spank_pyxis.so"] and p["pyxis_arg"] == ["container_scope=global"]
+
+
 def test_start_path_findings_say_what_the_settings_mean():
     node = probe("grete_node_h100.txt")
     assert not [f for f in doctor.evaluate(REG.cluster("grete"), REG.environment("pytorch-2.3"), "/st",

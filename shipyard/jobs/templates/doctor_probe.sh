@@ -60,8 +60,15 @@ fi
 
 # How containers start here (the site's runtime mode), read from the configuration each runtime reads itself:
 # pyxis's arguments on its plugstack line, enroot's system config, Apptainer's setuid and SquashFS mount settings.
-plugstack=$(scontrol show config 2>/dev/null | sed -n 's/^PlugStackConfig *= *//p' | head -n 1)
-for f in "${plugstack:-/etc/slurm/plugstack.conf}" "$(dirname "${plugstack:-/etc/slurm/plugstack.conf}")"/plugstack.conf.d/*; do
+# PlugStackConfig unset shows as "(null)": Slurm then reads plugstack.conf beside slurm.conf (its SLURM_CONF line).
+config=$(scontrol show config 2>/dev/null)
+plugstack=$(printf '%s\n' "$config" | sed -n 's/^PlugStackConfig *= *//p' | head -n 1)
+case $plugstack in
+    "" | "(null)")
+        conf=$(printf '%s\n' "$config" | sed -n 's/^SLURM_CONF *= *//p' | head -n 1)
+        plugstack="$(dirname "${conf:-${SLURM_CONF:-/etc/slurm/slurm.conf}}")/plugstack.conf" ;;
+esac
+for f in "$plugstack" "$(dirname "$plugstack")"/plugstack.conf.d/*; do
     [ -f "$f" ] || continue
     grep -v '^[[:space:]]*#' "$f" 2>/dev/null | grep 'spank_pyxis\|pyxis\.so' | head -n 4 | while read -r _ plugin rest; do
         say pyxis_plugin "$plugin"
