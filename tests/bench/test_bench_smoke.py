@@ -37,6 +37,7 @@ SMOKE = {
     "stage_fresh.py": (["--runs", "1", "--size-gib", "0.001"], "x baseline", [pytest.mark.real_apptainer]),
     "stage_noop.py": (["--runs", "1", "--size-gib", "0.001"], "identical image staged", [pytest.mark.real_apptainer]),
     "start_time.py": (["--runs", "1", "--no-reference", "--json", "{tmp}/start.json"], "invoke render --all", []),
+    "submit_wait.py": (["--jobs", "2"], "submit -> allocation", [pytest.mark.slurm, pytest.mark.slow]),
     "sweep_submit.py": (["--runs", "1", "--combinations", "20"], "--sweep-file (20 combinations)",
                         [pytest.mark.slurm, pytest.mark.slow]),
     "tools_bench.py": (["--runs", "1", "--scale", "0.01"], "usage.load_job", []),
