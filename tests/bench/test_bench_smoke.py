@@ -26,6 +26,7 @@ SMOKE = {
     "build_noop.py": (["--runs", "1", "--size-mib", "4", "--out", "{tmp}"], "no-op build, 4 MiB artifact",
                       [pytest.mark.real_apptainer]),
     "image_check.py": (["--runs", "1", "--size-gib", "0.001", "--out", "{tmp}"], "every later job", []),
+    "lock_overhead.py": (["--runs", "1"], "uv stand-in (shipyard's own part)", [pytest.mark.pypi]),
     "launch_generation.py": (["--runs", "1"], "invoke nccl-test --dry-run", []),
     "launch_overhead.py": (["--rounds", "1"], "shipyard launch, host runtime", [pytest.mark.slurm, pytest.mark.slow]),
     "push_sif.py": (["--size-mib", "1", "--repeat", "1", "--out", "{tmp}"], "ratio_to_cp", [pytest.mark.docker]),
