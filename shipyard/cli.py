@@ -16,7 +16,7 @@ import sys
 from typing import Callable, Iterable, Sequence
 
 from invoke.exceptions import Exit, ParseError
-from invoke.parser import Parser
+from invoke.parser import Parser, ParserContext
 from invoke.parser.parser import ParseMachine
 from invoke.program import Program
 
@@ -178,9 +178,12 @@ def install_parser_hooks(names=OPTIONAL_POSITIONALS) -> None:
         named = set(self.core.unparsed) if self.core else set()
         if isinstance(self.args.help.value, str):
             named.add(self.args.help.value)
-        contexts = self.collection.to_contexts(ignore_unknown_help=self.config.tasks.ignore_unknown_help)
-        return Parser(initial=self.initial_context,
-                      contexts=[c for c in contexts if c.name in named or named.intersection(c.aliases)])
+        ignore = self.config.tasks.ignore_unknown_help
+        return Parser(initial=self.initial_context, contexts=[  # Collection.to_contexts, of the named tasks only
+            ParserContext(name=primary, aliases=aliases,
+                          args=self.collection[primary].get_arguments(ignore_unknown_help=ignore))
+            for primary, aliases in self.collection.task_names.items()
+            if primary in named or named.intersection(aliases)])
 
     ParseMachine.handle = handle_help_first
     ParseMachine.complete_context = complete_optional_context
