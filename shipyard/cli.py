@@ -58,7 +58,7 @@ def task_guard(fn: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         # invoke turns bytecode writing off for its whole process, so that no __pycache__ appears beside a tasks.py;
         # the task's lazy imports are then the package's own modules, compiled from source on every run (~0.1 s of
-        # each command's start). Python's own switch (-B, PYTHONDONTWRITEBYTECODE) decides for them, as for any import
+        # each command's start). Python's own switch (-B, PYTHONDONTWRITEBYTECODE) decides for them, as for any import.
         sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
         try:
             return fn(*args, **kwargs)
