@@ -8,7 +8,10 @@ alike; the page cache is dropped for the source before each run where the system
 as a compute or login node reading a freshly built image would. Only through the CLI, as a user runs it: the image
 is a real SIF of the size asked, made by the real Apptainer (installed from ../shared/vendor and held for the run)
 and recorded as `tiny`'s build (tests/fixtures_sif.py).
-Usage: python bench/stage_fresh.py [--runs N] [--size-gib G]
+With ``--before DIR`` (a folder holding another version's ``shipyard/`` package, e.g. from
+``git archive REV shipyard | tar -x -C DIR``) the stage also runs with that package, in the same rounds.
+
+Usage: python bench/stage_fresh.py [--runs N] [--size-gib G] [--before DIR]
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--size-gib", type=float, default=2.0)
+    ap.add_argument("--before", help="folder with an older shipyard/ package to stage with in the same rounds")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp, fs.held_apptainer() as bindir:
         tmp = Path(tmp)
@@ -62,16 +66,21 @@ def main() -> None:
         sif = root / "containers" / "tiny.sif"
         copy = tmp / "copy" / "tiny.sif"
         copy.parent.mkdir()
-        stage = [sys.executable, "-m", "invoke", "-r", str(REPO), "stage", "tiny", "--cluster", "lab"]
+        # `python -m shipyard`: the same program and tasks as `invoke`, with the package PYTHONPATH names first
+        stage = [sys.executable, "-m", "shipyard", "stage", "tiny", "--cluster", "lab"]
         baseline = ["bash", "-c", f"cp {sif} {copy} && sync && openssl dgst -sha256 -r {copy} >/dev/null"]
-        rows: dict[str, list[float]] = {"invoke stage tiny --cluster lab (fresh)": [],
-                                        "cp + sync + openssl dgst -sha256 of the copy (baseline)": []}
+        commands = {"invoke stage tiny --cluster lab (fresh)": (stage, env),
+                    "cp + sync + openssl dgst -sha256 of the copy (baseline)": (baseline, env)}
+        if args.before:
+            before = dict(env, PYTHONPATH=os.pathsep.join([str(Path(args.before).resolve()), str(REPO)]))
+            commands["invoke stage tiny --cluster lab (fresh), --before package"] = (stage, before)
+        rows: dict[str, list[float]] = {what: [] for what in commands}
         for _ in range(args.runs):
-            for p in images.iterdir():  # nothing staged: each run is a fresh stage
-                p.unlink() if p.is_file() or p.is_symlink() else shutil.rmtree(p)
-            copy.unlink(missing_ok=True)
-            for (what, times), argv in zip(rows.items(), (stage, baseline)):
-                times.append(timed(argv, env, root, sif))
+            for what, (argv, e) in commands.items():
+                for p in images.iterdir():  # nothing staged: each run is a fresh stage
+                    p.unlink() if p.is_file() or p.is_symlink() else shutil.rmtree(p)
+                copy.unlink(missing_ok=True)
+                rows[what].append(timed(argv, e, root, sif))
         med = {what: statistics.median(times) for what, times in rows.items()}
         base = med["cp + sync + openssl dgst -sha256 of the copy (baseline)"]
         print(f"image {args.size_gib:g} GiB, median of {args.runs} interleaved runs, source page cache dropped")

@@ -16,6 +16,7 @@ import sys
 from typing import Callable, Iterable, Sequence
 
 from invoke.exceptions import Exit, ParseError
+from invoke.parser import Parser, ParserContext
 from invoke.parser.parser import ParseMachine
 from invoke.program import Program
 
@@ -55,6 +56,10 @@ def task_guard(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        # invoke turns bytecode writing off for its whole process, so that no __pycache__ appears beside a tasks.py;
+        # the task's lazy imports are then the package's own modules, compiled from source on every run (~0.1 s of
+        # each command's start). Python's own switch (-B, PYTHONDONTWRITEBYTECODE) decides for them, as for any import.
+        sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
         try:
             return fn(*args, **kwargs)
         except ShipyardError as exc:
@@ -112,13 +117,16 @@ def install_parser_hooks(names=OPTIONAL_POSITIONALS) -> None:
 
     A task's arguments that do not parse (a missing JOBID, an unknown flag) are bad input: one line and exit 2, as
     for every other bad input (invoke itself exits 1 on a ParseError, which shipyard keeps for failed checks and jobs).
+    The task parser holds only the tasks that a word of the command line (or ``--help``'s value) names: invoke
+    deep-copies every task's flags for each parse, about as much time as shipyard's own start-up work, and a task no
+    word names can never be switched to, so the parse is the same. Shell completion (``--complete``) sees every task.
     Called once from tasks.py, before the task arguments are parsed; a second call changes nothing.
     """
     if getattr(ParseMachine, "_shipyard_hooks", False):
         return
     handle, complete_context, print_task_help = (ParseMachine.handle, ParseMachine.complete_context,
                                                  Program.print_task_help)
-    parse_tasks = Program.parse_tasks
+    parse_tasks, make_parser = Program.parse_tasks, Program._make_parser
 
     def parse_tasks_bad_input_is_2(self):
         try:
@@ -164,10 +172,24 @@ def install_parser_hooks(names=OPTIONAL_POSITIONALS) -> None:
         _, _, body = out.getvalue().partition("\n")
         print(usage_line(self.binary, name, self.parser.contexts[name].positional_args, names) + "\n" + body, end="")
 
+    def make_parser_of_named_tasks(self):
+        if self.args.complete.value:  # shell completion offers every task
+            return make_parser(self)
+        named = set(self.core.unparsed) if self.core else set()
+        if isinstance(self.args.help.value, str):
+            named.add(self.args.help.value)
+        ignore = self.config.tasks.ignore_unknown_help
+        return Parser(initial=self.initial_context, contexts=[  # Collection.to_contexts, of the named tasks only
+            ParserContext(name=primary, aliases=aliases,
+                          args=self.collection[primary].get_arguments(ignore_unknown_help=ignore))
+            for primary, aliases in self.collection.task_names.items()
+            if primary in named or named.intersection(aliases)])
+
     ParseMachine.handle = handle_help_first
     ParseMachine.complete_context = complete_optional_context
     Program.print_task_help = print_task_help_with_positionals
     Program.parse_tasks = parse_tasks_bad_input_is_2
+    Program._make_parser = make_parser_of_named_tasks
     ParseMachine._shipyard_hooks = True
 
 

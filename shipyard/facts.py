@@ -2,15 +2,22 @@
 
 Versions, timeouts, instance types and compatibility facts live in data with their sources, never as code
 defaults; every stage reads them through :func:`load`, parsed once per process with libyaml where PyYAML has it.
+A parsed file is also kept beside the package's bytecode (:mod:`shipyard.pycache`), named by its text's sha256:
+PyYAML builds compat.yaml's objects in Python, which costs more than a command's own work.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import marshal
+import sys
 from importlib import resources
 
 import yaml
+
+from shipyard import pycache
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster than the pure-Python parser
 
@@ -28,4 +35,18 @@ def load(name: str) -> dict:
     """
     if name.endswith(".json"):
         return json.loads(text(name))
-    return yaml.load(text(f"{name}.yaml"), Loader=_LOADER)
+    source = text(f"{name}.yaml")
+    kept = (f"{name}.{hashlib.sha256(source.encode()).hexdigest()[:32]}.{sys.implementation.cache_tag}"
+            f".pyyaml-{yaml.__version__}-{_LOADER.__name__}.marshal")
+    data = pycache.read("shipyard", kept)
+    if data is not None:
+        try:
+            return marshal.loads(data)
+        except (EOFError, ValueError, TypeError):  # a truncated or foreign file: parse the text
+            pass
+    parsed = yaml.load(source, Loader=_LOADER)
+    try:
+        pycache.write("shipyard", kept, marshal.dumps(parsed))
+    except ValueError:  # a value marshal cannot hold (a YAML date): parsed in every process
+        pass
+    return parsed

@@ -5,8 +5,9 @@ an undefined name is an error (StrictUndefined), never an empty string in a scri
 trailing newline kept, so output is byte-stable. The escaping rules of :mod:`shipyard.escaping` are registered as
 filters for every template, so a template can only quote a value the one way its file's syntax needs.
 
-Templates compile once per process (Jinja2 keeps each compiled template in the environment's memory): nothing is
-written outside the project, so no shared folder can hand one user's compiled code to another.
+Templates compile once per process (Jinja2 keeps each compiled template in the environment's memory). Across
+processes, a template's compiled code is kept where Python keeps the package's own bytecode (:mod:`shipyard.pycache`
+says why that folder is safe); Jinja2 checks it against the template's source (a checksum, not a time).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import shlex
 
 import jinja2
 
-from shipyard import escaping
+from shipyard import escaping, pycache
 
 FILTERS = {
     "q": escaping.shell_quote,
@@ -40,6 +41,29 @@ FILTERS = {
 }
 
 
+class PackageBytecodeCache(jinja2.BytecodeCache):
+    """Compiled templates of one package in that package's ``__pycache__`` (:mod:`shipyard.pycache`).
+
+    Each file's name holds the template's key, the environment's settings that change the compiled code and the
+    Jinja2 version; its content carries Jinja2's checksum of the source, so an edited template compiles anew.
+    """
+
+    def __init__(self, package: str, variant: str):
+        self.package = package
+        self.variant = f"{variant}-jinja2-{jinja2.__version__}"
+
+    def _name(self, bucket: jinja2.bccache.Bucket) -> str:
+        return f"{bucket.key}.{self.variant}.jinja2"
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        data = pycache.read(self.package, self._name(bucket))
+        if data is not None:
+            bucket.bytecode_from_string(data)
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        pycache.write(self.package, self._name(bucket), bucket.bytecode_to_string())
+
+
 @functools.lru_cache(maxsize=None)
 def template_environment(package: str, trim_blocks: bool = False) -> jinja2.Environment:
     """The Jinja2 environment for the templates of ``package`` (e.g. ``"shipyard.launch"``), built once.
@@ -48,6 +72,7 @@ def template_environment(package: str, trim_blocks: bool = False) -> jinja2.Envi
     """
     env = jinja2.Environment(
         loader=jinja2.PackageLoader(package, "templates"),
+        bytecode_cache=PackageBytecodeCache(package, "trim" if trim_blocks else "keep"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,

@@ -79,7 +79,8 @@ def problems(reg: Registry, env: Environment, cluster: Cluster | None = None,
     found = compat.check_environment(env)
     if cluster is not None:
         found += compat.check_on_cluster(env, cluster)
-        found += [p for p in compat.check_all(reg) if p.environment == "" and p.cluster == cluster.name]
+        registered = reg.clusters.get(cluster.name)  # the cluster's own entry, not a partition's view of it
+        found += compat.check_cluster(registered) if registered is not None else []
     if locks:
         found += lock_problems_for(reg, env)
     return report.select(found, env.name, cluster.name if cluster is not None else None)

@@ -521,19 +521,27 @@ def check_all(reg) -> list[Problem]:
                                         f"unknown cluster {cname!r} (known: {', '.join(reg.clusters)})"))
                 continue
             problems += _check_on_partitions(env, cluster)
-    for cname, cluster in reg.clusters.items():
-        parts = set(cluster.partitions)
-        for attr in ("partition", "interactive_partition", "build_partition"):
-            p = getattr(cluster, attr)
-            if p not in parts:
-                problems.append(Problem(ERROR, "", cname, f"clusters.{cname}.scheduler.{attr}",
-                                        f"partition {p!r} is not in scheduler.partitions ({', '.join(cluster.partitions)})"))
-        for pname in cluster.partitions:
-            part = cluster.partition_info(pname)
-            if part.gpus_per_node and cluster.runtime != "host" and not part.gpus:
-                problems.append(Problem(WARN, "", cname, cluster.key("gpus", pname),
-                                        "no GPU models listed: arch compatibility not checked"))
-                if "gpus" not in part.own:
-                    break  # the cluster-wide list is missing: one warning, not one per partition
-        problems += [Problem(WARN, "", cname, key, msg) for key, msg in fabric_checks.efa_unused(cluster)]
+    for cluster in reg.clusters.values():
+        problems += check_cluster(cluster)
+    return problems
+
+
+def check_cluster(cluster: Cluster) -> list[Problem]:
+    """The problems of ``cluster`` itself, whatever runs on it (their environment is "")."""
+    problems: list[Problem] = []
+    cname = cluster.name
+    parts = set(cluster.partitions)
+    for attr in ("partition", "interactive_partition", "build_partition"):
+        p = getattr(cluster, attr)
+        if p not in parts:
+            problems.append(Problem(ERROR, "", cname, f"clusters.{cname}.scheduler.{attr}",
+                                    f"partition {p!r} is not in scheduler.partitions ({', '.join(cluster.partitions)})"))
+    for pname in cluster.partitions:
+        part = cluster.partition_info(pname)
+        if part.gpus_per_node and cluster.runtime != "host" and not part.gpus:
+            problems.append(Problem(WARN, "", cname, cluster.key("gpus", pname),
+                                    "no GPU models listed: arch compatibility not checked"))
+            if "gpus" not in part.own:
+                break  # the cluster-wide list is missing: one warning, not one per partition
+    problems += [Problem(WARN, "", cname, key, msg) for key, msg in fabric_checks.efa_unused(cluster)]
     return problems

@@ -7,6 +7,11 @@ Errors are turned into one line with ``file:line``, the key path and what would 
 ``jsonschema`` alone validates, with one validator built per process. Its ``pattern`` keyword is given JSON Schema's
 own (ECMA-262) meaning of ``$``, the end of the value: Python's ``re`` also lets ``$`` match before a final newline, which
 would let "1.0\n" or "KEY\n" through to a generated file.
+
+Importing jsonschema and validating cost about as much as the rest of a command's start, and a registry is read far
+more often than it changes: the sha256 of a text that passed (with the schema, this module and jsonschema's validator
+code in the hash) is kept beside the package's bytecode (:mod:`shipyard.pycache`), and a text with a kept hash is not
+validated again. Any other text is validated as ever.
 """
 
 from __future__ import annotations
@@ -14,16 +19,17 @@ from __future__ import annotations
 import datetime
 import difflib
 import functools
+import hashlib
+import importlib.util
 import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import jsonschema
 import yaml
 
-from shipyard import facts
+from shipyard import facts, pycache
 from shipyard.errors import ShipyardError, did_you_mean
 from shipyard.files import copied_tree, read_capped_text
 from shipyard.registry import compat
@@ -44,6 +50,9 @@ from shipyard.registry.model import (
     RegistryTarget,
     Remote,
 )
+
+if TYPE_CHECKING:
+    import jsonschema  # lazy: annotations only; validating imports it (see _validator)
 
 REGISTRY_ENV = "SHIPYARD_REGISTRY"
 # libyaml's parser when PyYAML was built with it (it keeps marks, so file:line errors still work)
@@ -333,11 +342,51 @@ def _ecma_dollar(pattern: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _validator():
     """The registry's validator, built once per process."""
+    import jsonschema  # lazy: only a registry text not validated before needs it (see the module's docstring)
+
     def pattern(validator, patrn, instance, schema):
         if validator.is_type(instance, "string") and not re.search(_ecma_dollar(patrn), instance):
             yield jsonschema.ValidationError(f"{instance!r} does not match {patrn!r}")
 
     return jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": pattern})(schema())
+
+
+_VALIDATED = "validated-registries"  # the kept hashes, one a line, newest last
+_VALIDATED_KEPT = 64
+
+
+@functools.lru_cache(maxsize=None)
+def _validation_inputs() -> bytes:
+    """What a text's validity depends on besides the text: the schema, this module, jsonschema's validator code."""
+    h = hashlib.sha256(facts.text("registry.schema.json").encode())
+    h.update(Path(__file__).read_bytes())
+    spec = importlib.util.find_spec("jsonschema")
+    if spec is not None and spec.origin:
+        for name in ("validators.py", "_keywords.py", "_format.py", "_types.py"):
+            try:
+                h.update(Path(spec.origin).with_name(name).read_bytes())
+            except OSError:
+                h.update(b"-")
+    return h.digest()
+
+
+def _validation_key(text: str) -> str:
+    return hashlib.sha256(_validation_inputs() + text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _validated() -> list[str]:
+    kept = pycache.read("shipyard.registry", _VALIDATED)
+    return kept.decode("ascii", "replace").split() if kept else []
+
+
+def validate_text(data: Any, lines: Mapping, fname: str, text: str) -> None:
+    """:func:`validate` ``data``, parsed from ``text``, unless that very text (and schema) passed before."""
+    key = _validation_key(text)
+    kept = _validated()
+    if key in kept:
+        return
+    validate(data, lines, fname)
+    pycache.write("shipyard.registry", _VALIDATED, "\n".join([*kept, key][-_VALIDATED_KEPT:]).encode() + b"\n")
 
 
 def validate(data: Any, lines: Mapping, fname: str) -> None:
@@ -738,7 +787,7 @@ def _check_apt_snapshot(envs: Mapping[str, Environment], snap: Mapping, lines, f
 def load_text(text: str, fname: str = "registry.yaml", path: Path | None = None) -> Registry:
     """Parse, validate and resolve registry text. Every user error is a one-line ShipyardError."""
     data, lines = parse_yaml(text, fname)
-    validate(data, lines, fname)
+    validate_text(data, lines, fname, text)
     envs_raw = data["environments"]
     envs = {n: _resolve_environment(n, envs_raw, lines, fname) for n in envs_raw}
     root = (path or Path(fname)).parent

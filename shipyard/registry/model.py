@@ -6,6 +6,7 @@ manifests and checks all read the same objects, so a fact (a pin, a bind, a part
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -18,10 +19,14 @@ from packaging.version import InvalidVersion, Version
 from shipyard.errors import ShipyardError, pick
 
 
+@functools.lru_cache(maxsize=4096)
 def vtuple(version: str) -> Version:
     """A version to compare and sort by, with PEP 440's rules (packaging): '1.29' == '1.29.0' < '1.29.1', and
     '2.3.0rc1' < '2.3.0'. A string packaging cannot read ('470.57.02-1ubuntu') compares by its numeric parts, the
-    others as 0 (only used on validated versions)."""
+    others as 0 (only used on validated versions).
+
+    Cached: the checks compare the same few dozen versions of the data over and over (about 1,700 parses per
+    `invoke check`), and a Version is immutable."""
     try:
         return Version(str(version))
     except InvalidVersion:

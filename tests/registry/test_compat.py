@@ -678,3 +678,24 @@ def test_stack_base_on_the_plain_os_image_is_an_error(over):
     assert len(ps) == 1 and ps[0].key == "environments.e.stack" and "no torch" in ps[0].message, ps
     assert "\n" not in ps[0].message
     assert errors(problems(env_over={**fields, "stack": "shipyard"})) == []
+
+
+def test_a_clusters_own_problems_are_those_check_all_reports_for_it_and_the_gate_shows_them():
+    from shipyard.commands import gate
+
+    text = f"""environments:
+  e:
+    torch: "2.3.1"
+    cuda: "12.1"
+    python: "3.11"
+    os: ubuntu22.04
+clusters:
+{cluster(gpus="[]", extra="")}
+"""
+    reg = registry.load_text(text, "t.yaml")
+    x = reg.clusters["x"]
+    own = compat.check_cluster(x)
+    assert own and own == [p for p in compat.check_all(reg) if p.environment == "" and p.cluster == "x"]
+    assert "no GPU models listed" in own[0].message
+    shown = gate.problems(reg, reg.environments["e"], x)
+    assert [p for p in own if p in shown] == own

@@ -76,3 +76,23 @@ def test_a_memory_size_beyond_slurms_is_one_line():
         with pytest.raises(ShipyardError, match="Slurm reads") as exc:
             loader.mem_mb(text)
         assert "\n" not in str(exc.value)
+
+
+def test_a_text_that_passed_is_not_validated_again_and_any_other_text_is(bytecode_folder, monkeypatch):
+    valid = "environments: {a: {torch: \"2.3.1\"}}\n" + CLUSTER % ""
+    calls = []
+    validate = loader.validate
+    monkeypatch.setattr(loader, "validate", lambda *a: calls.append(a[2]) or validate(*a))
+
+    def load_text(text):
+        data, lines = loader.parse_yaml(text, "t.yaml")
+        loader.validate_text(data, lines, "t.yaml", text)
+
+    load_text(valid)
+    load_text(valid)
+    assert calls == ["t.yaml"]  # the second time, the kept hash stood in for the validation
+    with pytest.raises(ShipyardError, match="environments.a.torch"):
+        load_text(valid.replace('"2.3.1"', '"2.3.1\\n"'))  # one character more: validated, and refused
+    with pytest.raises(ShipyardError, match="environments.a.torch"):
+        load_text(valid.replace('"2.3.1"', '"2.3.1\\n"'))  # a refused text is never kept
+    assert len(calls) == 3

@@ -1,0 +1,69 @@
+"""Derived data kept where Python keeps a package's own bytecode (its ``__pycache__``): compiled templates, parsed
+data files.
+
+Why there: the folder is written only where Python would write the package's .pyc files, and read only from a
+regular file (never a symlink) owned by the owner of the package's ``__init__.py`` and writable by nobody else.
+Whoever can write there can already change shipyard's code, so no shared folder can hand one user's data to another.
+A file's name carries what it was derived from (a content hash, never a time); a missing, foreign or unreadable file
+is no error: the caller derives the data again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _places(package: str) -> tuple[Path, Path] | None:
+    """The package's ``__init__.py`` and its bytecode folder (honouring ``sys.pycache_prefix``), or None."""
+    init = getattr(importlib.import_module(package), "__file__", None)
+    if not init:
+        return None
+    return Path(init), Path(importlib.util.cache_from_source(init)).parent
+
+
+def read(package: str, name: str) -> bytes | None:
+    """The bytes of ``name`` in ``package``'s bytecode folder, or None when absent or not to be trusted."""
+    places = _places(package)
+    if places is None:
+        return None
+    init, folder = places
+    try:
+        fd = os.open(folder / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            st, owner = os.fstat(f.fileno()), os.stat(init).st_uid
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != owner or st.st_mode & 0o022:
+            return None
+        return f.read()
+
+
+def write(package: str, name: str, data: bytes) -> None:
+    """Keep ``data`` as ``name`` in ``package``'s bytecode folder where Python writes bytecode; else do nothing.
+
+    Written to a temporary file, then renamed: a reader sees the old file or the whole new one."""
+    places = None if sys.dont_write_bytecode else _places(package)
+    if places is None:
+        return
+    folder = places[1]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".shipyard-")
+    except OSError:  # a read-only install: the caller derives the data in every process, as without a cache
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o644)
+            f.write(data)
+        os.replace(tmp, folder / name)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,51 @@
+"""shipyard.pycache: derived data beside the package's bytecode is written only where Python writes bytecode, and
+read back only from a regular file of the package's owner that nobody else can write."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from shipyard import pycache
+
+
+def test_written_data_reads_back(bytecode_folder):
+    pycache.write("shipyard", "x.data", b"kept")
+    assert pycache.read("shipyard", "x.data") == b"kept"
+    assert (bytecode_folder / "x.data").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in bytecode_folder.iterdir()] == ["x.data"]  # no temporary file left
+
+
+def test_nothing_is_written_where_python_writes_no_bytecode(bytecode_folder, monkeypatch):
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    pycache.write("shipyard", "x.data", b"kept")
+    assert not (bytecode_folder / "x.data").exists()
+    assert pycache.read("shipyard", "x.data") is None
+
+
+def test_a_symlink_is_not_followed(bytecode_folder, tmp_path):
+    (tmp_path / "elsewhere").write_bytes(b"planted")
+    (bytecode_folder / "x.data").symlink_to(tmp_path / "elsewhere")
+    assert pycache.read("shipyard", "x.data") is None
+
+
+def test_a_file_others_can_write_is_not_read(bytecode_folder):
+    pycache.write("shipyard", "x.data", b"kept")
+    os.chmod(bytecode_folder / "x.data", 0o666)
+    assert pycache.read("shipyard", "x.data") is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another owner needs root")
+def test_a_file_of_another_owner_is_not_read(bytecode_folder):
+    pycache.write("shipyard", "x.data", b"kept")
+    os.chown(bytecode_folder / "x.data", 12345, 12345)
+    assert pycache.read("shipyard", "x.data") is None
+
+
+def test_an_unwritable_folder_is_no_error(bytecode_folder, monkeypatch):
+    monkeypatch.setattr(sys, "pycache_prefix", "/proc/no-such-place")
+    pycache.write("shipyard", "x.data", b"kept")  # nothing happens, nothing raises
+    assert pycache.read("shipyard", "x.data") is None
+
