@@ -24,6 +24,7 @@ def test_golden_never_writes_the_file_it_compares(tmp_path, monkeypatch):
     helpers_registry.golden(gold / "x" / "a.txt", "old\n")  # equal: passes
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_the_update_command_prints_the_diff_and_writes_only_with_accept(tmp_path, monkeypatch, capsys):
     import update_golden
 

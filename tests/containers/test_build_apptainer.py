@@ -125,6 +125,7 @@ def test_real_build_renames_temp_into_place_and_records_manifest(real_project, b
 
 
 @real
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_failing_post_is_one_line_exit_1_and_leaves_nothing(real_project):
     reg = _with_apt(real_project, "shipyard-test-exit-3")
     res = invoke_cli("build", "tiny", cwd=reg.root, timeout=None)

@@ -32,6 +32,7 @@ From: {base}
 """
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_probe_reads_the_sif(real_apptainer, staging_sif, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{real_apptainer}{os.pathsep}{os.environ['PATH']}")
     definition = tmp_path / "probe.def"

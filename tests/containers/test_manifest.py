@@ -117,6 +117,7 @@ def test_build_manifest_golden(real_project, base_registry):
            manifest.render(_normalized(m)).replace(base_registry.address, "<mirror>"))
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_cli_errors_are_one_line(project, tmp_path, invoke):
     for args, needle in ((["push", "tiny"], "never built"), (["pull", "tiny"], "no push of tiny"),
                          (["build", "tiny", "--wait"], "only apply with --slurm"),

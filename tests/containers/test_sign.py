@@ -292,6 +292,7 @@ def _invoke(*args, env=None, timeout=120):
 
 
 @real
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_tasks_sign_twice_then_verify_reports_both_signers_and_refuses_a_tampered_copy(sign_project):
     staff, ta = sign_project.keys
     res = _invoke("sign", "course")

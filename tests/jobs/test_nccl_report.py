@@ -151,6 +151,7 @@ def test_plot_without_line_rate():
     assert not [ln for ln in ax.get_lines() if ln.get_label().startswith("nominal")]
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_task_writes_png_and_prints_table(tmp_path, invoke):
     out = tmp_path / "bw.png"
     proc = invoke("nccl-report", str(LOGS / "all_reduce_ib_2x4_label.log"), "--cluster", "grete", "--out", str(out),
@@ -191,6 +192,7 @@ def test_human_bytes(n, text):
     assert nr.human_bytes(n) == text
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_task_outside_a_project_needs_no_registry(tmp_path, invoke):
     proc = invoke("nccl-report", str(LOGS / "all_reduce_efa_2x8.log"), "--out", str(tmp_path / "p.png"),
                   cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "SHIPYARD_REGISTRY"})

@@ -78,6 +78,7 @@ def test_command_writes_png_beside_the_logs(tmp_path):
     assert text.startswith("usage of job 4242: 2 node(s)")
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_task_through_invoke(tmp_path, invoke):
     (tmp_path / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
     write_samples(tmp_path / "launch" / "logs")
@@ -92,6 +93,7 @@ def _launcher(project: Path, name: str, cluster: str) -> None:
         f"#!/bin/bash\n# environment pytorch-2.3, cluster {cluster}, runtime host, fabric socket: 2 node(s) x 0 GPU(s)\n")
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_cluster_picks_that_clusters_samples_of_a_repeated_job_id(tmp_path, invoke, monkeypatch, capsys):
     """Job ids repeat across clusters: --cluster (default: defaults.cluster, sandbox here) reads only the samples of
     launchers written for that cluster, as `invoke logs` does; an unknown cluster is one line. The first call is the

@@ -104,6 +104,7 @@ def test_header_names_generator_and_exact_regenerate_command(launch_registry):
     assert l.regenerate[-len(HOSTILE_ARGS):] == HOSTILE_ARGS
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_regenerate_command_writes_the_same_file(launch_project, invoke):
     """Run the header's command with real invoke in the project: it must write the identical launcher."""
     fake_build_manifest(launch_project, "pytorch-2.3", "sif")  # the apptainer launcher binds to a built image

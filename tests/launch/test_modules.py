@@ -354,6 +354,7 @@ def _invoke(*args):
     return invoke_cli(*args, cwd=ROOT, env=env, timeout=120)
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_invoke_modules_task(tmp_path):
     res = _invoke("modules", "pytorch-2.3", "--cluster", "grete", "--prefix", str(tmp_path))
     assert res.returncode == 2 and "no image to check the module shipyard/pytorch-2.3 against" in res.stderr

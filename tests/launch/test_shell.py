@@ -131,6 +131,7 @@ def test_bad_input(tools_registry, kwargs, message):
         _plan(tools_registry, kwargs.pop("env_name", None), kwargs.pop("cluster_name", None), **kwargs)
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_task_dry_run_prints_command_and_snippet(tmp_path, invoke):
     reg = write_tools_registry(tmp_path)
     # a preview before anything is built: the line, and a note that running it is refused until then

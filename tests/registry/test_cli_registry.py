@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
 from fixtures_invoke import invoke_cli
 from helpers_registry import DATA, ROOT
 
@@ -39,6 +40,7 @@ def test_check_reports_every_problem_as_a_table_and_exits_nonzero(tmp_path):
     assert "3 error(s)" in res.stdout
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_bad_input_is_one_line_exit_2_no_traceback(tmp_path):
     reg = tmp_path / "r.yaml"
     reg.write_text((DATA / "minimal.yaml").read_text().replace("os:", "oss:"))
@@ -78,6 +80,7 @@ def test_a_torch_newer_than_the_facts_is_named_so(tmp_path):
     assert "torch 2.16.0 is newer than the facts (reviewed " in res.stderr
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_render_writes_into_the_registry_project(tmp_path):
     shutil.copy(DATA / "features.yaml", tmp_path / "registry.yaml")
     res = run("render", "--all", cwd=tmp_path)

@@ -192,6 +192,7 @@ def test_the_wrapper_refuses_a_capability_name_it_cannot_quote():
 
 
 @pytest.mark.real_apptainer
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_the_installed_apptainer_builds_with_post_and_test_and_runs_as_root_and_as_nobody(apptainer_on_path, tmp_path):
     """The configuration above is what this machine needs: a definition build runs %post and %test (the nested calls
     through the wrapper), root's container starts, and an unprivileged user runs the SIF in setuid mode."""
