@@ -109,6 +109,7 @@ def test_usage_agrees_with_readme(helps, name):
     assert f"invoke {name} {pos}" in README, f"neither README.md nor docs/ show `invoke {name} {pos}`"
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_a_real_value_is_still_a_positional(invoke):
     res = invoke("show", "pytorch-2.3")
     assert res.returncode == 0 and res.stdout.startswith("environment pytorch-2.3"), res.stderr

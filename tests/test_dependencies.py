@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 try:
@@ -46,6 +47,7 @@ def _declared() -> set[str]:
     return {Requirement(r).name.lower().replace("_", "-") for r in reqs}
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 def test_test_imports_are_declared():
     """Every third-party module a test imports belongs to a declared dependency or test extra."""
     local = {p.stem for p in TESTS.glob("**/*.py")} | {"shipyard", "tasks", "conftest"}

@@ -311,6 +311,7 @@ def test_tasks_sign_twice_then_verify_reports_both_signers_and_refuses_a_tampere
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.slow  # seconds of CPU (several processes or a real build): CI runs it
 @real
 def test_a_key_with_a_passphrase_and_no_terminal_fails_at_once(sign_project, tmp_path):
     """shipyard hands apptainer the terminal and never a passphrase: with none to type (stdin an empty pipe),

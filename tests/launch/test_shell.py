@@ -153,7 +153,9 @@ def test_task_dry_run_prints_command_and_snippet(tmp_path, invoke):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--gpus 9" in bad.stderr
 
 
-@pytest.mark.parametrize("runtime,suffix", [("apptainer", "sif"), ("pyxis", "sqsh"), ("charliecloud", "sqsh")])
+# one runtime in the quick loop, the others (the same check, other words around it) with the slow tests
+@pytest.mark.parametrize("runtime,suffix", [("apptainer", "sif"), pytest.param("pyxis", "sqsh", marks=pytest.mark.slow),
+                                            pytest.param("charliecloud", "sqsh", marks=pytest.mark.slow)])
 def test_a_replaced_image_is_refused_before_srun(tmp_path, invoke, runtime, suffix):
     """The shell (and --command) runs the image check on the login node first: a staged image replaced with its
     record rewritten stops there, exit 3 and one line, and srun is never asked (no Slurm here to ask)."""
