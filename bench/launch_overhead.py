@@ -15,6 +15,7 @@ Uses a running sandbox in $SHIPYARD_SANDBOX_DIR, or starts one in a temp dir and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -80,10 +82,10 @@ def wait_idle(sb, directory, timeout: float = 300) -> None:
     raise RuntimeError(f"the sandbox's nodes were not idle within {timeout:.0f} s")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    rounds = ap.parse_args().rounds
+@contextlib.contextmanager
+def bench_sandbox() -> Iterator[Path]:
+    """The sandbox a bench runs on: the one $SHIPYARD_SANDBOX_DIR names (left running, as found), else a new one in
+    a temporary folder, stopped at the end. The variable names it for the bench's own commands too."""
     from shipyard import registry
     from shipyard import sandbox as sb
 
@@ -92,33 +94,45 @@ def main() -> None:
     directory.chmod(0o755)
     started = not sb.is_up(directory)
     os.environ[sb.DIR_ENV] = str(directory)
-    project = Path(tempfile.mkdtemp(prefix="shipyard-launch-bench-"))
     try:
         sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").sandbox_cluster())
-        (project / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
-        (project / "start.py").write_text(START)
-        out = project / "out"
-        out.mkdir()
-        (project / "launch" / "logs").mkdir(parents=True)
-        shutil.copytree(ROOT / "definitions", project / "definitions")  # the environments' locks
-        subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "launch", "--cluster", "sandbox", "--nodes",
-                        "2", "--name", "generated", "--", str(project / "start.py"), str(out)], check=True,
-                       cwd=project, env={**os.environ, "SHIPYARD_REGISTRY": str(project / "registry.yaml")},
-                       capture_output=True)
-        gen = project / "launch" / "generated.sbatch"
-        ref = project / "launch" / "reference.sbatch"
-        ref.write_text(REFERENCE.format(log=project / "launch" / "logs" / "reference-%j.out",
-                                        start=project / "start.py", out=out))
-        times: dict[str, list[float]] = {"reference": [], "generated": []}
-        os.chdir(project)
-        for _ in range(rounds):
-            for name, script in (("reference", ref), ("generated", gen)):
-                wait_idle(sb, directory)
-                times[name].append(run_one(sb, directory, script, out))
-        wait_idle(sb, directory)
+        yield directory
     finally:
         if started:
             sb.down(directory)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    rounds = ap.parse_args().rounds
+    from shipyard import sandbox as sb
+
+    project = Path(tempfile.mkdtemp(prefix="shipyard-launch-bench-"))
+    try:
+        with bench_sandbox() as directory:
+            (project / "registry.yaml").write_text((ROOT / "registry.yaml").read_text())
+            (project / "start.py").write_text(START)
+            out = project / "out"
+            out.mkdir()
+            (project / "launch" / "logs").mkdir(parents=True)
+            shutil.copytree(ROOT / "definitions", project / "definitions")  # the environments' locks
+            subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "launch", "--cluster", "sandbox",
+                            "--nodes", "2", "--name", "generated", "--", str(project / "start.py"), str(out)],
+                           check=True, cwd=project, capture_output=True,
+                           env={**os.environ, "SHIPYARD_REGISTRY": str(project / "registry.yaml")})
+            gen = project / "launch" / "generated.sbatch"
+            ref = project / "launch" / "reference.sbatch"
+            ref.write_text(REFERENCE.format(log=project / "launch" / "logs" / "reference-%j.out",
+                                            start=project / "start.py", out=out))
+            times: dict[str, list[float]] = {"reference": [], "generated": []}
+            os.chdir(project)
+            for _ in range(rounds):
+                for name, script in (("reference", ref), ("generated", gen)):
+                    wait_idle(sb, directory)
+                    times[name].append(run_one(sb, directory, script, out))
+            wait_idle(sb, directory)
+    finally:
         shutil.rmtree(project, ignore_errors=True)
     r, g = statistics.median(times["reference"]), statistics.median(times["generated"])
     print(f"machine: {machine()}\n{rounds} rounds, alternating; submit -> all 4 ranks started\n")

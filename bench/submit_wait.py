@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from launch_generation import machine  # noqa: E402
-from launch_overhead import wait_idle  # noqa: E402
+from launch_overhead import bench_sandbox, wait_idle  # noqa: E402
 
 SCRIPT = "#!/bin/sh\n#SBATCH --nodes=1 --ntasks=1 --output=/dev/null\ndate +%s.%N > {out}/$SLURM_JOB_ID\n"
 _STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\] (.*)$")
@@ -59,55 +59,47 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=9)
     jobs = ap.parse_args().jobs
-    from shipyard import registry
     from shipyard import sandbox as sb
 
-    preset = os.environ.get(sb.DIR_ENV)
-    directory = Path(preset) if preset else Path(tempfile.mkdtemp(prefix="shipyard-bench-"))
-    directory.chmod(0o755)
-    started = not sb.is_up(directory)
-    os.environ[sb.DIR_ENV] = str(directory)
     work = Path(tempfile.mkdtemp(prefix="shipyard-submit-bench-"))
     work.chmod(0o755)
     alloc: list[float] = []
     start: list[float] = []
     try:
-        sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").sandbox_cluster())
-        log = directory / "log" / "slurmctld.log"
-        out = work / "out"
-        out.mkdir(mode=0o777)
-        out.chmod(0o777)
-        script = work / "job.sh"
-        script.write_text(SCRIPT.format(out=out))
-        phases = [(i + 0.5) / jobs for i in range(jobs)]
-        random.Random(36).shuffle(phases)
-        for phase in phases:
+        with bench_sandbox() as directory:
+            log = directory / "log" / "slurmctld.log"
+            out = work / "out"
+            out.mkdir(mode=0o777)
+            out.chmod(0o777)
+            script = work / "job.sh"
+            script.write_text(SCRIPT.format(out=out))
+            phases = [(i + 0.5) / jobs for i in range(jobs)]
+            random.Random(36).shuffle(phases)
+            for phase in phases:
+                wait_idle(sb, directory)
+                time.sleep(phase)
+                t0 = time.time()
+                res = sb.run_client(["sbatch", "--parsable", str(script)], directory, capture_output=True, text=True,
+                                    cwd=work)
+                if res.returncode:
+                    raise SystemExit(f"sbatch: {res.stderr.strip()}")
+                job = res.stdout.strip().split(";")[0]
+                deadline = time.time() + 120
+                while not (out / job).is_file() or not (out / job).read_text().strip():
+                    if time.time() > deadline:
+                        raise SystemExit(f"job {job} did not start in 120 s")
+                    time.sleep(0.02)
+                start.append(float((out / job).read_text()) - t0)
+                for _ in range(100):  # slurmctld may write its log line after the job started
+                    submitted, allocated = log_times(log, job)
+                    if submitted is not None and allocated is not None:
+                        break
+                    time.sleep(0.05)
+                if submitted is None or allocated is None:
+                    raise SystemExit(f"job {job}: no submit or allocate line in {log}")
+                alloc.append(allocated - submitted)
             wait_idle(sb, directory)
-            time.sleep(phase)
-            t0 = time.time()
-            res = sb.run_client(["sbatch", "--parsable", str(script)], directory, capture_output=True, text=True,
-                                cwd=work)
-            if res.returncode:
-                raise SystemExit(f"sbatch: {res.stderr.strip()}")
-            job = res.stdout.strip().split(";")[0]
-            deadline = time.time() + 120
-            while not (out / job).is_file() or not (out / job).read_text().strip():
-                if time.time() > deadline:
-                    raise SystemExit(f"job {job} did not start in 120 s")
-                time.sleep(0.02)
-            start.append(float((out / job).read_text()) - t0)
-            for _ in range(100):  # slurmctld may write its log line after the job started
-                submitted, allocated = log_times(log, job)
-                if submitted is not None and allocated is not None:
-                    break
-                time.sleep(0.05)
-            if submitted is None or allocated is None:
-                raise SystemExit(f"job {job}: no submit or allocate line in {log}")
-            alloc.append(allocated - submitted)
-        wait_idle(sb, directory)
     finally:
-        if started:
-            sb.down(directory)
         shutil.rmtree(work, ignore_errors=True)
     print(f"machine: {machine()}\n{jobs} one-node batch jobs, each on an idle sandbox\n")
     print("| interval | median s | min s | max s |\n|---|---|---|---|")

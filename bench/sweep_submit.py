@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from launch_generation import machine  # noqa: E402
+from launch_overhead import bench_sandbox  # noqa: E402
 
 SHIM = """#!/bin/sh
 echo "$*" >> {calls}
@@ -51,57 +52,51 @@ def main() -> None:
     ap.add_argument("--max-array-size", type=int, help="scheduler.max_array_size in the registry (default: the "
                     "sandbox's MaxArraySize, Slurm's 1001): smaller splits the sweep into several arrays")
     args = ap.parse_args()
-    from shipyard import registry
     from shipyard import sandbox as sb
 
-    preset = os.environ.get(sb.DIR_ENV)
-    directory = Path(preset) if preset else Path(tempfile.mkdtemp(prefix="shipyard-bench-"))
-    directory.chmod(0o755)
-    started = not sb.is_up(directory)
     project = Path(tempfile.mkdtemp(prefix="shipyard-sweep-bench-"))
     times: dict[str, list[float]] = {"single": [], "sweep": []}
     calls: dict[str, list[int]] = {"single": [], "sweep": []}
     arrays: list[int] = []
     try:
-        sb.up(directory=directory, cluster=registry.load(ROOT / "registry.yaml").sandbox_cluster())
-        text = (ROOT / "registry.yaml").read_text()
-        if args.max_array_size:
-            text = text.replace("      partitions: [debug]\n",
-                                f"      partitions: [debug]\n      max_array_size: {args.max_array_size}\n", 1)
-        (project / "registry.yaml").write_text(text)
-        shutil.copytree(ROOT / "definitions", project / "definitions")  # the environments' locks
-        (project / "train.py").write_text("import sys; print(sys.argv)\n")
-        table = project / "combos.tsv"
-        table.write_text("lr\tseed\n" + "".join(f"{10 ** -(1 + i % 5):g}\t{i}\n" for i in range(args.combinations)))
-        shim_dir = project / "shim"
-        shim_dir.mkdir()
-        log = project / "sbatch-calls"
-        real = shutil.which("sbatch")
-        if real is None:
-            raise RuntimeError("sbatch is not on PATH")
-        (shim_dir / "sbatch").write_text(SHIM.format(calls=log, real=real))
-        (shim_dir / "sbatch").chmod(0o755)
-        env = {**os.environ, "SHIPYARD_REGISTRY": str(project / "registry.yaml"), sb.DIR_ENV: str(directory),
-               "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
-        base = [sys.executable, "-m", "invoke", "-r", str(ROOT), "launch", "--cluster", "sandbox", "--gpus-per-node",
-                "1", "--sbatch", "begin=now+1hours", "--submit"]
-        argvs = {"single": [*base, "--name", "single", "--", "train.py"],
-                 "sweep": [*base, "--name", "sweep", "--sweep-file", str(table), "--", "train.py"]}
-        for _ in range(args.runs):
-            for name in ("single", "sweep"):
-                log.write_text("")
-                dt, out = timed(argvs[name], project, env)
-                times[name].append(dt)
-                calls[name].append(len(log.read_text().splitlines()))
-                m = re.search(r"as job array\(s\) ([\d, ]+)", out) if name == "sweep" else None
-                ids = [i.strip() for i in m.group(1).split(",")] if m else re.findall(r"\b(\d+)\b", out)[-1:]
-                if name == "sweep":
-                    arrays.append(len(ids))
-                sb.run_client(["scancel", *ids], directory, capture_output=True)
-                shutil.rmtree(project / "launch", ignore_errors=True)  # no finished combination: all submitted again
+        with bench_sandbox() as directory:
+            text = (ROOT / "registry.yaml").read_text()
+            if args.max_array_size:
+                text = text.replace("      partitions: [debug]\n",
+                                    f"      partitions: [debug]\n      max_array_size: {args.max_array_size}\n", 1)
+            (project / "registry.yaml").write_text(text)
+            shutil.copytree(ROOT / "definitions", project / "definitions")  # the environments' locks
+            (project / "train.py").write_text("import sys; print(sys.argv)\n")
+            table = project / "combos.tsv"
+            table.write_text("lr\tseed\n" + "".join(f"{10 ** -(1 + i % 5):g}\t{i}\n" for i in range(args.combinations)))
+            shim_dir = project / "shim"
+            shim_dir.mkdir()
+            log = project / "sbatch-calls"
+            real = shutil.which("sbatch")
+            if real is None:
+                raise RuntimeError("sbatch is not on PATH")
+            (shim_dir / "sbatch").write_text(SHIM.format(calls=log, real=real))
+            (shim_dir / "sbatch").chmod(0o755)
+            env = {**os.environ, "SHIPYARD_REGISTRY": str(project / "registry.yaml"), sb.DIR_ENV: str(directory),
+                   "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
+            base = [sys.executable, "-m", "invoke", "-r", str(ROOT), "launch", "--cluster", "sandbox",
+                    "--gpus-per-node", "1", "--sbatch", "begin=now+1hours", "--submit"]
+            argvs = {"single": [*base, "--name", "single", "--", "train.py"],
+                     "sweep": [*base, "--name", "sweep", "--sweep-file", str(table), "--", "train.py"]}
+            for _ in range(args.runs):
+                for name in ("single", "sweep"):
+                    log.write_text("")
+                    dt, out = timed(argvs[name], project, env)
+                    times[name].append(dt)
+                    calls[name].append(len(log.read_text().splitlines()))
+                    m = re.search(r"as job array\(s\) ([\d, ]+)", out) if name == "sweep" else None
+                    ids = [i.strip() for i in m.group(1).split(",")] if m else re.findall(r"\b(\d+)\b", out)[-1:]
+                    if name == "sweep":
+                        arrays.append(len(ids))
+                    sb.run_client(["scancel", *ids], directory, capture_output=True)
+                    # no finished combination: all submitted again
+                    shutil.rmtree(project / "launch", ignore_errors=True)
     finally:
-        if started:
-            sb.down(directory)
         shutil.rmtree(project, ignore_errors=True)
     s, w = statistics.median(times["single"]), statistics.median(times["sweep"])
     split = f", max_array_size {args.max_array_size}" if args.max_array_size else ""
