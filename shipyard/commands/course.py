@@ -18,7 +18,8 @@ from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import handout, image_check, launcher
 from shipyard.launch.options import Options
-from shipyard.staging import versions
+from shipyard.containers import contents
+from shipyard.staging import kept_contents, versions
 
 
 def sandbox_conf(cluster) -> str | None:
@@ -41,6 +42,30 @@ def remember(ctx: Context, env, cluster, dest: Path) -> None:
     except OSError as exc:
         ctx.say(f"note: cannot list this handout in {versions.handouts_file(pointer)} ({exc.strerror or exc}); "
                 f"`stage --prune` will not know that it runs {versions.current(pointer).name}")
+
+
+def changes_since(ctx: Context, env, cluster, dest: Path, image: str) -> str | None:
+    """What changed between the staged version the handout in ``dest`` binds today and ``image``, the version the
+    new handout binds, in `invoke diff`'s words, for STUDENTS.md's update step; None for a first handout, the same
+    version again, or a cluster without versioned staging. A version staged without a contents record is named,
+    with what could not be compared."""
+    rt = runtimes.get(cluster.runtime)
+    if not rt.containerised:
+        return None
+    pointer = Path(rt.image(ctx.registry.root, env.name, cluster))
+    if not versions.is_pointer(pointer):
+        return None
+    new = Path(image)
+    old = next((pointer.parent / name for name, folders in versions.binders(pointer).items()
+                if dest in folders and name != new.name), None)
+    if old is None:
+        return None
+    before, after = kept_contents.read(old), kept_contents.read(new)
+    if before is None or after is None:
+        missing = old if before is None else new
+        return (f"the course image is now {new.name} (it was {old.name}); {missing.name} was staged without a record "
+                "of its contents, so the two cannot be compared package by package\n")
+    return contents.render_diff(contents.diff(before, after), f"{env.name}: {old.name}", f"{env.name}: {new.name}")
 
 
 def preview(ctx: Context, name: str, text: str, md: str, dest: Path, unbound: str | None) -> int:
@@ -88,7 +113,7 @@ def handout_folder(ctx: Context, opts: Options, out: str, command: Sequence[str]
     dest = Path(out).absolute()
     md = handout.students_md(student, env.name, shlex.join(command), interactive, str(dest),
                              cluster.host_requirements, image_check.SCRIPT if check else None,
-                             sandbox_conf(cluster))
+                             sandbox_conf(cluster), changes_since(ctx, env, cluster, dest, l.image))
     script = handout.copy_source(Path(ctx.registry.root), here, command)
     if dry_run:
         return preview(ctx, l.name, text, md, dest, unbound)

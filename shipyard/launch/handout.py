@@ -93,17 +93,20 @@ def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[
 
 def students_md(l: Launcher, course: str, script: str, interactive: str, where: str,
                 host_requirements: Sequence[str] = (), checked: str | None = None,
-                slurm_conf: str | None = None) -> str:
+                slurm_conf: str | None = None, changes: str | None = None) -> str:
     """STUDENTS.md: one page, for this course's cluster; ``where``: the handout folder students copy.
 
     On a ``host`` cluster the job runs the ``torchrun`` on the student's own PATH (the launcher names no Python, so
     it never depends on the instructor's environment, which may be private); the page says so, with the cluster's
     ``host_requirements``. ``checked``: the image check script the interactive line runs first (said on the page).
     ``slurm_conf``: the configuration file students point their Slurm clients at, where the cluster has no login
-    node whose clients already find theirs (the local sandbox)."""
+    node whose clients already find theirs (the local sandbox). ``changes``: what changed in the course image since
+    the version this folder's previous handout ran (`invoke diff`'s text), shown in the update step as a code block,
+    so no name or version in it is read as Markdown."""
     return templating.render("shipyard.launch", "STUDENTS.md.j2", trim_blocks=True, l=l, course=course,
                              script=script, interactive=interactive, where=where, version=__version__,
-                             host_requirements=tuple(host_requirements), checked=checked, slurm_conf=slurm_conf)
+                             host_requirements=tuple(host_requirements), checked=checked, slurm_conf=slurm_conf,
+                             changes=changes)
 
 
 def copy_source(project: Path, workdir: Path, command: Sequence[str]) -> tuple[Path, PurePosixPath] | None:

@@ -274,3 +274,28 @@ def test_diff_between_two_staged_versions_lists_the_package_changed_between_them
     assert not v1.exists() and not Path(f"{v1}.contents.json").exists() and Path(f"{v2}.contents.json").is_file()
     with pytest.raises(ShipyardError, match=rf"--staged {rec1.sha256[:8]}: no staged version of tiny.sif"):
         _diff(built, rec1.sha256[:8])
+
+
+def test_a_rehandout_says_what_changed_since_the_version_its_folder_held(built, staging_sif, tmp_path):
+    """STUDENTS.md's update step names what changed in the course image, from the contents kept with the version the
+    folder's previous handout ran and the one the new handout runs; a first handout has no such part."""
+    out = tmp_path / "handout"
+    _record_contents(built, "1.26.4")
+    rec1 = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    assert _handout(built, out)[0] == 0
+    first = (out / "STUDENTS.md").read_text()
+    assert "What changed in the course image" not in first
+    _second_build(built, staging_sif, tmp_path)
+    _record_contents(built, "2.0.2")
+    rec2 = helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
+    assert _handout(built, out, replace=True)[0] == 0
+    page = (out / "STUDENTS.md").read_text()
+    dest = storage(built) / "tiny.sif"
+    v1, v2 = versions.version_path(dest, rec1.sha256), versions.version_path(dest, rec2.sha256)
+    part = page[page.index("What changed in the course image since the version this folder held before:"):]
+    assert f"    from tiny: {v1.name}\n    to   tiny: {v2.name}\n" in part
+    assert "    Python packages: 1 changed, 0 added, 0 removed\n      ~ numpy" in part and "1.26.4 -> 2.0.2" in part
+    assert "    apt packages: no change" in part
+    # handing out the same version again says nothing new
+    assert _handout(built, out, replace=True)[0] == 0
+    assert "What changed in the course image" not in (out / "STUDENTS.md").read_text()
