@@ -160,8 +160,10 @@ def test_verify_rebuild_of_the_same_lock_finds_no_python_difference(real_project
     assert m.backend == "apptainer" and m.contents_record is not None and m.previous_contents_record is not None
     # both read from their SIFs (the test base has no venv, so the Python sections are empty on both sides; the
     # verdict on a real closure is tested with recorded contents in test_contents_commands)
-    ours = {k: v for k, v in m.contents_record.labels.items() if k.startswith("org.shipyard.")}
-    assert ours and ours == {k: v for k, v in m.previous_contents_record.labels.items() if k.startswith("org.shipyard.")}
+    def ours(rec):
+        return {k: v for k, v in rec.labels.items() if k.startswith("org.shipyard.")}
+
+    assert ours(m.contents_record) and ours(m.contents_record) == ours(m.previous_contents_record)
 
 
 @real
