@@ -25,7 +25,7 @@ def _checkpoint(path) -> dict:
     process, and every test of this file is slow)."""
     import torch
 
-    return _checkpoint(path)
+    return torch.load(path, weights_only=True)
 
 
 def _run(args, cwd, **kw):
