@@ -5,7 +5,7 @@ it, examples/train.py in the container checkpoints and exits 0, the job requeues
 (The host runtime's run is test_launch_sandbox.py's.)
 
 The image is the busybox root filesystem (tests/fixtures_runtimes.py) with the host's Python and torch bound in
-(``--mounts /usr,/root,/work``; this machine's torch is the host's) and the venv first on the image's PATH, so that
+(``--mounts /usr,/root,/work`` and the Python environment's own folder; this machine's torch is the host's) and the venv first on the image's PATH, so that
 torchrun and train.py run inside the container."""
 
 from __future__ import annotations
@@ -21,13 +21,24 @@ from fixtures_runtimes import build_sif, squashfs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-HOST_MOUNTS = [m for m in ("/usr", "/root", "/work") if Path(m).is_dir()]
+
+def _host_mounts() -> list[str]:
+    """/usr, /root and /work where they exist, and this Python's environment wherever it lives (CI's is a mktemp -d
+    folder under /tmp, which no other mount holds)."""
+    mounts = [m for m in ("/usr", "/root", "/work") if Path(m).is_dir()]
+    if not any(Path(sys.prefix).is_relative_to(m) for m in mounts):
+        mounts.append(sys.prefix)
+    return mounts
+
+
+HOST_MOUNTS = _host_mounts()
 
 
 @pytest.fixture(scope="module")
 def host_python_rootfs(busybox_container_rootfs, tmp_path_factory) -> tuple[Path, str]:
     """A copy of the busybox root filesystem whose image PATH starts with this venv's bin: (rootfs, PATH)."""
     assert any(Path(sys.executable).resolve().is_relative_to(m) for m in HOST_MOUNTS), sys.executable
+    assert any(Path(sys.executable).parent.is_relative_to(m) for m in HOST_MOUNTS), sys.executable  # torchrun
     d = tmp_path_factory.mktemp("signal-image")
     d.chmod(0o755)
     root = d / "rootfs"
