@@ -290,6 +290,20 @@ def test_debian12_environment_builds_for_real(real_project, debian_base, base_re
     assert _in_image(sif, "exec", "sh", "-c", ". /etc/os-release; echo $VERSION_ID; python3 -c 'import torch, sys; "
                      "print(sys.version_info[:2], torch.__version__)'") == "12\n(3, 11) 2.3.1+cu121\n"
     print(f"debian12 real build: {took:.0f} s")
+    # --verify-rebuild: the same lock and base built once more, both images' contents compared
+    import io
+
+    from shipyard.commands import containers as container_commands
+    from shipyard.commands.context import Context
+
+    ctx = Context(reg, out=io.StringIO(), err=io.StringIO())
+    rc = container_commands.build(ctx, "deb", verify_rebuild=True)
+    text = ctx.out.getvalue()
+    assert rc == 0, text + ctx.err.getvalue()
+    assert "Python packages: identical in both builds" in text and "ERROR" not in text
+    m = mf.read_manifest(reg.root / "containers" / "deb.json")
+    assert m.contents_record.apt and m.contents_record.apt == m.previous_contents_record.apt, text  # no apt drift
+    assert m.contents_record.python == m.previous_contents_record.python
 
 
 def test_tool_that_exits_0_without_a_sif_is_a_failure(project, tmp_path, monkeypatch):
