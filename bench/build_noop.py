@@ -45,7 +45,7 @@ def project_with_artifact(base: Path, size: int, env: dict, bindir: Path) -> dic
     environment that points the CLI at it."""
     from shipyard import registry
 
-    root = fb.make_project(base)
+    root = fb.build_project_at(base)
     penv = {**env, "SHIPYARD_REGISTRY": str(root / "registry.yaml")}
     sif = fs.sized_sif(bindir, base / "image.sif", size, base)
     fs.record_build(registry.load(root / "registry.yaml"), "tiny", sif)

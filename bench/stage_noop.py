@@ -51,7 +51,7 @@ def project(tmp: Path, bindir: Path) -> tuple[Path, dict]:
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "APPTAINER_TMPDIR": str(tmp),
            "APPTAINER_CACHEDIR": str(tmp / "cache"), "PYTHONPATH": str(REPO)}
     os.environ.update(env)
-    root = fb.make_project(tmp / "proj")
+    root = fb.build_project_at(tmp / "proj")
     (tmp / "images").mkdir()
     text = (root / "registry.yaml").read_text()
     (root / "registry.yaml").write_text(text.replace("clusters:\n", "clusters:\n" + CLUSTER.replace(

@@ -69,8 +69,9 @@ defaults:
 """
 
 
-def make_project(root: Path, registry_address: str = "127.0.0.1:9") -> Path:
-    """The build preset at a given registry address (tests that push to a real registry)."""
+def build_project_at(root: Path, registry_address: str = "127.0.0.1:9") -> Path:
+    """A folder holding the build preset at a given registry address (tests that push to a real registry); the
+    ``make_project`` fixture (fixtures_projects.py) is the factory for everything else."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "registry.yaml").write_text(PROJECT_REGISTRY.format(registry=registry_address))
     return root

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from shipyard import facts, registry
 from shipyard.definitions import recipe
+from shipyard.sandbox import runtimes
 
-VENDOR = Path(__file__).resolve().parents[3] / "shared" / "vendor" / "nccl-tests-2.19.6.tar.gz"
-if not VENDOR.is_file():  # CI sees the folder at ../shared/vendor from the project root
-    VENDOR = Path(os.environ.get("SHIPYARD_VENDOR", "/work/shared/vendor")) / "nccl-tests-2.19.6.tar.gz"
+# the tests' one source folder ($SHIPYARD_RUNTIME_SOURCES, else ../shared/vendor beside the checkout)
+VENDOR = runtimes.test_sources(Path(__file__).resolve().parents[2]) / "nccl-tests-2.19.6.tar.gz"
 NCCL_TESTS_VALUE = '{version: "2.19.6", url: "file:///src/nccl-tests.tar.gz"}'
 NCCL_TESTS_LINE = f"    nccl_tests: {NCCL_TESTS_VALUE}"
 REG = """

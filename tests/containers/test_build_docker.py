@@ -29,7 +29,7 @@ pytestmark = pytest.mark.docker
 @pytest.fixture
 def dproject(tmp_path, monkeypatch, docker_env, docker_services, tiny_base):
     _, regd = docker_services
-    root = fb.make_project(tmp_path / "proj", regd.address)
+    root = fb.build_project_at(tmp_path / "proj", regd.address)
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
     # only the real tools of this machine: no apptainer/enroot (their doubles are added by the tests that want them)

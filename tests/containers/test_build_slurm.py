@@ -130,7 +130,7 @@ def node_mirror(sandbox, base_registry):
 
 def _job_project(tmp_path, sandbox, node_mirror, monkeypatch, apt: str | None = None):
     """The build project with base_mirror at the nodes' address of the tests' registry, set up for a job."""
-    root = fb.make_project(tmp_path / "proj")
+    root = fb.build_project_at(tmp_path / "proj")
     os.chmod(tmp_path, 0o755)
     reg_file = root / "registry.yaml"
     text = reg_file.read_text() + f"base_mirror:\n  url: {node_mirror}\n  insecure_http: true\n"

@@ -110,7 +110,7 @@ def fast_net(monkeypatch):
 
 
 def project(tmp_path, monkeypatch, address):
-    root = fb.make_project(tmp_path / "proj", address)
+    root = fb.build_project_at(tmp_path / "proj", address)
     monkeypatch.chdir(root)
     return registry.load(root / "registry.yaml")
 
@@ -217,7 +217,7 @@ def test_push_refuses_a_file_that_is_not_a_sif(tmp_path, monkeypatch):
 
 
 def test_registry_uri_with_credentials_is_refused_at_load(tmp_path):
-    text = fb.make_project(tmp_path / "proj", "127.0.0.1:5000").joinpath("registry.yaml").read_text()
+    text = fb.build_project_at(tmp_path / "proj", "127.0.0.1:5000").joinpath("registry.yaml").read_text()
     text = text.replace("oras://127.0.0.1:5000", "oras://user:pw@127.0.0.1:5000")
     assert "user:pw@" in text
     with pytest.raises(ShipyardError) as ei:

@@ -51,7 +51,7 @@ def make_real_sif(path: Path, payload: bytes) -> Path:
 
 
 def project_at(tmp_path: Path, monkeypatch, address: str):
-    root = fb.make_project(tmp_path / "proj", address)
+    root = fb.build_project_at(tmp_path / "proj", address)
     monkeypatch.chdir(root)
     monkeypatch.setenv("SHIPYARD_REGISTRY", str(root / "registry.yaml"))
     return registry.load(root / "registry.yaml")

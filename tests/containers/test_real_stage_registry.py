@@ -14,7 +14,7 @@ import io
 import time
 
 import pytest
-from fixtures_build import make_project
+from fixtures_build import build_project_at
 
 import helpers_stage
 from shipyard import registry
@@ -33,7 +33,7 @@ def test_stage_from_a_plain_http_docker_registry_with_real_enroot(
     digest = next(m["aux"]["Digest"] for m in pushed if "aux" in m)
 
     # the project as the nodes see the registry: the controller's address, plain HTTP (insecure: true)
-    root = make_project(tmp_path / "proj", node_registry.address)
+    root = build_project_at(tmp_path / "proj", node_registry.address)
     text = (root / "registry.yaml").read_text().replace("runtime: host", "runtime: pyxis", 1)
     (root / "registry.yaml").write_text(text)
     (root / ".sandbox" / "images").mkdir(parents=True)
