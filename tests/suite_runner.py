@@ -128,17 +128,9 @@ def _truth(node: ast.expr, marks: dict[str, bool]) -> bool:
     return marks[node.id]
 
 
-def _names(node: ast.expr) -> set[str] | None:
-    """The marks an -m expression names, or None when it holds more than ``and``, ``or``, ``not``, parentheses and
-    plain names (pytest also reads ``mark(key=value)`` and names Python would not parse; those are left to pytest)."""
-    if isinstance(node, ast.BoolOp):
-        found = [_names(v) for v in node.values]
-        return None if None in found else set().union(*found)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return _names(node.operand)
-    if isinstance(node, ast.Name):
-        return {node.id}
-    return None
+# What a plain -m expression parses to: ``and``, ``or``, ``not``, parentheses (no node of their own) and mark names.
+# pytest also reads ``mark(key=value)`` and names Python would not parse; those are left to pytest's collection.
+_PLAIN = (ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.Name, ast.Load)
 
 
 def may_select(pytest_args: list[str], phase: str) -> bool:
@@ -154,8 +146,10 @@ def may_select(pytest_args: list[str], phase: str) -> bool:
         tree = ast.parse(expression, mode="eval").body
     except SyntaxError:
         return True
-    names = _names(tree)
-    if names is None or len(names) > MAX_ENUMERATED_MARKS:
+    if not all(isinstance(n, _PLAIN) for n in ast.walk(tree)):
+        return True
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    if len(names) > MAX_ENUMERATED_MARKS:
         return True
     order = sorted(names)
     return any(_truth(tree, dict(zip(order, values))) for values in itertools.product((False, True), repeat=len(order)))
