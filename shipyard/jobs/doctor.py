@@ -498,8 +498,11 @@ def unreadable_by_readers(image: Path) -> tuple[str, str] | None:
     if reader is None:
         return None
     uid, gid, who = reader
+    as_root = os.geteuid() == 0
+    if not as_root:  # nobody was tried: the read bits are judged
+        who = who.partition(" (tried")[0]
     for path in (version, staged.record_path(version)):
-        if os.geteuid() == 0:
+        if as_root:
             why = _read_as(path, uid, gid)
         else:
             try:
@@ -508,7 +511,6 @@ def unreadable_by_readers(image: Path) -> tuple[str, str] | None:
                 why = exc.strerror or str(exc)
             else:
                 why = f"mode {have:04o}" if mode & 0o044 & ~have else None
-            who = who.partition(" (tried")[0]
         if why:
             return f"{path} is not readable by {who}: {why} (staged for them with mode {rec.mode})", rec.mode
     return None
