@@ -8,7 +8,6 @@ so CI can run it on any registry.
 from __future__ import annotations
 
 from shipyard.commands.context import Context
-from shipyard.containers import base_digest
 from shipyard.definitions import pylock
 from shipyard.definitions import render as definitions
 from shipyard.errors import ShipyardError
@@ -47,6 +46,8 @@ def lock(ctx: Context, env: str | None = None, exclude_newer: str | None = None,
     The base image: a digest the lock records for the same base is kept (a relock does not move it); otherwise,
     and always with ``update_base``, its tag is looked up (:func:`shipyard.containers.base_digest.resolve`).
     ``update_base`` changes only the lock's base lines."""
+    from shipyard.containers import base_digest  # lazy: the registry client (oras, TLS) is not render's to load
+
     e = ctx.environment(env)
     if update_base:
         if exclude_newer or index_url:
