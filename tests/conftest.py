@@ -8,6 +8,7 @@ import sys
 _here = pathlib.Path(__file__).parent
 sys.path.insert(0, str(_here))
 # needs: the marks a service fixture requires; ci_skips: CI=true fails on a skip tests/allowed_skips.yaml does not
-# allow; machine_notes: a failed service test says how much space and memory the machine had
+# allow; machine_notes: a failed service test says how much space and memory the machine had; handoff: a file one
+# run of `invoke test` makes for another; run_order: a module's place in its run
 pytest_plugins = ["pytester", "needs", *sorted(p.stem for p in _here.glob("fixtures_*.py")), "ci_skips",
-                  "machine_notes"]
+                  "machine_notes", "handoff", "run_order"]

@@ -30,6 +30,7 @@ from pathlib import Path
 from shipyard import facts
 from shipyard.errors import ShipyardError
 from shipyard.sandbox import runtimes
+from handoff import HANDOFF_ENV
 from suite_counts import SELECTED_ENV
 
 TESTS = Path(__file__).resolve().parent
@@ -340,7 +341,10 @@ def run_tests(pytest_args: list[str], install: bool = True) -> int:
         # ours last: a --junitxml among the caller's arguments is overridden, not the source of the verdict
         argvs = [[*PYTEST, *args, f"--junitxml={tmp}/run-{i}.xml", "-o", "junit_family=xunit1"]
                  for i, args in enumerate(runs)]
-        envs = [{**env, SELECTED_ENV: f"{tmp}/run-{i}.selected"} for i in range(len(runs))]
+        # one folder where a run leaves what another run of this `invoke test` takes (tests/handoff.py)
+        Path(tmp, "handoff").mkdir()
+        envs = [{**env, SELECTED_ENV: f"{tmp}/run-{i}.selected", HANDOFF_ENV: f"{tmp}/handoff"}
+                for i in range(len(runs))]
         probe = ([*PYTEST, "--collect-only", "-q", "-p", "no:xdist", *with_marks(pytest_args, SERVICES)]
                  if may_select(pytest_args, SERVICES) else None)
         started, codes = _side_by_side(argvs, runs, envs, Path(tmp), probe, env)

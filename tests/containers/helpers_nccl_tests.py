@@ -1,7 +1,11 @@
 """What the two nccl-tests test files share (tests/containers/test_nccl_tests.py compiles, test_nccl_tests_real_pyxis.py
 runs under the real pyxis): the environment, the build context (the upstream archive and the pinned wheels), the docker
-build of the recipe's nccl-tests step, and the real enroot import. Each file runs in its own pytest process of
-`invoke test` (the pyxis one with the real runtimes), so each builds its own image."""
+build of the recipe's nccl-tests step, the image handed between them, and the real enroot import.
+
+Each file runs in its own pytest process of `invoke test` (the pyxis one with the real runtimes), each with its own
+dockerd. The compile test's process builds both variants (the second reuses the first's layers up to the nccl-tests
+step) and hands the ``mpi: none`` image to the real-runtimes process as a `docker save` archive (tests/handoff.py);
+run alone, the pyxis file builds its own."""
 
 from __future__ import annotations
 
@@ -45,6 +49,8 @@ def wheels(dest: Path, reqs: list[str]) -> None:
 IMAGE = "shipyard-test/nccl-tests:compile"
 ONE_BINARY = "ENV MAKEFLAGS=BIN_FILES_LIST=all_reduce"  # make's command-line override of the Makefile's list
 IMAGE_NO_MPI = "shipyard-test/nccl-tests:mpi-none"
+NO_MPI_VALUE = '{version: "2.19.6", url: "file:///src/nccl-tests.tar.gz", mpi: none}'
+HANDED_NO_MPI = "nccl-tests-mpi-none.tar"  # tests/handoff.py's name for it
 
 
 
@@ -77,10 +83,44 @@ def build(docker_services, debian12_base, ctx: Path, tag: str, nccl_tests: str, 
     api = docker_services[0].client(timeout=1800).api
     t0 = time.monotonic()
     log = io.StringIO()
+    steps = []  # (seconds since the build began, docker's "Step N/M : ..." line): where a slow build spends it
     for chunk in api.build(path=str(ctx), tag=tag, rm=True, forcerm=True, network_mode="host", decode=True):
-        log.write(chunk.get("stream", "") + (chunk.get("error", "") + "\n" if "error" in chunk else ""))
+        stream = chunk.get("stream", "")
+        if stream.startswith("Step "):
+            steps.append((time.monotonic() - t0, stream.strip()[:100]))
+        log.write(stream + (chunk.get("error", "") + "\n" if "error" in chunk else ""))
         assert "error" not in chunk, log.getvalue()[-4000:]
-    print(f"nccl-tests compile stage {tag}: {time.monotonic() - t0:.0f} s")
+    total = time.monotonic() - t0
+    ends = [t for t, _ in steps[1:]] + [total]
+    print(f"nccl-tests compile stage {tag}: {total:.0f} s")
+    print("\n".join(f"  {end - begin:6.1f} s  {line}" for (begin, line), end in zip(steps, ends)))
+    return tag
+
+
+def build_no_mpi(docker_services, debian12_base, ctx: Path) -> str:
+    """The recipe's nccl-tests step with ``mpi: none`` (all_reduce_perf only, to keep it cheap): its docker tag."""
+    return build(docker_services, debian12_base, ctx, IMAGE_NO_MPI, NO_MPI_VALUE, (ONE_BINARY,))
+
+
+def save(docker_services, tag: str, dest: Path) -> None:
+    """``docker save TAG > DEST``: the image as the archive `docker load` reads."""
+    api = docker_services[0].client(timeout=900).api
+    t0 = time.monotonic()
+    with open(dest, "wb") as fh:
+        for chunk in api.get_image(tag):
+            fh.write(chunk)
+    print(f"docker save {tag}: {time.monotonic() - t0:.0f} s, {dest.stat().st_size >> 20} MiB")
+
+
+def load(docker_services, archive: Path, tag: str) -> str:
+    """``docker load < ARCHIVE`` into this session's dockerd; ``tag``, checked to be there."""
+    api = docker_services[0].client(timeout=900).api
+    t0 = time.monotonic()
+    with open(archive, "rb") as fh:
+        for _ in api.load_image(fh):
+            pass
+    assert api.inspect_image(tag)["Id"]
+    print(f"docker load {tag} from {archive.name}: {time.monotonic() - t0:.0f} s")
     return tag
 
 

@@ -17,8 +17,10 @@ no CUDA driver/device, which is what a rank on a GPU-less node prints.
 
 from __future__ import annotations
 
+import handoff
 import pytest
-from helpers_nccl_tests import IMAGE, NCCL_TESTS_VALUE, ONE_BINARY, build, build_context
+from helpers_nccl_tests import (HANDED_NO_MPI, IMAGE, NCCL_TESTS_VALUE, ONE_BINARY, build, build_context,
+                                build_no_mpi, save)
 
 from shipyard.definitions import recipe
 
@@ -35,7 +37,13 @@ def nccl_tests_image(docker_services, debian12_base, nccl_tests_context) -> str:
     """The compile stage as a shipyard image builds it by default (Open MPI), built once for this module: the
     recipe's step as written, with make told (``MAKEFLAGS``, make's own channel) to build all_reduce_perf only. Every
     binary compiles and links by the same rule; compiling all 11 cost CI about a minute of both cores, and which
-    binaries a release makes is checked against its Makefile (tests/definitions/test_nccl_tests_release.py)."""
+    binaries a release makes is checked against its Makefile (tests/definitions/test_nccl_tests_release.py).
+
+    When the real-runtimes run of the same `invoke test` wants the ``mpi: none`` variant, it is built here first
+    and handed over (tests/handoff.py): this dockerd then builds the compile image from the same cached layers up to
+    the nccl-tests step."""
+    handoff.give(HANDED_NO_MPI, lambda path: save(docker_services, build_no_mpi(docker_services, debian12_base,
+                                                                                nccl_tests_context), path))
     return build(docker_services, debian12_base, nccl_tests_context, IMAGE, NCCL_TESTS_VALUE, (ONE_BINARY,))
 
 

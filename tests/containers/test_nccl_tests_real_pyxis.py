@@ -2,9 +2,10 @@
 the recipe's nccl-tests step with ``mpi: none`` built with docker (tests/containers/helpers_nccl_tests.py), imported by
 the real `enroot import dockerd://` and built into a SIF by the real `apptainer build docker-daemon://`, launched by
 `invoke nccl-test --runtime pyxis|apptainer --submit`; every rank stops at the missing CUDA device and nccl-report
-says so. (A file of its own, in the real-runtime run of `invoke test`: it
-runs before the real image there. The other way round, tried once, the real image's byte-heavy build and import
-overlapped the docker run's builds and took 17 min instead of 7.)"""
+says so.
+
+In `invoke test` this file runs last in the real-runtimes run (``run_order``), after the real image, and takes the
+image the docker run built for it (tests/handoff.py): building it here cost that run, CI's longest, 5-6 minutes."""
 
 from __future__ import annotations
 
@@ -14,23 +15,28 @@ import subprocess
 import time
 from pathlib import Path
 
+import handoff
 import pytest
-from helpers_nccl_tests import IMAGE_NO_MPI, ONE_BINARY, REG, build, build_context, enroot_import
+from helpers_nccl_tests import HANDED_NO_MPI, IMAGE_NO_MPI, REG, build_context, build_no_mpi, enroot_import, load
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.real_runtimes]
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.real_runtimes,
+              pytest.mark.run_order(2)]
+
+
+# the compile test's run builds the image in minutes of both cores; this file runs last in its own run (after the
+# real image), when that run is long done
+HANDOFF_DEADLINE_S = 900
 
 
 @pytest.fixture(scope="module")
-def nccl_tests_context(debian12_base, tmp_path_factory):
-    return build_context(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def nccl_tests_image(docker_services, debian12_base, nccl_tests_context) -> str:
-    """The recipe's nccl-tests step with ``mpi: none`` (all_reduce_perf only, to keep it cheap), built once for both
-    runtimes: its docker tag."""
-    return build(docker_services, debian12_base, nccl_tests_context, IMAGE_NO_MPI,
-                 '{version: "2.19.6", url: "file:///src/nccl-tests.tar.gz", mpi: none}', (ONE_BINARY,))
+def nccl_tests_image(docker_services, debian12_base, tmp_path_factory) -> str:
+    """The recipe's nccl-tests step with ``mpi: none`` (all_reduce_perf only, to keep it cheap), once for both
+    runtimes: its docker tag. Loaded from the archive the compile test's run of the same `invoke test` made
+    (tests/handoff.py), else built here."""
+    given = handoff.take(HANDED_NO_MPI, HANDOFF_DEADLINE_S)
+    if given is not None:
+        return load(docker_services, given, IMAGE_NO_MPI)
+    return build_no_mpi(docker_services, debian12_base, build_context(tmp_path_factory))
 
 
 def _launch_and_report(sandbox, tmp_path: Path, monkeypatch, runtime: str, image: Path) -> tuple[str, str]:

@@ -55,8 +55,10 @@ from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
 from shipyard.commands.definitions import render as render_cmd
 
+# after the real-runtimes run's short tests, before the nccl-tests file (which takes an image the docker run makes
+# meanwhile): tests/run_order.py
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.real_runtimes,
-              pytest.mark.real_apptainer]
+              pytest.mark.real_apptainer, pytest.mark.run_order(1)]
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "debian12"
 MARK = "shipyard-e2e-marker"
