@@ -123,15 +123,17 @@ def _fill_and_replace(fd: int, tmp: Path, text: str | bytes, path: Path, mode: i
     return path
 
 
-def exclusive_temp(target: str | os.PathLike, mode: int, tag: str = "tmp") -> tuple[int, Path]:
+def exclusive_temp(target: str | os.PathLike, mode: int, tag: str = "tmp",
+                   readable: bool = False) -> tuple[int, Path]:
     """A new file beside ``target`` for writing it: created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name
     (``.NAME.TAG.HOST.PID.RANDOM``: whose it is, and unguessable) with ``mode`` from the start (the umask cannot widen
     it; fchmod makes it exact). A symlink, directory or file planted at that name is an error, never written through.
-    Returns the open descriptor and the path."""
+    Returns the open descriptor (write-only, or read-write when ``readable``) and the path."""
     target = Path(target)
     name = f".{target.name}.{tag}.{os.uname().nodename}.{os.getpid()}.{secrets.token_hex(8)}"
     tmp = target.with_name(name)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    access = os.O_RDWR if readable else os.O_WRONLY
+    fd = os.open(tmp, access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
     try:
         os.fchmod(fd, mode)
     except BaseException:

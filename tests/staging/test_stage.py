@@ -439,28 +439,3 @@ def test_a_record_without_or_with_another_schema_means_stage_again(built):
     out = io.StringIO()
     helpers_stage.stage(built, "tiny", "lab", out=out)
     assert out.getvalue().startswith("staged tiny") and json.loads(path.read_text())["schema"] == 2
-
-
-def test_the_copy_hands_each_written_range_to_writeback_and_hashes_every_byte(tmp_path, monkeypatch):
-    import hashlib
-
-    from shipyard.staging import stage as stage_module
-
-    data = os.urandom(5 * 4096 + 123)
-    (tmp_path / "src").write_bytes(data)
-    monkeypatch.setattr(stage_module, "_COPY_BUFFER", 4096)
-    monkeypatch.setattr(stage_module, "_WRITEBACK_EVERY", 2 * 4096)
-    advised = []
-    real = os.posix_fadvise
-
-    def spy(fd, offset, length, advice):
-        advised.append((offset, length, advice))
-        return real(fd, offset, length, advice)
-
-    monkeypatch.setattr(os, "posix_fadvise", spy)
-    with open(tmp_path / "src", "rb") as fin, open(tmp_path / "dst", "wb") as fout:
-        dev, ino, digest = stage_module._copy_hashing(fin, fout)
-    assert (tmp_path / "dst").read_bytes() == data and digest == hashlib.sha256(data).hexdigest()
-    assert (dev, ino) == ((st := os.stat(tmp_path / "dst")).st_dev, st.st_ino)
-    assert advised == [(0, 0, os.POSIX_FADV_SEQUENTIAL), (0, 8192, os.POSIX_FADV_DONTNEED),
-                       (8192, 8192, os.POSIX_FADV_DONTNEED)]  # whole written ranges, in order; the rest at fsync

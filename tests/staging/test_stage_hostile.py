@@ -24,7 +24,7 @@ from shipyard import project
 from shipyard.errors import ShipyardError
 from shipyard.files import sha256_file
 from shipyard.staging import record as staged
-from shipyard.staging import versions
+from shipyard.staging import copying, versions
 from shipyard.staging import stage as stage_module
 
 pytestmark = pytest.mark.real_apptainer
@@ -135,14 +135,14 @@ def test_the_temp_copy_has_the_final_mode_from_the_start_and_a_dead_stagers_temp
     stale = dest.parent / f".tiny.sif.stage.{os.uname().nodename}.999999999.abcdef"
     stale.write_bytes(b"partial")
     seen = {}
-    real = stage_module._copy_hashing
+    real = copying.copy_hashing
 
     def spy(fin, fout, *a):
         st = os.fstat(fout.fileno())
         seen["mode"], seen["name"] = st.st_mode & 0o777, os.readlink(f"/proc/self/fd/{fout.fileno()}")
         seen["dir"] = os.stat(os.path.dirname(seen["name"])).st_mode & 0o777
         return real(fin, fout, *a)
-    monkeypatch.setattr(stage_module, "_copy_hashing", spy)
+    monkeypatch.setattr(copying, "copy_hashing", spy)
     out = io.StringIO()
     helpers_stage.stage(built, "tiny", "lab", out=out)
     assert seen["mode"] == 0o640 and seen["dir"] == 0o700 and Path(seen["name"]).parent.parent == dest.parent
@@ -159,12 +159,12 @@ def test_a_copy_is_hashed_as_it_is_written_and_not_read_again(built, monkeypatch
 
 
 def test_bytes_that_differ_from_the_manifest_on_the_way_are_refused(built, monkeypatch):
-    real = stage_module._copy_hashing
+    real = copying.copy_hashing
 
     def flip(fin, fout):
         dev, ino, _ = real(fin, fout)
         return dev, ino, "f" * 64  # what a bad read of the source would hash to
-    monkeypatch.setattr(stage_module, "_copy_hashing", flip)
+    monkeypatch.setattr(copying, "copy_hashing", flip)
     with pytest.raises(ShipyardError, match="the staged copy hashes to sha256 f{64}, the source says"):
         helpers_stage.stage(built, "tiny", "lab", out=io.StringIO())
     assert not (storage(built) / "tiny.sif").exists()
