@@ -80,10 +80,6 @@ REAL_RUNTIMES = "real_runtimes"
 # xdist workers for the tests without services: one more than this 2-core machine's cores, because many of those
 # tests wait (subprocesses, deadlines, sockets): the quick loop took 87 s on 2 workers, 68 s on 3, 78 s on 4.
 REST_WORKERS = 3
-# The niceness of each run of :func:`phases`. The real-runtimes run is the critical path (one test after another,
-# the real image alone 13 min of its 23); the docker and service-free runs end 9-10 min before it and the Slurm run 5,
-# so they yield the CPU to it when both want it (a niced process still takes every idle cycle).
-NICENESS = (0, 10, 0, 5)
 
 
 def choose_workers(pytest_args: list[str]) -> bool:
@@ -403,13 +399,6 @@ def _follow(proc: subprocess.Popen, path: Path) -> int:
             time.sleep(0.2)
 
 
-def _niced(run: int):
-    """What the child of run ``run`` does before pytest starts: take the run's niceness (every process it starts,
-    its services and their jobs among them, inherits it)."""
-    level = NICENESS[run] if run < len(NICENESS) else 0
-    return (lambda: os.nice(level)) if level else None
-
-
 def _side_by_side(argvs: list[list[str]], runs: list[list[str]], envs: list[dict], tmp: Path,
                   probe: list[str] | None, env: dict) -> tuple[list[int], list[int]]:
     """Start the runs; (the indexes of those started, their exit statuses).
@@ -423,8 +412,7 @@ def _side_by_side(argvs: list[list[str]], runs: list[list[str]], envs: list[dict
     last = len(argvs) - 1
     outs = [tmp / f"run-{i}.out" for i in range(len(argvs))]
     with open(outs[last], "wb") as fh:
-        rest = subprocess.Popen(argvs[last], stdout=fh, stderr=subprocess.STDOUT, env=envs[last],
-                                preexec_fn=_niced(last))
+        rest = subprocess.Popen(argvs[last], stdout=fh, stderr=subprocess.STDOUT, env=envs[last])
     try:
         collected = 5 if probe is None else subprocess.run(probe, env=env, stdout=subprocess.DEVNULL,
                                                              stderr=subprocess.DEVNULL).returncode
@@ -433,11 +421,9 @@ def _side_by_side(argvs: list[list[str]], runs: list[list[str]], envs: list[dict
         others = []
         for i in range(1, last):
             with open(outs[i], "wb") as fh:
-                others.append(subprocess.Popen(argvs[i], stdout=fh, stderr=subprocess.STDOUT, env=envs[i],
-                                               preexec_fn=_niced(i)))
+                others.append(subprocess.Popen(argvs[i], stdout=fh, stderr=subprocess.STDOUT, env=envs[i]))
         try:
-            first = subprocess.Popen(argvs[0], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=envs[0],
-                                     preexec_fn=_niced(0))
+            first = subprocess.Popen(argvs[0], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=envs[0])
             codes = [_relay(first)]
         finally:
             codes += [p.wait() for p in others]
