@@ -82,8 +82,9 @@ def _launch_and_report(sandbox, tmp_path: Path, monkeypatch, runtime: str, image
 def _ranks_stopped_at_the_missing_device(report: str, log: str) -> None:
     """One or both ranks reported the missing CUDA device. The first rank to fail ends the step (srun
     --kill-on-bad-exit), sometimes before the other made its first CUDA call. And srun, ending the step, may drop the
-    failed task's last output in flight (seen once in CI, 1 of 6 runs: the log had nccl-tests' header and srun's
-    "task 0: Exited with exit code 2", nccl-tests' exit status for a CUDA error, but not the error line): then that
+    failed task's last output in flight (under Apptainer, in two CI runs under load, never in a run alone: the log had
+    nccl-tests' header and srun's "task 0: Exited with exit code 2", nccl-tests' exit status for a CUDA error, but
+    not the error line): then that
     exit status is what is left to check, and the report claims no transport (it advises NCCL's own log then)."""
     m = re.search(r"FAIL no CUDA device: (\d+) rank\(s\) stopped at their first CUDA call", report)
     if m:
