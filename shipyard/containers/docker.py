@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from shipyard import project
-from shipyard.containers import buildnet, contents
+from shipyard.containers import buildnet, contents, oci_layout
 from shipyard.containers.common import (
     Job,
     ShipyardError,
@@ -225,6 +225,18 @@ class DockerBackend:
         labels = (self.api.inspect_image(image_id).get("Config") or {}).get("Labels") or {}
         return contents.parse_probe(out, "docker run", labels={str(k): str(v) for k, v in labels.items()})
 
+    def _sif(self, job: Job, rel: str) -> None:
+        """``apptainer build REL oci:LAYOUT`` from the tagged image, saved as an OCI layout with uncompressed layers
+        (:mod:`shipyard.containers.oci_layout`: why not ``docker-daemon://``) where Apptainer keeps its own
+        temporary files, and removed after."""
+        where = os.environ.get("APPTAINER_TMPDIR") or tempfile.gettempdir()
+        with tempfile.TemporaryDirectory(prefix="shipyard-oci-", dir=where) as layout:
+            saved = oci_layout.write_layout(self.api.get_image(job.tag), Path(layout), job.tag.rsplit(":", 1)[1])
+            job.log.write(f"sif: {job.tag} saved as an OCI layout ({saved['layers']} layers, "
+                          f"{saved['bytes'] / 2**30:.2f} GiB uncompressed, each checked against the image's "
+                          "diff_ids)")
+            run_streaming(["apptainer", "build", rel, f"oci:{layout}"], job.log, cwd=job.root)
+
     def run(self, job: Job) -> tuple[dict[str, Path], dict]:
         image_id = self._build_image(job)
         self._run_test(job, image_id)
@@ -242,11 +254,11 @@ class DockerBackend:
                 tmp = project.temp_path(project.artifact_path(job.reg, job.env.name, fmt))
                 temps[fmt] = tmp
                 rel = str(tmp.relative_to(job.root))
-                argv = (["apptainer", "build", rel, f"docker-daemon://{job.tag}"] if fmt == "sif"
-                        else ["enroot", "import", "-o", rel, f"dockerd://{job.tag}"])
-                run_streaming(argv, job.log, cwd=job.root)
                 if fmt == "sif":
+                    self._sif(job, rel)
                     check_sif(tmp)
+                else:
+                    run_streaming(["enroot", "import", "-o", rel, f"dockerd://{job.tag}"], job.log, cwd=job.root)
         except BaseException:
             for t in temps.values():
                 t.unlink(missing_ok=True)

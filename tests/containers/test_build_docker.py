@@ -7,6 +7,7 @@ with the pinned versions; its %test equivalent (definitions/tiny.test.sh) really
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -107,8 +108,13 @@ def test_sif_and_sqsh_come_from_the_tagged_image(dproject, docker_env, apptainer
     tag = m.image["tag"]
     pid = os.getpid()
     log = (dproject.root / m.log).read_text()
-    # the real Apptainer read the tagged image from the session's dockerd (DOCKER_HOST)
-    assert f"$ apptainer build containers/tiny.sif.tmp-{pid} docker-daemon://{tag}\n" in log, log[-3000:]
+    # the real Apptainer built from the tagged image of the session's dockerd (DOCKER_HOST), saved as an OCI layout
+    # in APPTAINER_TMPDIR (each layer checked against its diff_id) and removed after
+    assert re.search(rf"sif: {re.escape(tag)} saved as an OCI layout \(\d+ layers, [0-9.]+ GiB uncompressed, each "
+                     r"checked against the image's diff_ids\)\n", log), log[-3000:]
+    assert re.search(rf"\$ apptainer build containers/tiny.sif.tmp-{pid} oci:{re.escape(str(tmp_path))}/shipyard-oci-"
+                     r"\w+\n", log), log[-3000:]
+    assert not list(tmp_path.glob("shipyard-oci-*"))
     assert m.tools["apptainer"].startswith("apptainer version ")
     assert set(m.artifacts) == {"sif", "sqsh"}
     sqsh = dproject.root / "containers" / "tiny.sqsh"

@@ -1,6 +1,7 @@
 """nccl-tests under the real pyxis and the real Apptainer on the 2-node sandbox (`invoke nccl-test`'s launcher shape):
 the recipe's nccl-tests step with ``mpi: none`` built with docker (tests/containers/helpers_nccl_tests.py), imported by
-the real `enroot import dockerd://` and built into a SIF by the real `apptainer build docker-daemon://`, launched by
+the real `enroot import dockerd://` and built into a SIF by the real `apptainer build oci:` (the image saved as an OCI
+layout, as `invoke build` does), launched by
 `invoke nccl-test --runtime pyxis|apptainer --submit`; every rank stops at the missing CUDA device and nccl-report
 says so.
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +20,8 @@ from pathlib import Path
 import handoff
 import pytest
 from helpers_nccl_tests import HANDED_NO_MPI, IMAGE_NO_MPI, REG, build_context, build_no_mpi, enroot_import, load
+
+from shipyard.containers import oci_layout
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.slurm, pytest.mark.real_runtimes,
               pytest.mark.run_order(2)]
@@ -119,8 +123,8 @@ def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(
 @pytest.mark.real_apptainer
 def test_two_node_nccl_test_in_real_apptainer_reaches_no_cuda_device_on_every_rank(
         docker_env, nccl_tests_image, sandbox, apptainer_on_path, tmp_path, monkeypatch):
-    """The same image as a SIF that the real Apptainer builds from the docker daemon (as `invoke build`'s SIF step
-    does), launched by `invoke nccl-test --runtime apptainer --image X.sif --image-has-nccl-tests --submit`: `apptainer
+    """The same image as a SIF that the real Apptainer builds from the docker daemon's image saved as an OCI layout
+    (as `invoke build`'s SIF step does), launched by `invoke nccl-test --runtime apptainer --image X.sif --image-has-nccl-tests --submit`: `apptainer
     exec --nv` on a node without a GPU starts all_reduce_perf (the image's PATH from its ENV line), and every task
     stops at the missing CUDA device. Apptainer starts a container faster than pyxis: the first task to fail ends
     the step (srun --kill-on-bad-exit), sometimes before the other node's task made its first CUDA call, so one or
@@ -130,12 +134,13 @@ def test_two_node_nccl_test_in_real_apptainer_reaches_no_cuda_device_on_every_ra
     monkeypatch.setenv("APPTAINER_CACHEDIR", str(tmp_path / "apptainer-cache"))
     sif = tmp_path / "nccl-tests.sif"
     t0 = time.monotonic()
-    res = subprocess.run(["apptainer", "build", str(sif), f"docker-daemon://{nccl_tests_image}"], capture_output=True,
-                         text=True, timeout=900)
+    layout = tmp_path / "layout"
+    oci_layout.write_layout(docker_env.client().api.get_image(nccl_tests_image), layout, "nccl-tests")
+    res = subprocess.run(["apptainer", "build", str(sif), f"oci:{layout}"], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    shutil.rmtree(layout)
     sif.chmod(0o644)
-    print(f"apptainer build docker-daemon://{nccl_tests_image}: {time.monotonic() - t0:.0f} s, "
-          f"{sif.stat().st_size >> 20} MiB")
+    print(f"apptainer build oci: of {nccl_tests_image}: {time.monotonic() - t0:.0f} s, {sif.stat().st_size >> 20} MiB")
     script, report, log = _launch_and_report(sandbox, tmp_path, monkeypatch, "apptainer", sif)
     assert "srun --mpi=none " in script and "apptainer exec --nv --no-home " in script and str(sif) in script, script
     _ranks_stopped_at_the_missing_device(report, log)

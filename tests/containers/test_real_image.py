@@ -18,9 +18,9 @@ certificate in certificate chain" unless the bundle reaches it. The test then pr
 the proxy values are in the image's history, config or labels, in its file system, in the manifest or in the log.
 
 The same image then trains examples/train.py on the sandbox's 2 nodes under each real runtime: as a SIF that the real
-Apptainer 1.4.5 builds from the docker image (``apptainer build X.sif docker-daemon://TAG``, the build's own step),
-as root and as an unprivileged user (setuid mode); as a .sqsh that the real enroot imports, under the real pyxis;
-unpacked, under the real ch-run.
+Apptainer 1.4.5 builds from the docker image (``apptainer build X.sif oci:LAYOUT``, the build's own step, with the
+image saved as an OCI layout), as root and as an unprivileged user (setuid mode); as a .sqsh that the real enroot
+imports, under the real pyxis; unpacked, under the real ch-run.
 
 Marked slow: about 1.8 GB from PyPI; bench/README.md has its time against a ``pip download`` of the same lock.
 """
