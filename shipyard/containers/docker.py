@@ -12,6 +12,7 @@ set. A build that is killed or fails therefore never leaves that tag on a partia
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import re
@@ -231,7 +232,14 @@ class DockerBackend:
         temporary files, and removed after."""
         where = os.environ.get("APPTAINER_TMPDIR") or tempfile.gettempdir()
         with tempfile.TemporaryDirectory(prefix="shipyard-oci-", dir=where) as layout:
-            saved = oci_layout.write_layout(self.api.get_image(job.tag), Path(layout), job.tag.rsplit(":", 1)[1])
+            try:
+                saved = oci_layout.write_layout(self.api.get_image(job.tag), Path(layout), job.tag.rsplit(":", 1)[1])
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                raise ShipyardError(f"sif: {exc.filename or layout}: {exc.strerror} while saving {job.tag} as an "
+                                    "OCI layout for `apptainer build` (it needs about the image's size); set "
+                                    "APPTAINER_TMPDIR to a folder on a larger disk") from None
             job.log.write(f"sif: {job.tag} saved as an OCI layout ({saved['layers']} layers, "
                           f"{saved['bytes'] / 2**30:.2f} GiB uncompressed, each checked against the image's "
                           "diff_ids)")

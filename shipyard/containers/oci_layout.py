@@ -84,6 +84,10 @@ class _Blobs:
                 view = memoryview(chunk)
                 while view:
                     view = view[os.write(fd, view):]
+        except OSError as exc:  # a full disk: say which file (os.write names none)
+            if exc.filename is None and exc.errno is not None:
+                raise OSError(exc.errno, exc.strerror, str(tmp)) from None
+            raise
         finally:
             os.close(fd)
         digest = "sha256:" + h.hexdigest()
