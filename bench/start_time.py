@@ -17,7 +17,10 @@ processes falls on all of them alike; the figure is the median over the rounds.
 With ``--before DIR`` (a directory holding another version's ``shipyard/`` package, e.g. from
 ``git archive REV shipyard | tar -x -C DIR``) the three commands also run with that package, in the same rounds.
 
-    python bench/start_time.py [--runs 9] [--no-reference] [--before DIR] [--json bench/out/start_time.json]
+With ``--help-tasks all`` every task's ``--help`` is timed too, in the same rounds (``--help-tasks NAME,NAME``: some).
+
+    python bench/start_time.py [--runs 9] [--no-reference] [--before DIR] [--help-tasks all]
+                               [--json bench/out/start_time.json]
 """
 
 from __future__ import annotations
@@ -74,6 +77,24 @@ def cpu_seconds(cmd: list[str], cwd: Path, env: dict) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def help_tasks(chosen: str) -> list[str]:
+    """The task names ``--help-tasks`` chose: every task of shipyard's table (``collection.task`` inside a
+    collection) for 'all'."""
+    if not chosen:
+        return []
+    sys.path.insert(0, str(ROOT))
+    from shipyard import tasks
+
+    every = [s.name for s in tasks.TOP] + [f"{c}.{s.name}" for c, specs in tasks.COLLECTIONS.items() for s in specs]
+    if chosen == "all":
+        return every
+    names = [n for n in chosen.split(",") if n]
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        raise SystemExit(f"--help-tasks: no task {', '.join(unknown)} (tasks: {', '.join(every)})")
+    return names
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=9)
@@ -81,7 +102,10 @@ def main() -> None:
     ap.add_argument("--json", default=str(OUT / "start_time.json"))
     ap.add_argument("--no-reference", action="store_true",
                     help="skip hpccm (its venv needs the network on first use)")
+    ap.add_argument("--help-tasks", default="",
+                    help="also time `TASK --help` for these tasks: 'all' (every task shipyard has) or NAME,NAME")
     args = ap.parse_args()
+    helps = help_tasks(args.help_tasks)
     OUT.mkdir(parents=True, exist_ok=True)
     hpccm = None if args.no_reference else hpccm_bin()
     py = sys.executable
@@ -109,9 +133,11 @@ def main() -> None:
             ("invoke launch --dry-run -- examples/train.py",
              [py, "-m", "shipyard", "launch", "--dry-run", "--", "examples/train.py"]),
         ]
+        rows += [(f"invoke {name} --help", [py, "-m", "shipyard", name, "--help"]) for name in helps]
         if args.no_reference:
             rows = rows[1:]
-        commands = [r for r in rows if r[0].startswith("invoke ") and r[0] != "invoke --list" and "floor" not in r[0]]
+        commands = [r for r in rows if r[0].startswith("invoke ") and r[0] != "invoke --list" and "floor" not in r[0]
+                    and not r[0].endswith(" --help")]
         envs = {label: env for label, _ in rows}
         if args.before:
             before_env = dict(env, PYTHONPATH=str(Path(args.before).resolve()))
@@ -135,6 +161,11 @@ def main() -> None:
     print("|---|---|---|")
     for label, _ in rows:
         print(f"| {label} | {med[label]:.3f} | {med[label] / ref:.2f} |")
+    if helps:
+        ratios = {label: med[label] / ref for label, _ in rows if label.endswith(" --help")}
+        worst = max(ratios, key=ratios.get)
+        print(f"\n{len(ratios)} tasks' --help: median {statistics.median(ratios.values()):.2f}x the floor, "
+              f"highest {ratios[worst]:.2f}x ({worst})")
     Path(args.json).write_text(json.dumps({"runs": args.runs, "times": times, "median": med,
                                            "ratio": {k: v / ref for k, v in med.items()}}, indent=1))
 
