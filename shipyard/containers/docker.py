@@ -13,10 +13,12 @@ set. A build that is killed or fails therefore never leaves that tag on a partia
 from __future__ import annotations
 
 import errno
+import hashlib
 import ipaddress
 import os
 import re
 import shutil
+import stat
 import tarfile
 import tempfile
 from pathlib import Path
@@ -226,12 +228,25 @@ class DockerBackend:
         labels = (self.api.inspect_image(image_id).get("Config") or {}).get("Labels") or {}
         return contents.parse_probe(out, "docker run", labels={str(k): str(v) for k, v in labels.items()})
 
-    def _sif(self, job: Job, rel: str) -> None:
+    def _sif(self, job: Job, rel: str, target: Path) -> None:
         """``apptainer build REL oci:LAYOUT`` from the tagged image, saved as an OCI layout with uncompressed layers
         (:mod:`shipyard.containers.oci_layout`: why not ``docker-daemon://``) where Apptainer keeps its own
-        temporary files, and removed after."""
-        where = os.environ.get("APPTAINER_TMPDIR") or tempfile.gettempdir()
-        with tempfile.TemporaryDirectory(prefix="shipyard-oci-", dir=where) as layout:
+        temporary files, and removed after.
+
+        The layout's name starts with a hash of ``target`` (the SIF it is for). This runs under that environment's
+        build lock, so a layout of that name is what a killed build of it left (GBs in a shared /tmp): removed
+        first, when it is a folder of this user's and no symlink."""
+        where = Path(os.environ.get("APPTAINER_TMPDIR") or tempfile.gettempdir())
+        prefix = f"shipyard-oci-{hashlib.sha256(str(target).encode()).hexdigest()[:16]}-"
+        for old in where.glob(prefix + "*"):
+            try:
+                st = old.lstat()
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+                shutil.rmtree(old, ignore_errors=True)
+                job.log.write(f"sif: removed {old}, the OCI layout a killed build of {target.name} left")
+        with tempfile.TemporaryDirectory(prefix=prefix, dir=where) as layout:
             try:
                 saved = oci_layout.write_layout(self.api.get_image(job.tag), Path(layout), job.tag.rsplit(":", 1)[1])
             except OSError as exc:
@@ -263,7 +278,7 @@ class DockerBackend:
                 temps[fmt] = tmp
                 rel = str(tmp.relative_to(job.root))
                 if fmt == "sif":
-                    self._sif(job, rel)
+                    self._sif(job, rel, project.artifact_path(job.reg, job.env.name, fmt))
                     check_sif(tmp)
                 else:
                     run_streaming(["enroot", "import", "-o", rel, f"dockerd://{job.tag}"], job.log, cwd=job.root)

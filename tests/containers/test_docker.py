@@ -66,9 +66,63 @@ def test_a_full_disk_while_saving_the_layout_names_the_file_and_apptainer_tmpdir
     with BuildLog(tmp_path / "build.log", quiet=True) as log:
         job = Job(reg=None, env=None, formats=("sif",), fakeroot=False, tag="shipyard/real:abc", log=log)
         with pytest.raises(ShipyardError) as err:
-            b._sif(job, "containers/real.sif.tmp-1")
+            b._sif(job, "containers/real.sif.tmp-1", tmp_path / "proj" / "containers" / "real.sif")
     line = str(err.value)
     assert line.startswith(f"sif: {tmp_path}/shipyard-oci-"), line
     assert "/blobs/sha256/.part-2: No space left on device while saving shipyard/real:abc as an OCI layout" in line
     assert line.endswith("set APPTAINER_TMPDIR to a folder on a larger disk") and "\n" not in line
     assert [p.name for p in tmp_path.iterdir()] == ["build.log"]
+
+
+def test_the_layout_a_killed_build_left_is_removed_and_nothing_else(tmp_path, monkeypatch):
+    """A build killed while saving (SIGKILL: no cleanup) leaves GBs in APPTAINER_TMPDIR. The next build of the same
+    SIF, holding its build lock, removes that folder; another SIF's layout (another project, another environment:
+    maybe building now), a symlink with the same name (never followed) and another user's folder stay."""
+    import hashlib
+    import os
+    import subprocess
+    import types
+
+    from test_oci_layout import legacy_archive
+
+    from shipyard.containers.common import Job
+    from shipyard.containers.log import BuildLog
+
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    monkeypatch.setenv("APPTAINER_TMPDIR", str(tmpdir))
+    target = tmp_path / "proj" / "containers" / "real.sif"
+    prefix = f"shipyard-oci-{hashlib.sha256(str(target).encode()).hexdigest()[:16]}-"
+    stale = tmpdir / f"{prefix}x1y2z3"
+    (stale / "blobs" / "sha256").mkdir(parents=True)
+    (stale / "blobs" / "sha256" / ".part-1").write_bytes(b"half a layer")
+    other = tmpdir / f"shipyard-oci-{hashlib.sha256(str(target.with_name('other.sif')).encode()).hexdigest()[:16]}-a"
+    other.mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    (tmpdir / f"{prefix}link").symlink_to(victim)
+    project = types.SimpleNamespace(root=tmp_path / "proj")  # what a Job reads of its registry: the project root
+    ran = []
+    monkeypatch.setattr(backend, "run_streaming", lambda argv, log, cwd=None: ran.append(argv))
+    b = backend.DockerBackend()
+    b._api = _SavingEngine(legacy_archive())
+    with BuildLog(tmp_path / "build.log", quiet=True) as log:
+        job = Job(reg=project, env=None, formats=("sif",), fakeroot=False, tag="shipyard/real:abc", log=log)
+        b._sif(job, "containers/real.sif.tmp-1", target)
+    assert not stale.exists()
+    assert other.is_dir() and (victim / "keep").exists() and (tmpdir / f"{prefix}link").is_symlink()
+    text = (tmp_path / "build.log").read_text()
+    assert f"sif: removed {stale}, the OCI layout a killed build of real.sif left" in text
+    # the new layout was made under the same prefix and is gone after the build
+    [[*_, source]] = ran
+    assert source.startswith(f"oci:{tmpdir}/{prefix}") and not os.path.exists(source[4:])
+    if os.geteuid() == 0:  # another user's folder of that name is not ours to remove
+        foreign = tmpdir / f"{prefix}foreign"
+        foreign.mkdir()
+        os.chown(foreign, 65534, 65534)
+        with BuildLog(tmp_path / "build2.log", quiet=True) as log:
+            b._sif(Job(reg=project, env=None, formats=("sif",), fakeroot=False, tag="shipyard/real:abc", log=log),
+                   "containers/real.sif.tmp-1", target)
+        assert foreign.is_dir()
+        subprocess.run(["rm", "-rf", str(foreign)], check=True)
