@@ -128,6 +128,7 @@ class NcclTest:
     nccl_test_mpi: str  # srun's MPI plugin; "none": one task per node drives its GPUs
     nccl_test_args: tuple[str, ...]
     nccl_test_tasks: int  # ranks per node: one per GPU, or one driving every GPU with mpi none
+    nccl_test_grace: int  # seconds a failed task waits before exiting, so that its last lines reach the log
 
 
 @dataclass(frozen=True)
@@ -618,7 +619,7 @@ def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int, in_imag
     command = f"{facts.load('nccl_tests')['prefix']}/bin/{binary}" if in_image else binary
     return {"nccl_test_binary": command, "nccl_test_mpi": mpi, "nccl_test_args": tuple(args),
             "nccl_test_tasks": 1 if mpi == "none" else gpus, "binary": binary, "sizes": sizes, "iters": iters,
-            "check": check}
+            "check": check, "nccl_test_grace": int(nt["failure_grace_s"])}
 
 
 def _nccl_test_env(kind: str, nodes: int, env: tuple[EnvVar, ...]) -> dict:
@@ -666,6 +667,16 @@ def _prepend_exports(l: Launcher) -> str:
     return "; ".join(prepend_exports(l.env))
 
 
+def _nccl_test_script(l: Launcher, image_path: str) -> str:
+    """The ``/bin/sh -c`` script each nccl-test task runs its binary through (POSIX sh: in the container when there
+    is one): the image's PATH back for an external image, the host-injected path lists in front, then the binary; a
+    failed binary's task waits ``nccl_test_grace`` seconds before exiting with its status, so that its last lines
+    (why it failed) reach the log before srun's --kill-on-bad-exit ends the step."""
+    return "; ".join(x for x in (image_path, _prepend_exports(l)) if x) + \
+        f'{"; " if image_path or _prepend_exports(l) else ""}"$@"; rc=$?; ' \
+        f'if [ "$rc" -ne 0 ]; then sleep {l.nccl_test_grace}; fi; exit "$rc"'
+
+
 def render(l: Launcher) -> str:
     """The launcher script for ``l`` (a pure function: same model, same text)."""
     image_path = runtimes.get(l.runtime).image_path_prelude() if l.image_opt_out else ""
@@ -683,8 +694,7 @@ def render(l: Launcher) -> str:
         prepends=[v for v in l.env if v.prepend],
         prepend_exports=_prepend_exports(l),
         image_path=image_path,
-        prepend_script="; ".join(x for x in (image_path, _prepend_exports(l)) if x) + '; exec "$@"',
-        opt_out_script="; ".join(x for x in (image_path, 'exec "$@"') if x),
+        nccl_test_script=_nccl_test_script(l, image_path),
         # handout: the submit dir's logs/; a sweep: one log per array task
         log=(f"logs/{l.name}-%j.out" if l.handout
              else f"{l.log_dir}/{l.name}-" + ("%A_%a.out" if l.combinations else "%j.out")),

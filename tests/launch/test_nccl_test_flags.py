@@ -71,3 +71,37 @@ def test_ring_on_two_or_more_nodes_unless_given():
     assert algo(nodes=1, kind="nccl-test")[0] == []
     assert algo(nodes=2, command=("train.py",))[0] == []
     assert algo(nodes=2, kind="nccl-test", env=["NCCL_ALGO=Tree"])[0] == [("Tree", "--env")]
+
+
+def _task_script(text: str) -> str:
+    """The script the nccl-test step's tasks run their binary through (``/bin/sh -c SCRIPT nccl-tests BINARY ...``)."""
+    import shlex
+
+    line = next(x for x in text.splitlines() if x.lstrip().startswith("/bin/sh -c "))
+    words = shlex.split(line.strip().rstrip("\\"))
+    assert words[:2] == ["/bin/sh", "-c"] and words[3] == "nccl-tests", words
+    return words[2]
+
+
+@pytest.mark.parametrize("status", [0, 2])
+def test_a_failed_task_waits_before_exiting_so_its_last_lines_reach_the_log(status):
+    """nccl-tests exits 2 after printing why (a CUDA or NCCL error); srun's --kill-on-bad-exit ends the step when a
+    task exits non-zero, and under load the failed task's last line was lost. The task's script keeps a failed task
+    alive ``failure_grace_s`` (shipyard/data/launch.yaml) before it exits with the binary's status; a task that
+    succeeds exits at once. Run here in the real /bin/sh, with a grace of 1 s."""
+    import subprocess
+    import time
+
+    from shipyard.launch.launcher import _nccl_test_script
+
+    l = build_launcher(_reg(), cluster="lab-socket", nodes=2, kind="nccl-test")
+    assert l.nccl_test_grace == launcher.launch_data()["nccl_test"]["failure_grace_s"] == 5
+    script = _task_script(launcher.render(l))
+    assert script == _nccl_test_script(l, "")
+    script = _nccl_test_script(l.replace(nccl_test_grace=1), "")
+    t0 = time.monotonic()
+    res = subprocess.run(["/bin/sh", "-c", script, "nccl-tests", "/bin/sh", "-c", f"echo why; exit {status}"],
+                         capture_output=True, text=True, timeout=30)
+    took = time.monotonic() - t0
+    assert (res.returncode, res.stdout) == (status, "why\n")
+    assert (took >= 1.0) if status else (took < 0.9), took
