@@ -202,7 +202,8 @@ def write_layout(chunks: Iterable[bytes], dest: Path, ref: str) -> dict:
     if not isinstance(manifest, list) or len(manifest) != 1 or not isinstance(manifest[0], dict):
         raise ShipyardError("docker save: manifest.json names no single image")
     entry = manifest[0]
-    config_bytes = kept.get(resolve(entry.get("Config", "")))
+    config_name = resolve(entry.get("Config", ""))
+    config_bytes = kept.get(config_name)
     try:
         config = json.loads(config_bytes)
         diff_ids = config["rootfs"]["diff_ids"]
@@ -223,7 +224,7 @@ def write_layout(chunks: Iterable[bytes], dest: Path, ref: str) -> dict:
             raise ShipyardError(f"docker save: layer {i} is {digest[7:19]}, the config says {str(want)[7:19]}: "
                                 "the saved stream is damaged")
         layers.append({"mediaType": LAYER_TYPE, "digest": digest, "size": size})
-    config_digest, config_size = blobs.put(config_bytes)
+    config_digest, config_size = members[config_name]  # a member like any other: already a blob
     body = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST_TYPE,
                        "config": {"mediaType": CONFIG_TYPE, "digest": config_digest, "size": config_size},
                        "layers": layers}).encode()

@@ -672,9 +672,8 @@ def _nccl_test_script(l: Launcher, image_path: str) -> str:
     is one): the image's PATH back for an external image, the host-injected path lists in front, then the binary; a
     failed binary's task waits ``nccl_test_grace`` seconds before exiting with its status, so that its last lines
     (why it failed) reach the log before srun's --kill-on-bad-exit ends the step."""
-    return "; ".join(x for x in (image_path, _prepend_exports(l)) if x) + \
-        f'{"; " if image_path or _prepend_exports(l) else ""}"$@"; rc=$?; ' \
-        f'if [ "$rc" -ne 0 ]; then sleep {l.nccl_test_grace}; fi; exit "$rc"'
+    run = f'"$@"; rc=$?; if [ "$rc" -ne 0 ]; then sleep {l.nccl_test_grace}; fi; exit "$rc"'
+    return "; ".join(x for x in (image_path, _prepend_exports(l), run) if x)
 
 
 def render(l: Launcher) -> str:
