@@ -20,8 +20,6 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from packaging.utils import canonicalize_name
-
 from shipyard import facts
 from shipyard.definitions.recipe import VENV
 from shipyard.errors import ShipyardError
@@ -116,6 +114,8 @@ def parse_pip_list(text: str, where: str = "pip list") -> dict[str, str]:
         raise ShipyardError(f"{where}: not pip's JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, list):
         raise ShipyardError(f"{where}: not pip's JSON (expected a list of packages)")
+    from packaging.utils import canonicalize_name  # lazy: it loads packaging's platform tags, at every launcher's start
+
     out = {}
     for item in data:
         if not (isinstance(item, dict) and isinstance(item.get("name"), str)
