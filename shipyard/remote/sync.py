@@ -48,7 +48,7 @@ def code_identity(root: Path, *, own_checkout: bool = False) -> tuple[str, bool 
     repository's commit), else the record a sync left there, else ("unknown", None)."""
     try:
         head = _git(root, "rev-parse", "--verify", "HEAD")
-        top = _git(root, "rev-parse", "--show-toplevel") if own_checkout else None
+        top = _git(root, "rev-parse", "--show-toplevel") if own_checkout and head.returncode == 0 else None
     except (FileNotFoundError, NotADirectoryError):
         head = top = None
     if top is not None and (top.returncode != 0 or Path(top.stdout.decode().strip()).resolve() != root.resolve()):
