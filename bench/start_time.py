@@ -12,7 +12,9 @@ The shipyard commands run as a project folder runs them (`python -m shipyard`, t
 `invoke`) in a temporary copy of the project's inputs (registry.yaml, definitions/, examples/) with this checkout's
 package on PYTHONPATH, so `render --all` rewrites identical files there and nothing in the checkout changes. Bytecode caches are on (PYTHONDONTWRITEBYTECODE is dropped), as on a user's machine; one
 warm-up run of each command writes them. Commands run interleaved, round after round, so load from other
-processes falls on all of them alike; the figure is the median over the rounds.
+processes falls on all of them alike. Two figures per command: the ratio of its median to the floor's median, and the
+median of its per-round ratios (each round's time over that round's floor), which cancels the drift of a shared
+machine's speed between rounds; the goal is read from the second.
 
 With ``--before DIR`` (a directory holding another version's ``shipyard/`` package, e.g. from
 ``git archive REV shipyard | tar -x -C DIR``) the three commands also run with that package, in the same rounds.
@@ -154,20 +156,22 @@ def main() -> None:
             raise SystemExit("render --all changed definitions/ in the copy: the checkout's definitions are stale")
     med = {label: statistics.median(t) for label, t in times.items()}
     ref = med[FLOOR]
+    paired = {label: statistics.median(t / f for t, f in zip(times[label], times[FLOOR])) for label in times}
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"CPU time (user+sys) of each process, median of {args.runs} interleaved runs\n")
-    print("| command | median CPU s | x invoke floor |")
-    print("|---|---|---|")
+    print("| command | median CPU s | x invoke floor (medians) | x invoke floor (median per round) |")
+    print("|---|---|---|---|")
     for label, _ in rows:
-        print(f"| {label} | {med[label]:.3f} | {med[label] / ref:.2f} |")
+        print(f"| {label} | {med[label]:.3f} | {med[label] / ref:.2f} | {paired[label]:.2f} |")
     if helps:
-        ratios = {label: med[label] / ref for label, _ in rows if label.endswith(" --help")}
+        ratios = {label: paired[label] for label, _ in rows if label.endswith(" --help")}
         worst = max(ratios, key=ratios.get)
         print(f"\n{len(ratios)} tasks' --help: median {statistics.median(ratios.values()):.2f}x the floor, "
               f"highest {ratios[worst]:.2f}x ({worst})")
     Path(args.json).write_text(json.dumps({"runs": args.runs, "times": times, "median": med,
-                                           "ratio": {k: v / ref for k, v in med.items()}}, indent=1))
+                                           "ratio": {k: v / ref for k, v in med.items()}, "paired_ratio": paired},
+                                          indent=1))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 values, Apptainer %environment values, Lua strings (modulefiles).
 
 Every value from registry.yaml or a flag that reaches a generated file goes through the rule for that file's syntax;
-templates see these functions as Jinja filters (see :mod:`shipyard.templating`), never raw string concatenation.
+templates see these functions as Jinja filters (see :mod:`shipyard.jinja_environment`), never raw string concatenation.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""shipyard.templating: a template's compiled code is kept beside the package's bytecode, and an edited template
+"""shipyard.jinja_environment: a template's compiled code is kept beside the package's bytecode, and an edited template
 compiles anew."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import jinja2
 import pytest
 
-from shipyard import templating
+from shipyard import jinja_environment
 
 
 def environment(source: str) -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.DictLoader({"t.j2": source}),
-                              bytecode_cache=templating.PackageBytecodeCache("shipyard", "keep"))
+                              bytecode_cache=jinja_environment.PackageBytecodeCache("shipyard", "keep"))
 
 
 def test_a_compiled_template_is_kept_and_checked_against_its_source(bytecode_folder, monkeypatch):
@@ -30,6 +30,6 @@ def test_a_compiled_template_is_kept_and_checked_against_its_source(bytecode_fol
 
 
 def test_every_package_environment_keeps_its_compiled_templates():
-    env = templating.template_environment("shipyard.launch", True)
-    assert isinstance(env.bytecode_cache, templating.PackageBytecodeCache)
-    assert env.bytecode_cache.variant != templating.template_environment("shipyard.launch", False).bytecode_cache.variant
+    env = jinja_environment.template_environment("shipyard.launch", True)
+    assert isinstance(env.bytecode_cache, jinja_environment.PackageBytecodeCache)
+    assert env.bytecode_cache.variant != jinja_environment.template_environment("shipyard.launch", False).bytecode_cache.variant

@@ -1,0 +1,198 @@
+"""Rendered text kept by a key of everything the render read, so that rendering the same thing again needs no Jinja2.
+
+A render is a pure function of its inputs: the template files of its package (one may include another), the
+context, the filters (:mod:`shipyard.escaping`) and the environment's settings (:mod:`shipyard.templating`,
+:mod:`shipyard.jinja_environment`), and Jinja2 itself. The key is the sha256 of all of them, contents and never
+times, so a changed byte anywhere renders anew.
+
+Only a context of plain data has a key: strings, numbers, booleans, None, lists, tuples, dicts with string keys, and
+dataclasses that hold nothing but their fields (no methods, properties or class attributes of their own, no base
+class; their module's source is in the key as well). A template can then read nothing the key does not hold. Any
+other context (a module, a path, an object with methods) has no key and is rendered every time. The definitions'
+context is a :class:`~shipyard.definitions.recipe.Recipe`: plain data by design.
+
+Kept texts live where Python keeps the package's bytecode (:mod:`shipyard.pycache`: owner-checked, never written
+where .pyc files are not), one file per package; a missing, foreign or damaged file is no error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import functools
+import hashlib
+import importlib
+import importlib.util
+import marshal
+import sys
+from pathlib import Path
+
+from shipyard import pycache
+
+FORMAT = "shipyard-rendered-1"  # part of every key: a change of what the key holds starts afresh
+NAME = f"rendered-templates.{sys.implementation.cache_tag}.marshal"
+MAX_KEPT = 64  # texts per package file: this process's, then the most recent others
+# the modules whose code shapes a render beside the templates: the filters, the environment's settings, this key
+CODE = ("templating.py", "jinja_environment.py", "escaping.py", "errors.py", "rendered.py")
+# what a dataclass has of its own when it holds nothing but fields (the methods the decorator writes included)
+_DATACLASS_OWN = frozenset({
+    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__", "__slots__",
+    "__dataclass_fields__", "__dataclass_params__", "__match_args__", "__init__", "__repr__", "__eq__", "__hash__",
+    "__setattr__", "__delattr__", "__lt__", "__le__", "__gt__", "__ge__", "__getstate__", "__setstate__",
+    "__static_attributes__", "__firstlineno__",
+})
+
+_kept: dict[str, dict[str, str]] = {}  # package -> key -> text
+_used: dict[str, list[str]] = {}
+_new: set[str] = set()
+
+
+class _NotPlain(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The fields of a dataclass that holds nothing but them, else None."""
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    if cls.__bases__ == (object,) and all(k in names or k in _DATACLASS_OWN for k in vars(cls)):
+        return names
+    return None
+
+
+_SCALARS = (int, float, bool, type(None))
+# the encodings of frozen dataclass instances that hold nothing mutable, by id, with the instance (kept alive, so its
+# id names no other object): a definition, its Dockerfile and its test script encode the same recipe
+_FROZEN: dict[int, tuple[object, list[str], set[str]]] = {}
+_FROZEN_MAX = 256
+
+
+def _encode(value, out: list[str], modules: set[str]) -> bool:
+    """Append ``value``'s encoding to ``out``, naming every type and length (so no two values encode alike), or
+    raise :class:`_NotPlain`; ``modules`` collects the dataclasses' modules. True when nothing in it can change
+    (no list, no dict)."""
+    kind = type(value)
+    if kind is str:
+        out.append(f"s{len(value)}:{value}")
+        return True
+    if kind in _SCALARS:
+        out.append(f"{kind.__name__}:{value!r}")
+        return True
+    if kind is tuple or kind is list:
+        out.append(f"{kind.__name__}{len(value)}")
+        fixed = kind is tuple
+        for item in value:
+            fixed = _encode(item, out, modules) and fixed
+        return fixed
+    if kind is dict:
+        out.append(f"dict{len(value)}")
+        for k, item in value.items():  # in order: templates iterate it
+            if type(k) is not str:
+                raise _NotPlain
+            out.append(f"s{len(k)}:{k}")
+            _encode(item, out, modules)
+        return False
+    names = _field_names(kind) if dataclasses.is_dataclass(kind) else None
+    if names is None:
+        raise _NotPlain
+    frozen = kind.__dataclass_params__.frozen
+    kept = _FROZEN.get(id(value)) if frozen else None
+    if kept is not None and kept[0] is value:
+        out.extend(kept[1])
+        modules.update(kept[2])
+        return True
+    own, own_modules = [f"dataclass {kind.__module__}.{kind.__qualname__}"], {kind.__module__}
+    fixed = frozen
+    for name in names:
+        fixed = _encode(getattr(value, name), own, own_modules) and fixed
+    out.extend(own)
+    modules.update(own_modules)
+    if fixed:
+        if len(_FROZEN) >= _FROZEN_MAX:
+            _FROZEN.clear()
+        _FROZEN[id(value)] = (value, own, own_modules)
+    return fixed
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _code() -> tuple:
+    here = Path(__file__).parent
+    return tuple((name, _digest(here / name)) for name in CODE)
+
+
+@functools.lru_cache(maxsize=None)
+def _jinja2() -> str:
+    spec = importlib.util.find_spec("jinja2")  # found, not imported: its __init__ carries the version
+    if spec is None or not spec.origin:
+        raise OSError("no Jinja2")
+    return _digest(Path(spec.origin))
+
+
+@functools.lru_cache(maxsize=None)
+def _module_source(module: str) -> str:
+    return _digest(Path(sys.modules[module].__file__))
+
+
+@functools.lru_cache(maxsize=None)
+def _templates(package: str) -> tuple:
+    folder = Path(importlib.import_module(package).__file__).parent / "templates"
+    return tuple((str(p.relative_to(folder)), _digest(p)) for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+def key(package: str, template: str, trim_blocks: bool, context: dict) -> str | None:
+    """The key of this render, or None when its context is not plain data (or a source cannot be read)."""
+    modules: set[str] = set()
+    data: list[str] = []
+    try:
+        _encode(context, data, modules)
+        parts = (FORMAT, sys.version, _jinja2(), _code(), tuple((m, _module_source(m)) for m in sorted(modules)),
+                 package, _templates(package), template, bool(trim_blocks))
+    except (_NotPlain, OSError, KeyError, TypeError, AttributeError):
+        return None
+    digest = hashlib.sha256(repr(parts).encode())
+    digest.update("\n".join(data).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _read(package: str) -> dict[str, str]:
+    data = pycache.read(package, NAME)
+    try:
+        kept = marshal.loads(data) if data else {}
+    except (EOFError, ValueError, TypeError):
+        return {}
+    if not isinstance(kept, dict):
+        return {}
+    return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def get(package: str, key: str) -> str | None:
+    """The text kept under ``key``, or None."""
+    if package not in _kept:
+        _kept[package] = _read(package)
+    text = _kept[package].get(key)
+    if text is not None:
+        _used.setdefault(package, []).append(key)
+    return text
+
+
+def put(package: str, key: str, text: str) -> None:
+    """Keep ``text`` under ``key``; written when the process ends."""
+    if not _new:
+        atexit.register(_save)
+    if package not in _kept:
+        _kept[package] = _read(package)
+    _kept[package][key] = text
+    _used.setdefault(package, []).append(key)
+    _new.add(package)
+
+
+def _save() -> None:
+    for package in sorted(_new):
+        kept, used = _kept[package], list(dict.fromkeys(_used.get(package, [])))
+        order = [k for k in kept if k not in set(used)] + used  # the others first, this process's last
+        pycache.write(package, NAME, marshal.dumps({k: kept[k] for k in order[-MAX_KEPT:]}))
+    _new.clear()
