@@ -14,7 +14,8 @@ itself changed over the years (tests/data/nccl/real/ holds public samples of eac
 A row is found wherever in a line its columns start (after any prefix), so a row glued behind another rank's output
 is still read; comment, log and truncated lines never match. Rows of several processes that each ran the whole test
 (nccl-tests built without MPI, or launched once per rank) repeat sizes or list a rank twice: that is reported as a
-broken launch, never as several clean tests.
+broken launch, never as several clean tests. The one exception is a log that says it holds one test per node
+(shipyard's ``mpi: none`` launcher, whose step runs under ``srun --label``): each task's lines are read apart.
 
 Bus bandwidth (busbw), not algbw, is what compares with the fabric: for a ring all_reduce over several nodes it
 equals the traffic each node's NICs carry per direction, so it is held against the node's line rate
@@ -48,6 +49,7 @@ _AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
 _OOB = re.compile(r"Out of bounds values\s*:\s*(.*?)\s*$")
 _FAILURE = re.compile(r"(Test (?:NCCL |CUDA )?failure.*?)\s*$")
 _STAMP = re.compile(r"\d[\d:.-]*$")
+_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")  # srun --label: the task number, padded to the widest one, then ": "
 # A rank prefix a launcher writes before each chunk it forwards: "[0]" / "[0]:" (MPICH and Intel MPI -l /
 # -prepend-rank), "[1,0]<stdout>:" (Open MPI --tag-output), "0:" (srun --label). When a rank's row reaches the
 # launcher in two chunks, the prefix lands inside the row; such words are dropped when a line does not read as a row.
@@ -103,6 +105,7 @@ class Run:
     layout: tuple[str, ...] | None = None  # the header's columns between type and time, when a header was seen
     wrong_is_count: bool | None = None  # from the header: #wrong (True) or error (False)
     ranks: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # rank -> (host, pid, GPU model)
+    node: str = ""  # a per-node test (mpi: none): "task K (HOST)", the srun task that ran it
 
     @property
     def peak(self) -> Row:
@@ -117,6 +120,7 @@ class Report:
     transport: nccl_transport.Transport
     failures: list[str]
     broken: list[str] = field(default_factory=list)  # why the output is not one clean test per table
+    per_node: int = 0  # an mpi: none launch's tests, one per node (srun tasks seen); 0: one test across the ranks
 
     @property
     def networks(self) -> list[str]:
@@ -289,15 +293,53 @@ class _Parser:
         cur.rows.append(row)
 
 
+def _parsed(lines) -> _Parser:
+    p = _Parser()
+    for line in lines:
+        p.feed(line)
+    return p
+
+
+def per_node_line() -> str:
+    """What a shipyard nccl-test job with ``mpi: none`` prints first (shipyard/data/launch.yaml)."""
+    return facts.load("launch")["nccl_test"]["per_node_line"]
+
+
 def parse_text(text: str, path: str = "<log>") -> Report:
     """Parse nccl-tests output (any *_perf binary, any layout). A log without result rows gives a report with no
-    runs: its transport and failures are still read (see :func:`write_report`)."""
-    p = _Parser()
-    for line in text.splitlines():
-        p.feed(line)
+    runs: its transport and failures are still read (see :func:`write_report`).
+
+    A shipyard ``mpi: none`` job (its first line says so, :func:`per_node_line`) ran one test per node under
+    ``srun --label``: each task's lines are read as a test of their own, never as copies of one broken launch."""
+    lines = text.splitlines()
+    marker = per_node_line()
+    if any(line.startswith(marker) for line in lines):
+        return _per_node(lines, path)
+    p = _parsed(lines)
     runs = [r for r in p.runs if r.rows]
     ranks = {k: (h, model) for r in p.runs for k, (h, _pid, model) in r.ranks.items()}
     return Report(path, runs, ranks, p.transport.result(), p.failures, p.broken)
+
+
+def _per_node(lines: list[str], path: str) -> Report:
+    tasks: dict[int, list[str]] = {}
+    for line in lines:
+        if m := _LABEL.match(line):
+            tasks.setdefault(int(m[1]), []).append(m[2])
+    transport = _parsed(lines).transport  # what NCCL selected, read over every task's lines as before
+    runs, ranks, failures, broken = [], {}, [], []
+    for task, own in sorted(tasks.items()):
+        p = _parsed(own)
+        hosts = sorted({h for r in p.runs for h, _pid, _model in r.ranks.values()})
+        node = f"task {task}" + (f" ({', '.join(hosts)})" if hosts else "")
+        for run in p.runs:
+            run.node = node
+            runs += [run] if run.rows else []
+            for _rank, (h, _pid, model) in sorted(run.ranks.items()):
+                ranks[len(ranks)] = (h, model)
+        failures += p.failures
+        broken += [f"{node}: {why}" for why in p.broken]
+    return Report(path, runs, ranks, transport.result(), failures, broken, per_node=len(tasks))
 
 
 def no_rows_message(report: Report) -> str:
@@ -361,7 +403,9 @@ def line_rate_note(report: Report, run: Run, cluster: Cluster | None) -> str | N
     peak = run.peak.busbw
     head = (f"node line rate: {cluster.line_rate_gbps:g} Gbit/s = {rate:.2f} GB/s per direction "
             f"(partition {cluster.partition}: {_rate_key(cluster)})")
-    hosts = {h for h, _ in report.ranks.values()}
+    hosts = {h for h, _pid, _model in run.ranks.values()} if report.per_node else {h for h, _ in report.ranks.values()}
+    if report.per_node and len(hosts) != 1:
+        return f"{head}; this test ran within one node: busbw measures NVLink/PCIe, not the network"
     if len(hosts) == 1:
         return f"{head}; all ranks ran on one node ({next(iter(hosts))}): busbw measures NVLink/PCIe, not the network"
     if peak > rate:
@@ -376,7 +420,7 @@ def _far_below(report: Report, run: Run, cluster: Cluster | None) -> str | None:
     """What a multi-node run's peak busbw far below the node's line rate says (shipyard/data/nccl.yaml
     ``line_rate.far_below``); None when it is not, or when no rate or only one node applies."""
     rate = line_rate_gbs(cluster)
-    if not rate or not run.rows or len({h for h, _ in report.ranks.values()}) < 2:
+    if not rate or not run.rows or report.per_node or len({h for h, _ in report.ranks.values()}) < 2:
         return None
     share = float(facts.load("nccl")["line_rate"]["far_below"])
     peak = run.peak.busbw
@@ -399,7 +443,7 @@ def findings(report: Report, cluster: Cluster | None) -> list[str]:
     for why in report.broken:
         out.append(f"FAIL broken launch: {why}; the table below keeps the first copy only")
     for i, run in enumerate(report.runs, 1):
-        tag = f"test {i}: " if len(report.runs) > 1 else ""
+        tag = f"{run.node}: " if run.node else f"test {i}: " if len(report.runs) > 1 else ""
         bad = [r for r in run.rows if r.wrong]
         if bad:
             out.append(f"FAIL {tag}wrong results at {', '.join(human_bytes(r.size) for r in bad)} "
@@ -420,6 +464,8 @@ def findings(report: Report, cluster: Cluster | None) -> list[str]:
     t = report.transport
     if no_device and not t.logged:
         return out  # no transport can be logged when NCCL never started: no debug setting would show one
+    if report.per_node:
+        return out  # no test crossed nodes: no transport is expected to carry one (transport_lines says so)
     if cluster is not None:
         status, line = nccl_transport.verdict(t, cluster.fabric)
         line = line.removeprefix(nccl_transport.PREFIX).removeprefix("WARNING: ")
@@ -435,12 +481,23 @@ def findings(report: Report, cluster: Cluster | None) -> list[str]:
     return out
 
 
+def per_node_lines(report: Report) -> list[str]:
+    """What a per-node launch measured, and what it did not (none for one test across the ranks)."""
+    if not report.per_node:
+        return []
+    return [f"per node (mpi: none): {report.per_node} test(s), one per node, each measuring the GPUs of its node only; "
+            "nothing between nodes was measured (across nodes: nccl_tests mpi: openmpi, on a cluster whose srun "
+            "starts MPI ranks)"]
+
+
 def transport_lines(report: Report, cluster: Cluster | None) -> list[str]:
     t = report.transport
     out = [f"network: {', '.join(t.names) if t.logged else 'not in the log'}"
            + (f" (libfabric provider {', '.join(t.providers)})" if t.providers else "")]
     if cluster is not None and not t.logged and no_cuda_device(report):
         out.append("transport verdict: none: NCCL never started (no CUDA device on the ranks)")
+    elif cluster is not None and report.per_node:
+        out.append("transport verdict: none needed: each test ran within one node, so nothing crossed the network")
     elif cluster is not None:
         out.append("transport verdict: " + nccl_transport.verdict(t, cluster.fabric)[1]
                    .removeprefix(nccl_transport.PREFIX))
@@ -454,11 +511,16 @@ def render_table(report: Report, cluster: Cluster | None = None) -> str:
         hosts = sorted({h for h, _ in report.ranks.values()})
         models = sorted({m for _, m in report.ranks.values()})
         out.append(f"ranks: {len(report.ranks)} on {len(hosts)} node(s) ({', '.join(hosts)}); GPU: {', '.join(models)}")
-    out += transport_lines(report, cluster)
+    out += per_node_lines(report) + transport_lines(report, cluster)
+    if report.per_node and report.runs:
+        out += ["", table(["node", "peak busbw", "at", "avg busbw (as printed)"],
+                          [[run.node, f"{run.peak.busbw:.2f} GB/s", human_bytes(run.peak.size),
+                            f"{run.avg_busbw:.2f} GB/s" if run.avg_busbw is not None else "-"]
+                           for run in report.runs])]
     for i, run in enumerate(report.runs, 1):
         out.append("")
-        if len(report.runs) > 1:
-            out.append(f"test {i}")
+        if run.node or len(report.runs) > 1:
+            out.append(run.node or f"test {i}")
         headers = ["size", "count", "type", "redop", "root", "oop time(us)", "oop algbw", "oop busbw",
                    "ip time(us)", "ip algbw", "ip busbw", "#wrong" if run.rows[0].wrong_is_count else "error"]
         rows = [[human_bytes(r.size), r.count, r.dtype, r.redop or "-", r.root,
@@ -475,8 +537,10 @@ def render_table(report: Report, cluster: Cluster | None = None) -> str:
             out.append(note)
     notes = findings(report, cluster)
     out.append("")
-    out += notes if notes else ["PASS no wrong results; transport as expected" if cluster is not None
-                                else "PASS no wrong results; transport reported"]
+    passed = ("PASS no wrong results on any node" if report.per_node
+              else "PASS no wrong results; transport as expected" if cluster is not None
+              else "PASS no wrong results; transport reported")
+    out += notes if notes else [passed]
     return "\n".join(out) + "\n"
 
 
@@ -491,7 +555,7 @@ def plot(report: Report, cluster: Cluster | None = None):
     fig = Figure(figsize=(8, 5), dpi=100)
     ax = fig.subplots()
     for i, run in enumerate(report.runs, 1):
-        tag = f"test {i} " if len(report.runs) > 1 else ""
+        tag = f"{run.node} " if run.node else f"test {i} " if len(report.runs) > 1 else ""
         sizes = [r.size for r in run.rows]
         ax.plot(sizes, [r.out_of_place.busbw for r in run.rows], marker="o", ms=3, label=f"{tag}out-of-place busbw")
         ax.plot(sizes, [r.in_place.busbw for r in run.rows], marker="x", ms=3, ls="--", label=f"{tag}in-place busbw")
@@ -527,7 +591,7 @@ def write_report(log: str, out: str | None = None, cluster: Cluster | None = Non
     if png.suffix.lower() != ".png":
         raise ShipyardError(f"--out {out}: the plot is written as PNG; give a path ending in .png")
     if not report.runs:
-        lines = [f"nccl-tests report: {report.path}"] + transport_lines(report, cluster)
+        lines = [f"nccl-tests report: {report.path}"] + per_node_lines(report) + transport_lines(report, cluster)
         lines += [n for n in findings(report, cluster)]
         raise NoRows(no_rows_message(report), "\n".join(lines) + "\n")
     save_png(plot(report, cluster), png)

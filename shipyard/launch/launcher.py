@@ -129,6 +129,7 @@ class NcclTest:
     nccl_test_args: tuple[str, ...]
     nccl_test_tasks: int  # ranks per node: one per GPU, or one driving every GPU with mpi none
     nccl_test_grace: int  # seconds a failed task waits before exiting, so that its last lines reach the log
+    nccl_test_per_node: str  # mpi none: the line the job prints first, for nccl-report ("": an MPI job)
 
 
 @dataclass(frozen=True)
@@ -619,7 +620,8 @@ def _nccl_test(cl: Cluster, kind: str, opts: options.Options, gpus: int, in_imag
     command = f"{facts.load('nccl_tests')['prefix']}/bin/{binary}" if in_image else binary
     return {"nccl_test_binary": command, "nccl_test_mpi": mpi, "nccl_test_args": tuple(args),
             "nccl_test_tasks": 1 if mpi == "none" else gpus, "binary": binary, "sizes": sizes, "iters": iters,
-            "check": check, "nccl_test_grace": int(nt["failure_grace_s"])}
+            "check": check, "nccl_test_grace": int(nt["failure_grace_s"]),
+            "nccl_test_per_node": nt["per_node_line"] if mpi == "none" else ""}
 
 
 def _nccl_test_env(kind: str, nodes: int, env: tuple[EnvVar, ...]) -> dict:

@@ -92,6 +92,11 @@ def _ranks_stopped_at_the_missing_device(report: str, log: str) -> None:
     assert m, report + "\n---\n" + log[-3000:]
     assert m.group(1) in ("1", "2"), report
     assert "NCCL_DEBUG" not in report, report  # no advice to rerun with NCCL's log: the device is what is missing
+    # mpi: none: the job said it ran one test per node, and srun labelled each task's lines, so the header printed
+    # by both tasks is two tests, not a broken launch (one, when the other node was stopped before it printed)
+    assert re.search(r"per node \(mpi: none\): [12] test\(s\), one per node", report), report
+    assert "broken launch" not in report, report
+    assert re.search(r"^[01]: .*all_reduce_perf", log, re.M), log[-3000:]
 
 
 def test_two_node_nccl_test_in_real_pyxis_reaches_no_cuda_device_on_every_rank(

@@ -48,6 +48,20 @@ def test_every_rank_of_a_two_node_job_is_counted(tmp_path):
         raise AssertionError("a log without rows must raise NoRows")
 
 
+def test_a_per_node_job_where_no_node_has_a_gpu(tmp_path):
+    """shipyard's mpi: none launcher on 2 nodes: its first line, then each task's whole output (the real sample's,
+    host renamed) under srun --label: two tests that never started, counted per rank, no broken launch."""
+    lines = SAMPLE.read_text().splitlines()[:7]
+    text = "\n".join([nr.per_node_line() + ": 2 node(s), one nccl-tests process each"]
+                     + [f"{task}: {line.replace('da64fd6c913c', f'node{task + 1}')}" for task in (0, 1)
+                        for line in lines]) + "\n"
+    report = nr.parse_text(text)
+    assert report.per_node == 2 and report.broken == [] and report.runs == []
+    notes = nr.findings(report, CLUSTER)
+    assert notes[0].startswith("FAIL no CUDA device: 2 rank(s)") and len(notes) == 3  # and both failure lines
+    assert not any("NCCL_DEBUG" in n or "broken" in n for n in notes), notes
+
+
 def test_nccl_report_partition_must_be_the_clusters(tmp_path, monkeypatch):
     import io
 

@@ -218,3 +218,67 @@ def test_peak_far_below_the_line_rate_is_warned():
     assert warn.startswith(f"WARN peak busbw {peak:.2f} GB/s is ") and "below 50%" in warn
     one_node = replace(report, ranks={k: ("node1", m) for k, (h, m) in report.ranks.items()})
     assert not [f for f in nr.findings(one_node, at(peak * 80)) if "line rate" in f]
+
+
+# --------------------------------------------------------------------------------------- per-node tests (mpi: none)
+
+REAL = LOGS / "real"
+
+
+def _node_output(sample: str, host: str) -> list[str]:
+    """One node's whole nccl-tests output as all_reduce_perf prints it for one process driving 8 GPUs (-g 8): the
+    header and rank lines in its format, then the table of a real sample (its rows as recorded, srun label removed)
+    and the summary. Made from the real sample, not recorded."""
+    rows = [line.split(": ", 1)[1] for line in (REAL / sample).read_text().splitlines() if line.startswith("0: ")]
+    return (["# nThread 1 nGpus 8 minBytes 8 maxBytes 17179869184 step: 2(factor) warmup iters: 5 iters: 20 "
+             "agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
+            + [f"#  Rank {g:2d} Group  0 Pid   4242 on {host:>10} device {g:2d} [0x{0x53 + g:02x}] NVIDIA H100 80GB HBM3"
+               for g in range(8)]
+            + ["#"] + rows + ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 101.5", "#"])
+
+
+def per_node_log(marker: bool = True) -> str:
+    """A shipyard mpi: none job on 2 nodes: the job's first line, then both tasks' outputs under srun --label,
+    interleaved line by line as srun forwards them (task 0 the P5 sample's table, task 1 the P4de one's)."""
+    a = _node_output("awsome_p5_2node_srun_label.log", "p5-a")
+    b = _node_output("awsome_p4de_2node_srun_label.log", "p5-b")
+    lines = [nr.per_node_line() + ": 2 node(s), one nccl-tests process each"] if marker else []
+    for i in range(max(len(a), len(b))):
+        lines += [f"{task}: {out[i]}" for task, out in ((0, a), (1, b)) if i < len(out)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_per_node_job_is_read_as_one_test_per_node():
+    report = nr.parse_text(per_node_log(), "per-node.log")
+    assert report.per_node == 2 and report.broken == [] and report.failures == []
+    assert [r.node for r in report.runs] == ["task 0 (p5-a)", "task 1 (p5-b)"]
+    # read by hand from the samples: the P5 table's last row (16G, in-place 487.26), the P4de table's (2G, 78.33)
+    assert (report.runs[0].peak.size, report.runs[0].peak.busbw) == (17179869184, 487.26)
+    assert (report.runs[1].peak.size, report.runs[1].peak.busbw) == (2147483648, 78.33)
+    assert [r.avg_busbw for r in report.runs] == [101.5, 101.5]
+    # each node's rows are exactly those of its sample read alone
+    for run, sample in zip(report.runs, ("awsome_p5_2node_srun_label.log", "awsome_p4de_2node_srun_label.log")):
+        assert run.rows == nr.parse_file(REAL / sample).runs[0].rows
+    assert len(report.ranks) == 16
+
+
+def test_the_same_output_without_the_jobs_line_is_a_broken_launch():
+    """Other launchers' logs are read as before: copies of one test in one log are a broken launch."""
+    report = nr.parse_text(per_node_log(marker=False))
+    assert report.per_node == 0 and report.broken
+
+
+def test_the_per_node_report_says_what_was_measured():
+    report = nr.parse_text(per_node_log(), "per-node.log")
+    text = nr.render_table(report, REG.cluster("sandbox"))
+    assert "per node (mpi: none): 2 test(s), one per node" in text
+    assert "transport verdict: none needed: each test ran within one node" in text
+    assert "FAIL" not in text and "WARN" not in text and text.rstrip().endswith("PASS no wrong results on any node")
+    golden(GOLDEN / "nccl_report" / "per_node_2x8.sandbox.txt", text)
+
+
+def test_a_wrong_result_on_one_node_names_that_node():
+    text = per_node_log().replace("1:            8             2     float     sum      -1    164.3    0.00    0.00      0",
+                                  "1:            8             2     float     sum      -1    164.3    0.00    0.00      3")
+    report = nr.parse_text(text)
+    assert any(f.startswith("FAIL task 1 (p5-b): wrong results at 8 B") for f in nr.findings(report, None))
