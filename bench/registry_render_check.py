@@ -29,8 +29,9 @@ def generated_registry(n: int) -> dict:
     envs = {}
     for i in range(n):
         name, env = bases[i % len(bases)]
-        # an `extends` would point at a renamed parent: use the first environment's fields instead
-        e = dict(bases[0][1] if "extends" in env else env)
+        if "extends" in env:  # it would point at a renamed parent: a copy of the first environment instead, named
+            name, env = bases[0]  # after it, so that its lock (copied below by that name) is for its pins
+        e = dict(env)
         e["env"] = {"RUN_ID": str(i)}
         envs[f"{name}-{i}"] = e
     doc["environments"] = envs

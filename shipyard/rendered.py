@@ -31,7 +31,7 @@ from shipyard import pycache
 
 FORMAT = "shipyard-rendered-1"  # part of every key: a change of what the key holds starts afresh
 NAME = f"rendered-templates.{sys.implementation.cache_tag}.marshal"
-MAX_KEPT = 64  # texts per package file: this process's, then the most recent others
+MAX_KEPT = 1024  # texts per package file (every definition of 300 environments): this process's first
 # the modules whose code shapes a render beside the templates: the filters, the environment's settings, this key
 CODE = ("templating.py", "jinja_environment.py", "escaping.py", "errors.py", "rendered.py")
 # what a dataclass has of its own when it holds nothing but fields (the methods the decorator writes included)
@@ -193,6 +193,7 @@ def put(package: str, key: str, text: str) -> None:
 def _save() -> None:
     for package in sorted(_new):
         kept, used = _kept[package], list(dict.fromkeys(_used.get(package, [])))
-        order = [k for k in kept if k not in set(used)] + used  # the others first, this process's last
+        ran = set(used)
+        order = [k for k in kept if k not in ran] + used  # the others first, this process's last
         pycache.write(package, NAME, marshal.dumps({k: kept[k] for k in order[-MAX_KEPT:]}))
     _new.clear()

@@ -30,7 +30,8 @@ SMOKE = {
     "launch_generation.py": (["--runs", "1"], "invoke nccl-test --dry-run", []),
     "launch_overhead.py": (["--rounds", "1"], "shipyard launch, host runtime", [pytest.mark.slurm, pytest.mark.slow]),
     "push_sif.py": (["--size-mib", "1", "--repeat", "1", "--out", "{tmp}"], "ratio_to_cp", [pytest.mark.docker]),
-    "registry_render_check.py": (["--envs", "2", "--repeat", "1"], "check (2 envs)", []),
+    # as many environments as the shipped registry has and one more: every kind of base, `extends` included
+    "registry_render_check.py": (["--envs", "7", "--repeat", "1"], "check (7 envs)", []),
     "container_start.py": (["--size-mib", "4", "--repeat", "1"], "x Apptainer",
                            [pytest.mark.slurm, pytest.mark.real_runtimes, pytest.mark.slow]),
     "sandbox_bench.py": (["--repeat", "1", "--steps", "2", "--out", "{tmp}"], "demo job",
