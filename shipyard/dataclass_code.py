@@ -35,16 +35,7 @@ def file_name(module: str) -> str:
 
 
 def _read(module: str) -> dict[str, types.CodeType]:
-    data = pycache.read("shipyard", file_name(module))
-    if not data:
-        return {}
-    try:
-        kept = marshal.loads(data)
-    except (EOFError, ValueError, TypeError):
-        return {}
-    if not isinstance(kept, dict):
-        return {}
-    return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, types.CodeType)}
+    return pycache.read_mapping("shipyard", file_name(module), types.CodeType)
 
 
 def _exec(source, globals=None, locals=None, /):

@@ -38,12 +38,9 @@ def load(name: str) -> dict:
     source = text(f"{name}.yaml")
     kept = (f"{name}.{hashlib.sha256(source.encode()).hexdigest()[:32]}.{sys.implementation.cache_tag}"
             f".pyyaml-{yaml.__version__}-{_LOADER.__name__}.marshal")
-    data = pycache.read("shipyard", kept)
-    if data is not None:
-        try:
-            return marshal.loads(data)
-        except (EOFError, ValueError, TypeError):  # a truncated or foreign file: parse the text
-            pass
+    parsed = pycache.read_marshal("shipyard", kept)
+    if parsed is not None:  # else absent, truncated or foreign: parse the text
+        return parsed
     parsed = yaml.load(source, Loader=_LOADER)
     try:
         pycache.write("shipyard", kept, marshal.dumps(parsed))

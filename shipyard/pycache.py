@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import marshal
 import os
 import stat
 import sys
@@ -45,6 +46,25 @@ def read(package: str, name: str) -> bytes | None:
         if not stat.S_ISREG(st.st_mode) or st.st_uid != owner or st.st_mode & 0o022:
             return None
         return f.read()
+
+
+def read_marshal(package: str, name: str):
+    """The value marshalled in ``name`` (:func:`read`), or None when absent, not to be trusted, or not marshal's."""
+    data = read(package, name)
+    if not data:
+        return None
+    try:
+        return marshal.loads(data)
+    except (EOFError, ValueError, TypeError):  # a truncated or foreign file
+        return None
+
+
+def read_mapping(package: str, name: str, value_type: type) -> dict:
+    """The str -> ``value_type`` mapping marshalled in ``name``, its other entries dropped; {} for anything else."""
+    kept = read_marshal(package, name)
+    if not isinstance(kept, dict):
+        return {}
+    return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, value_type)}
 
 
 def write(package: str, name: str, data: bytes) -> None:

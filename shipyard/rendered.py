@@ -159,14 +159,7 @@ def key(package: str, template: str, trim_blocks: bool, context: dict) -> str | 
 
 
 def _read(package: str) -> dict[str, str]:
-    data = pycache.read(package, NAME)
-    try:
-        kept = marshal.loads(data) if data else {}
-    except (EOFError, ValueError, TypeError):
-        return {}
-    if not isinstance(kept, dict):
-        return {}
-    return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, str)}
+    return pycache.read_mapping(package, NAME, str)
 
 
 def get(package: str, key: str) -> str | None:

@@ -49,3 +49,17 @@ def test_an_unwritable_folder_is_no_error(bytecode_folder, monkeypatch):
     pycache.write("shipyard", "x.data", b"kept")  # nothing happens, nothing raises
     assert pycache.read("shipyard", "x.data") is None
 
+
+
+def test_marshalled_data_reads_back_and_anything_else_reads_as_none(bytecode_folder):
+    import marshal
+
+    pycache.write("shipyard", "m.marshal", marshal.dumps({"a": "x", "b": 1, 2: "y"}))
+    assert pycache.read_marshal("shipyard", "m.marshal") == {"a": "x", "b": 1, 2: "y"}
+    assert pycache.read_mapping("shipyard", "m.marshal", str) == {"a": "x"}  # other entries dropped
+    for name, data in (("cut", marshal.dumps({"a": "x"})[:-3]), ("foreign", b"not marshal"), ("empty", b"")):
+        pycache.write("shipyard", name, data)
+        assert pycache.read_marshal("shipyard", name) is None and pycache.read_mapping("shipyard", name, str) == {}
+    pycache.write("shipyard", "list", marshal.dumps(["a"]))
+    assert pycache.read_mapping("shipyard", "list", str) == {}
+    assert pycache.read_marshal("shipyard", "absent") is None

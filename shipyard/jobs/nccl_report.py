@@ -326,7 +326,7 @@ def _per_node(lines: list[str], path: str) -> Report:
     for line in lines:
         if m := _LABEL.match(line):
             tasks.setdefault(int(m[1]), []).append(m[2])
-    transport = _parsed(lines).transport  # what NCCL selected, read over every task's lines as before
+    transport = nccl_transport.read(lines)  # what NCCL selected, read over every task's lines as before
     runs, ranks, failures, broken = [], {}, [], []
     for task, own in sorted(tasks.items()):
         p = _parsed(own)
@@ -339,7 +339,7 @@ def _per_node(lines: list[str], path: str) -> Report:
                 ranks[len(ranks)] = (h, model)
         failures += p.failures
         broken += [f"{node}: {why}" for why in p.broken]
-    return Report(path, runs, ranks, transport.result(), failures, broken, per_node=len(tasks))
+    return Report(path, runs, ranks, transport, failures, broken, per_node=len(tasks))
 
 
 def no_rows_message(report: Report) -> str:
