@@ -37,6 +37,12 @@ SHELL_STAT = "%s %.9Y %i %.9Z"
 SHELL_FIELDS = ("size", "mtime_ns", "ino", "ctime_ns")
 
 
+def shell_rule() -> dict[str, object]:
+    """The shell's half of the rule as a template reads it (``identity.SHELL_STAT``, ``identity.SHELL_FIELDS``): plain
+    data, so that a render holding it can be kept (shipyard/rendered.py)."""
+    return {"SHELL_STAT": SHELL_STAT, "SHELL_FIELDS": SHELL_FIELDS}
+
+
 @dataclass(frozen=True)
 class Stamp:
     """What a record keeps to recognise a file later: size in bytes, mtime in ns, inode number, ctime in ns."""

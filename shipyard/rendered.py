@@ -9,7 +9,8 @@ Only a context of plain data has a key: strings, numbers, booleans, None, lists,
 dataclasses that hold nothing but their fields (no methods, properties or class attributes of their own, no base
 class; their module's source is in the key as well). A template can then read nothing the key does not hold. Any
 other context (a module, a path, an object with methods) has no key and is rendered every time. The definitions'
-context is a :class:`~shipyard.definitions.recipe.Recipe`: plain data by design.
+context is a :class:`~shipyard.definitions.recipe.Recipe`, a launcher's its fields and parts
+(:func:`shipyard.launch.launcher.render`): plain data by design.
 
 Kept texts live where Python keeps the package's bytecode (:mod:`shipyard.pycache`: owner-checked, never written
 where .pyc files are not), one file per package; a missing, foreign or damaged file is no error.

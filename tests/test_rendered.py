@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fixtures_pycache import task_processes
 from shipyard import escaping, jinja_environment, rendered, templating
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,17 +244,10 @@ def test_a_second_render_all_loads_no_jinja2_and_writes_the_same_files(tmp_path)
     proj.mkdir()
     shutil.copy(ROOT / "registry.yaml", proj)
     shutil.copytree(ROOT / "definitions", proj / "definitions")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "SHIPYARD_REGISTRY")}
-    env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "prefix")
-    script = ("import sys, runpy\nsys.argv = ['shipyard', 'render', '--all']\n"
-              "try:\n    runpy.run_module('shipyard', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-              "print('JINJA2' if 'jinja2' in sys.modules else 'NO-JINJA2')\n")
-    seen = []
-    for _ in range(2):
-        res = subprocess.run([sys.executable, "-c", script], cwd=proj, env=env, capture_output=True, text=True,
-                             timeout=120)
-        assert res.returncode == 0, res.stderr
-        seen.append(res.stdout.strip().splitlines()[-1])
+
+    def same_definitions():
         assert {p.name: p.read_bytes() for p in (proj / "definitions").iterdir()} == \
             {p.name: p.read_bytes() for p in (ROOT / "definitions").iterdir()}
-    assert seen == ["JINJA2", "NO-JINJA2"]
+
+    seen = [jinja for _, jinja in task_processes(proj, tmp_path / "prefix", ["render", "--all"], after=same_definitions)]
+    assert seen == [True, False]

@@ -27,7 +27,7 @@ from shipyard.escaping import shell_join, shell_quote
 from shipyard.files import SharedFolder
 from shipyard.launch import launcher
 from shipyard.launch.launcher import Launcher
-from shipyard.runtimes.mounts import Mount
+from shipyard.runtimes.mounts import Mount, spec as mount_spec
 
 SUBMIT_DIR = "/shipyard-handout-submit-dir"  # placeholder for the student's folder, replaced after rendering
 SUBMIT_DIR_SHELL = '"$SLURM_SUBMIT_DIR"'
@@ -77,10 +77,10 @@ def shell_line(l: Launcher, partition: str, time: str | None, modules: Sequence[
         words.append(f"--time={time}")
     binds = [m for m in l.mounts if m.src != SUBMIT_DIR]
     if l.runtime == "apptainer":
-        bind = ",".join(["$PWD", *(m.spec() for m in binds)])
+        bind = ",".join(["$PWD", *(mount_spec(m) for m in binds)])
         tail = f"--pty apptainer shell --nv --bind \"{bind}\" {shell_quote(l.image)}"
     elif l.runtime == "pyxis":
-        mounts = ",".join(["$PWD:$PWD", *(m.spec() for m in binds)])
+        mounts = ",".join(["$PWD:$PWD", *(mount_spec(m) for m in binds)])
         tail = (f"--container-image={shell_quote(l.image)} --container-mounts=\"{mounts}\" "
                 "--container-workdir=\"$PWD\" --pty bash")
     else:

@@ -69,4 +69,5 @@ def render(check: Check, env_name: str, by: str, callers: str) -> str:
     return templating.render("shipyard.launch", "image_check_script.sh.j2", trim_blocks=True,
                              version=__version__, by=by, env=env_name, callers=callers, bound_from=check.bound_from,
                              image=check.image, record=check.record, want_sha=check.sha256,
-                             want_input=check.input_hash, standalone=True, identity=identity)
+                             want_input=check.input_hash, standalone=True,
+                             identity=identity.shell_rule())

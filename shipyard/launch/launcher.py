@@ -44,7 +44,7 @@ from shipyard.launch.fabric import (
     prepend_exports,
     transport_pin,
 )
-from shipyard.runtimes.mounts import Mount, job_mounts, parse_mounts
+from shipyard.runtimes.mounts import Mount, job_mounts, parse_mounts, spec as mount_spec
 from shipyard.runtimes import Placement, Runtime
 from shipyard.registry.loader import mem_mb
 from shipyard.registry.model import Cluster, Environment, Registry
@@ -646,7 +646,7 @@ def _resolved_options(l: Launcher, given: options.Options, user_mounts, user_env
     return options.resolved(given, values | dict(
         registry=l.registry if Path(l.registry).name != "registry.yaml" else None,
         image=given.image or None,
-        mounts=",".join(m.spec() for m in user_mounts) or None,
+        mounts=",".join(mount_spec(m) for m in user_mounts) or None,
         env=tuple(f"{k}={v}" for k, v in user_env),
         force=bool(l.forced),
     ))
@@ -678,14 +678,29 @@ def _nccl_test_script(l: Launcher, image_path: str) -> str:
     return "; ".join(x for x in (image_path, _prepend_exports(l), run) if x)
 
 
+def _own(l: Launcher) -> dict[str, object]:
+    """What the templates read as ``l``: the launcher's own fields and what follows from them, as plain data."""
+    own = {f.name: getattr(l, f.name) for f in fields_of(Launcher) if f.name not in PARTS}
+    return own | {"multi_node": l.multi_node, "log_dir": l.log_dir, "log_mode": l.log_mode}
+
+
+def _sweep_view(part: SweepArray) -> dict[str, object]:
+    """The sweep part as the templates read it (how many combinations, the parameters' names), as plain data."""
+    sw = part.combinations
+    return {"combinations": {"count": sw.count, "names": sw.names} if sw else None,
+            "max_concurrent": part.max_concurrent}
+
+
 def render(l: Launcher) -> str:
-    """The launcher script for ``l`` (a pure function: same model, same text)."""
+    """The launcher script for ``l`` (a pure function: same model, same text). Its context is plain data, so the
+    text is kept and an unchanged launcher renders without Jinja2 (shipyard/rendered.py)."""
     image_path = runtimes.get(l.runtime).image_path_prelude() if l.image_opt_out else ""
     return templating.render("shipyard.launch", "sbatch.sh.j2", trim_blocks=True,
-        l=l,
-        **{part: getattr(l, part) for part in PARTS},  # each block reads its part by name
+        l=_own(l),
+        **{part: getattr(l, part) for part in PARTS if part != "sweep_array"},  # each block reads its part by name
+        sweep_array=_sweep_view(l.sweep_array),
         record=str(staged.record_path(l.image)) if l.image_sha256 else "",
-        identity=identity,  # the job's "image unchanged" check: shipyard/identity.py's stat format and fields
+        identity=identity.shell_rule(),  # the job's "image unchanged" check: shipyard/identity.py's stat format
         version=__version__,
         regenerate=shell_join(l.regenerate),
         container=container_argv(l),

@@ -24,7 +24,7 @@ from shipyard.escaping import comment_line, shell_join
 from shipyard.files import atomic_write
 from shipyard.launch import image_check, options
 from shipyard.registry.model import Cluster, Environment, Registry
-from shipyard.runtimes.mounts import job_mounts
+from shipyard.runtimes.mounts import job_mounts, spec as mount_spec
 
 CONFIG, PARTITIONS = "config.yaml", "partitions.yaml"
 
@@ -79,7 +79,7 @@ def profile(reg: Registry, env: Environment, cl: Cluster, part_file: Path,
     rt = runtimes.get(cl.runtime)
     if rt.name == "apptainer":
         image = rt.image(reg.root, env.name, cl)
-        binds = [w for m in job_mounts(reg.root, cl) for w in ("--bind", m.spec())]
+        binds = [w for m in job_mounts(reg.root, cl) for w in ("--bind", mount_spec(m))]
         prof["software-deployment-method"] = ["apptainer"]
         prof["apptainer-args"] = shell_join(["--nv", *binds])
         prof["config"] = [f"shipyard_image={image}"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from shipyard.errors import ShipyardError
-from shipyard.runtimes.mounts import Mount
+from shipyard.runtimes.mounts import Mount, spec as mount_spec
 
 
 class Site(Protocol):
@@ -96,7 +96,7 @@ class Runtime:
 
     def mount(self, m: Mount) -> str:
         """One mount in this runtime's syntax (pyxis and apptainer both take ``SRC:DST[:ro]``)."""
-        return m.spec()
+        return mount_spec(m)
 
     def srun_words(self, p: Placement) -> list[str]:
         """Options for the ``srun`` line itself (a SPANK plugin's flags)."""

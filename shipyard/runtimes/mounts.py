@@ -21,9 +21,11 @@ class Mount:
     dst: str
     ro: bool = False
 
-    def spec(self) -> str:
-        """``SRC:DST[:ro]``: the ``--mounts`` syntax (what the regenerate line repeats)."""
-        return f"{self.src}:{self.dst}" + (":ro" if self.ro else "")
+
+def spec(m: Mount) -> str:
+    """``SRC:DST[:ro]``: the ``--mounts`` syntax (what the regenerate line repeats). A function, not a method: a mount
+    is plain data, which a launcher's kept render needs (shipyard/rendered.py)."""
+    return f"{m.src}:{m.dst}" + (":ro" if m.ro else "")
 
 
 def parse_mounts(text: str | Sequence[str] | None, root: Path, flag: str = "--mounts") -> tuple[Mount, ...]:
