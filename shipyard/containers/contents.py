@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from shipyard import facts
-from shipyard.definitions.recipe import VENV
+from shipyard.definitions.layout import VENV
 from shipyard.errors import ShipyardError
 
 SCHEMA = 1

@@ -17,11 +17,10 @@ from pathlib import Path
 from shipyard import __version__, facts, project
 from shipyard.definitions import base_pin
 from shipyard.definitions.base_pin import BasePin
+from shipyard.definitions.layout import SHIPYARD_DIR, VENV
 from shipyard.registry import fabric_checks
 from shipyard.registry.model import AptSnapshot, BaseMirror, Environment
 
-VENV = "/opt/venv"
-SHIPYARD_DIR = "/opt/shipyard"
 # The host's CA bundle and proxy settings for the downloading steps of a build (shipyard/containers/buildnet.py
 # writes them; the build mounts them here only while it runs, so they never become part of the image).
 BUILD_NET_MOUNT = "/mnt"

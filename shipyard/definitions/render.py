@@ -16,7 +16,8 @@ from pathlib import Path
 from shipyard import __version__, project, templating
 from shipyard.definitions import pylock
 from shipyard.definitions.base_pin import BasePin
-from shipyard.definitions.recipe import BUILD_NET_MOUNT, SHIPYARD_DIR, VENV, Step, build_recipe
+from shipyard.definitions.layout import SHIPYARD_DIR, VENV
+from shipyard.definitions.recipe import BUILD_NET_MOUNT, Step, build_recipe
 from shipyard.files import atomic_write
 from shipyard.registry.model import Environment, Registry
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from shipyard import facts, registry
-from shipyard.definitions import recipe
+from shipyard.definitions import layout, recipe
 from shipyard.sandbox import runtimes
 
 # the tests' one source folder ($SHIPYARD_RUNTIME_SOURCES, else ../shared/vendor beside the checkout)
@@ -74,7 +74,7 @@ def build(docker_services, debian12_base, ctx: Path, tag: str, nccl_tests: str, 
              "ENV PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels PIP_DISABLE_PIP_VERSION_CHECK=1",
              'ENV NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"',
              "RUN set -eu; " + "; ".join(recipe.python_install(env).commands),
-             f"RUN {recipe.VENV}/bin/python -m pip install --no-cache-dir --no-deps {nccl}", *extra,
+             f"RUN {layout.VENV}/bin/python -m pip install --no-cache-dir --no-deps {nccl}", *extra,
              "RUN set -eu; " + "; ".join(step.commands),
              "RUN rm -rf /wheels /src",  # not in the SquashFS enroot makes of the layers (a smaller, faster import)
              # the image's own PATH, as the recipe's environment sets it (enroot carries it into the container)

@@ -22,7 +22,7 @@ import pytest
 from helpers_nccl_tests import (HANDED_NO_MPI, IMAGE, NCCL_TESTS_VALUE, ONE_BINARY, build, build_context,
                                 build_no_mpi, save)
 
-from shipyard.definitions import recipe
+from shipyard.definitions import layout, recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -57,7 +57,7 @@ def test_nccl_tests_compile_from_the_recipe_step_and_link(docker_env, nccl_tests
     assert "all_reduce_perf" in out.split(), out
     assert "UNRESOLVED" not in out, out
     # torch's NCCL (the wheel's file, through the run path), Open MPI; the CUDA runtime linked statically
-    assert f"{recipe.VENV}/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2" in out, out
+    assert f"{layout.VENV}/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2" in out, out
     assert "libmpi.so" in out and "libcudart" not in out, out
     # no GPU here: the binary stops at the CUDA driver/device, and says so
     assert "CUDA driver version is insufficient" in out or "no CUDA-capable device" in out, out
