@@ -130,7 +130,7 @@ SHELL = Spec(
      "force": (False, "open the shell even when `invoke check` finds an ERROR for ENV on the cluster (warns)"),
      "partition": (None, "partition to run on (default: the cluster's interactive partition)"),
      "sbatch": (None, "extra Slurm option KEY=VALUE for srun (repeatable; the keys --sbatch of invoke launch allows)")},
-    f"{LAUNCH}:shell",
+    "shipyard.commands.shell:shell",
     lambda run, f: run(f.context(), f.env, f.cluster, dry_run=f.dry_run, command=f.command, gpus=f.gpus,
                        time=f.time, runtime=f.runtime, force=f.force, partition=f.partition, sbatch=f.sbatch),
     positional=("env",), iterable=("sbatch",))
@@ -206,7 +206,7 @@ SNAKEMAKE_PROFILE = Spec(
     {"cluster": (None, "cluster whose partitions and image the profile names (default: defaults.cluster)"),
      "env": (None, "environment whose staged image plugin jobs run in (default: defaults.environment)"),
      "check": (False, "write nothing; exit 1 when the files differ from what the registry gives")},
-    f"{LAUNCH}:snakemake_profile", lambda run, f: run(f.context(), f.cluster, f.env, check=f.check))
+    "shipyard.commands.snakemake:snakemake_profile", lambda run, f: run(f.context(), f.cluster, f.env, check=f.check))
 
 # ----------------------------------------------------------------------------------------------- sandbox, demo
 # The local Slurm cluster (shipyard/sandbox/) and the README's main command (shipyard/commands/demo.py).
@@ -390,7 +390,7 @@ MODULES = Spec(
                        "(default: defaults.cluster)"),
      "prefix": (None, "where to write modulefiles/ and wrappers/ (default: <project>/modules)"),
      "force": (False, "write even when `invoke check` finds an ERROR for an environment on the cluster (warns)")},
-    f"{LAUNCH}:modules", lambda run, f: run(f.context(), f.env, f.cluster, f.prefix, force=f.force),
+    "shipyard.commands.modules:modules", lambda run, f: run(f.context(), f.env, f.cluster, f.prefix, force=f.force),
     positional=("env",))
 
 SIGN = Spec(

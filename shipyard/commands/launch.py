@@ -1,10 +1,11 @@
-"""`invoke launch`, `invoke nccl-test`, `invoke shell` and `invoke modules`: what runs on the cluster, from the image.
+"""`invoke launch`, `invoke nccl-test` and `invoke sweep-status`: the batch job that runs on the cluster, from the image.
 
 Each command resolves the environment and cluster once, runs the checks of `invoke check ENV --cluster C` through
 :meth:`Context.gate` (``--force`` goes on, and the launcher's header names what it overrode), hands the objects and
-the flags to the stage (:mod:`shipyard.launch.launcher`, :mod:`shipyard.launch.shell`,
-:mod:`shipyard.launch.modules`), prints on ``ctx.out`` and returns an exit code. The launch flags arrive as one
-:class:`~shipyard.launch.options.Options`, built by tasks.py from the task's parameters and passed down unchanged.
+the flags to the stage (:mod:`shipyard.launch.launcher`), prints on ``ctx.out`` and returns an exit code. The launch
+flags arrive as one :class:`~shipyard.launch.options.Options`, built by tasks.py from the task's parameters and
+passed down unchanged. What else runs the image has its own command module: :mod:`shipyard.commands.shell`,
+:mod:`shipyard.commands.modules`, :mod:`shipyard.commands.snakemake`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
-from shipyard import project, runtimes, slurm
+from shipyard import slurm
 from shipyard.commands import remote as remote_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
-from shipyard.files import atomic_write, output_to, table
-from shipyard.launch import image_check, launcher, modules as module_files, shell as shells, snakemake, sweep as sweeps
+from shipyard.files import table
+from shipyard.launch import launcher, sweep as sweeps
 from shipyard.launch.options import NCCL_TEST, TORCHRUN, Options
 from shipyard.remote import transport
 
@@ -104,102 +105,4 @@ def sweep_status(ctx: Context, name: str | None) -> int:
     rows = [(i, "done" if f else "-", d, *vals) for i, (f, d, vals) in enumerate(zip(finished, dirs, sw.rows))]
     ctx.say(table(("index", "state", "dir", *sw.names), rows))
     ctx.say(f"{sum(finished)} of {sw.count} done")
-    return 0
-
-
-def shell(ctx: Context, env: str | None = None, cluster: str | None = None, *, dry_run: bool = False,
-          command: str | None = None, gpus: int | str | None = None, time: str | None = None,
-          runtime: str | None = None, force: bool = False, partition: str | None = None,
-          sbatch: Sequence[str] | None = None) -> int:
-    """`invoke shell`: print (``dry_run``) or run the srun command; returns srun's exit code. The environment on the
-    cluster passes `invoke check` first (``force``: go on with a warning)."""
-    environment, cl = ctx.environment(env), ctx.cluster(cluster)
-    if transport.is_remote(cl):
-        return remote_commands.forward(ctx, cl, tty=not dry_run and command is None)
-    ctx.gate(environment, cl, what="shell", force=force)
-    note = None
-    try:
-        check = shell_check(ctx, environment, cl, runtime)
-    except ShipyardError as exc:
-        if not dry_run:
-            raise
-        # a preview before anything is built or staged: the line is shown, and what running it needs is said
-        note, check = f"note: {exc}; until then `invoke shell` (without --dry-run) refuses to start it", None
-    plan = shells.build(ctx.registry, environment, cl, command=command, gpus=gpus, time=time, runtime=runtime,
-                        partition=partition, sbatch=sbatch, check=check)
-    if not dry_run:
-        return shells.run(plan)
-    ctx.say(shells.command_line(plan))
-    if note:
-        ctx.say(note)
-    if plan.interactive:
-        ctx.say()
-        ctx.say(plan.snippet.replace(shells.NODE_MARK, "<the node srun allocates; the shell prints it when it starts>"))
-    return 0
-
-
-def shell_check(ctx: Context, env, cl, runtime: str | None) -> Path | None:
-    """The image check `invoke shell` runs before srun: ``launch/ENV-SHA.check-image.sh``, written for the staged
-    image (its stage record, else the build manifest) as the batch launcher would bind it; None for the host runtime
-    (no image). An image with nothing to check it against is refused, as `invoke launch` refuses it. Written in a
-    --dry-run too: the printed line runs it."""
-    rt = runtimes.get(runtime or cl.runtime)
-    if not rt.containerised:
-        return None
-    image = rt.image(ctx.registry.root, env.name, cl)
-    check = image_check.require(image_check.bound(ctx.registry.root, env.name, image, rt.suffix), image, env.name,
-                                cl.name, "the shell's image")
-    path = project.launchers_dir(ctx.registry.root) / image_check.script_name(check, env.name)
-    by = f"invoke shell {env.name} --cluster {cl.name}" + (f" --runtime {rt.name}" if runtime else "")
-    atomic_write(path, image_check.render(check, env.name, by, "`invoke shell` (and --command) runs"), mode=0o755)
-    return path
-
-
-def modules(ctx: Context, env: str | None = None, cluster: str | None = None, prefix: str | os.PathLike | None = None,
-            *, force: bool = False) -> int:
-    """`invoke modules`: run `invoke check` for each environment on the cluster (refusing on an ERROR unless
-    ``force``), write the modulefiles and wrappers, and say how to use them."""
-    cl = ctx.cluster(cluster)
-    envs = [ctx.environment(env)] if env else module_files.environments_on(ctx.registry, cl)
-    for e in envs:
-        ctx.gate(e, cl, what=f"modules for {e.name}", force=force)
-    with output_to("--prefix", prefix or ctx.registry.root / "modules"):
-        paths = module_files.write_modules(ctx.registry, envs, cl, prefix)
-    mods = sorted(p for p in paths if p.suffix == ".lua")
-    checks = [p for p in paths if p.name == image_check.SCRIPT]
-    ctx.say(f"wrote {len(mods)} modulefile(s) and {len(paths) - len(mods) - len(checks)} wrapper(s), which run "
-            f"{len(checks)} image check(s) first")
-    for e in envs:  # written all the same: the wrappers name the image's place, which a stage fills later
-        image = module_files.image_path(ctx.registry, cl, e)
-        if image and not os.path.exists(image):
-            ctx.say(f"note: {image} is not staged yet: the wrappers of {e.name} fail until `invoke stage {e.name} "
-                    f"--cluster {cl.name}`")
-    if mods:
-        ctx.say(f"  module use {shlex.quote(str(mods[0].parent.parent))}")
-        for m in mods:
-            ctx.say(f"  module load shipyard/{m.stem}")
-    return 0
-
-
-def snakemake_profile(ctx: Context, cluster: str | None = None, env: str | None = None, *, check: bool = False) -> int:
-    """`invoke snakemake.profile --cluster C [--env E] [--check]`: write the Snakemake profile and the Slurm plugin's
-    partition file for the cluster; ``check``: exit 1 naming the stale files, write nothing."""
-    cl, environment = ctx.cluster(cluster), ctx.environment(env)
-    rt = runtimes.get(cl.runtime)
-    staged = None
-    if rt.name == "apptainer":  # Snakemake runs images with apptainer only: the profile names the staged one
-        image = rt.image(ctx.registry.root, environment.name, cl)
-        staged = image_check.require(image_check.bound(ctx.registry.root, environment.name, image, rt.suffix),
-                                     image, environment.name, cl.name, "the Snakemake profile's image")
-    files = snakemake.render(ctx.registry, environment, cl, staged)
-    if check:
-        old = snakemake.stale(files)
-        if old:
-            raise ShipyardError(f"{', '.join(os.path.relpath(p) for p in old)}: stale; regenerate with invoke "
-                                f"snakemake.profile --cluster {cl.name}", exit_code=1)
-        ctx.say(f"{len(files)} file(s) up to date")
-        return 0
-    for p in snakemake.write(files):
-        ctx.say(f"wrote {os.path.relpath(p)}")
-    ctx.say(f"use with: snakemake --profile {shlex.quote(os.path.relpath(snakemake.directory(ctx.registry.root, cl.name)))}")
     return 0

@@ -16,7 +16,7 @@ import yaml
 from fixtures_launch import fake_build_manifest, replace_staged_image, stage_record
 from helpers_registry import GOLDEN, golden
 
-from shipyard.commands import launch as launch_commands
+from shipyard.commands import snakemake as snakemake_commands
 from shipyard.commands.context import Context
 from shipyard.errors import ShipyardError
 from shipyard.launch import image_check, snakemake
@@ -40,14 +40,14 @@ def test_golden_profile_and_partition_file(launch_registry, cluster):
 def test_write_then_check_then_stale(launch_project):
     ctx = Context.load(out=io.StringIO())
     with pytest.raises(ShipyardError, match="no image to check the Snakemake profile's image against"):
-        launch_commands.snakemake_profile(ctx, "lab-ib")
+        snakemake_commands.snakemake_profile(ctx, "lab-ib")
     fake_build_manifest(launch_project, "pytorch-2.3", "sif")
-    assert launch_commands.snakemake_profile(ctx, "lab-ib") == 0
-    assert launch_commands.snakemake_profile(ctx, "lab-ib", check=True) == 0
+    assert snakemake_commands.snakemake_profile(ctx, "lab-ib") == 0
+    assert snakemake_commands.snakemake_profile(ctx, "lab-ib", check=True) == 0
     path = snakemake.directory(ctx.registry.root, "lab-ib") / snakemake.CONFIG
     path.write_text(path.read_text() + "jobs: 1\n")
     with pytest.raises(ShipyardError, match="config.yaml: stale; regenerate with invoke snakemake.profile") as exc:
-        launch_commands.snakemake_profile(ctx, "lab-ib", check=True)
+        snakemake_commands.snakemake_profile(ctx, "lab-ib", check=True)
     assert exc.value.exit_code == 1
 
 
@@ -108,7 +108,7 @@ def test_the_profiles_image_check_refuses_a_replaced_image(make_project, tmp_pat
     image.write_bytes(b"the staged image\n" * 500)
     stage_record(image)
     ctx = Context.load(out=io.StringIO())
-    assert launch_commands.snakemake_profile(ctx, "lab-ib") == 0
+    assert snakemake_commands.snakemake_profile(ctx, "lab-ib") == 0
     config = yaml.safe_load((snakemake.directory(root, "lab-ib") / snakemake.CONFIG).read_text())["config"]
     check = dict(c.split("=", 1) for c in config)["shipyard_image_check"]
     assert 'shell("bash {CHECK:q}")' in (Path(__file__).resolve().parents[2] / "examples" / "snakemake" /

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from shipyard.commands import launch as launch_commands
+from shipyard.commands import snakemake as snakemake_commands
 from shipyard.commands.context import Context
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -53,7 +53,7 @@ def test_example_workflow_through_the_plugin(sandbox, sandbox_project):
     acct = sandbox.run(["sacct", "-X", "--noheader"])
     assert acct.returncode != 0 and "accounting storage is disabled" in acct.stderr, acct  # why squeue, above
     ctx = Context.load(out=io.StringIO())
-    assert launch_commands.snakemake_profile(ctx, "sandbox") == 0
+    assert snakemake_commands.snakemake_profile(ctx, "sandbox") == 0
     res = _snakemake(sandbox, sandbox_project)
     log = res.stdout + res.stderr
     assert res.returncode == 0, _why(sandbox_project, res)

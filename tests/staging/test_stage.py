@@ -22,7 +22,8 @@ import helpers_stage
 from helpers_stage import storage
 
 from shipyard import registry
-from shipyard.commands import launch as launch_commands
+from shipyard.commands import modules as modules_commands
+from shipyard.commands import shell as shell_commands
 from shipyard.containers import manifest as mf
 from shipyard.commands import registry as registry_commands
 from shipyard.commands.context import Context
@@ -327,12 +328,12 @@ def test_chain_without_submit_writes_a_submit_script_and_dry_run_shows_the_chain
 def test_modules_and_shell_refuse_what_check_refuses(built, tmp_path):
     ctx = Context(built, out=io.StringIO(), err=io.StringIO())
     with pytest.raises(ShipyardError, match="modules for tiny refused"):
-        launch_commands.modules(ctx, "tiny", "lab-old", tmp_path / "m")
-    assert launch_commands.modules(ctx, "tiny", "lab-old", tmp_path / "m", force=True) == 0
+        modules_commands.modules(ctx, "tiny", "lab-old", tmp_path / "m")
+    assert modules_commands.modules(ctx, "tiny", "lab-old", tmp_path / "m", force=True) == 0
     assert (tmp_path / "m" / "modulefiles" / "shipyard" / "tiny.lua").exists()
     with pytest.raises(ShipyardError, match="shell refused"):
-        launch_commands.shell(ctx, "tiny", "lab-old", dry_run=True)
-    assert launch_commands.shell(ctx, "tiny", "lab-old", dry_run=True, force=True) == 0
+        shell_commands.shell(ctx, "tiny", "lab-old", dry_run=True)
+    assert shell_commands.shell(ctx, "tiny", "lab-old", dry_run=True, force=True) == 0
 
 
 # ------------------------------------------------------------------------------------------------ doctor

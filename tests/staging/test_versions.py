@@ -207,7 +207,7 @@ def test_module_wrappers_and_the_shell_check_and_run_the_staged_version(built, s
     when it is written, and its image check verifies that very file: the check passes on a versioned stage (the
     pointer, a symlink, is never what it checks), and after the next stage the module written before still runs and
     checks its own version until `invoke modules` is run again."""
-    from shipyard.commands import launch as launch_commands
+    from shipyard.commands import shell as shell_commands
     from shipyard.launch import modules
 
     dest = storage(built) / "tiny.sif"
@@ -226,7 +226,7 @@ def test_module_wrappers_and_the_shell_check_and_run_the_staged_version(built, s
     again = subprocess.run(["bash", str(check)], capture_output=True, text=True, env=env)
     assert again.returncode == 0, again.stderr  # the module written for v1 still checks (and runs) v1
     ctx = helpers_stage.context(built)
-    script = launch_commands.shell_check(ctx, built.environment("tiny"), built.cluster("lab"), None)
+    script = shell_commands.shell_check(ctx, built.environment("tiny"), built.cluster("lab"), None)
     shell_ok = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
     assert shell_ok.returncode == 0 and f"image={versions.current(dest)}" in script.read_text(), shell_ok.stderr
 
