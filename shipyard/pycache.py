@@ -1,5 +1,5 @@
 """Derived data kept where Python keeps a package's own bytecode (its ``__pycache__``): compiled templates, parsed
-data files.
+data files, kept renders, the dataclasses' compiled methods.
 
 Why there: the folder is written only where Python would write the package's .pyc files, and read only from a
 regular file (never a symlink) owned by the owner of the package's ``__init__.py`` and writable by nobody else.
@@ -10,6 +10,7 @@ is no error: the caller derives the data again.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import marshal
@@ -23,9 +24,21 @@ from pathlib import Path
 def _places(package: str) -> tuple[Path, Path] | None:
     """The package's ``__init__.py`` and its bytecode folder (honouring ``sys.pycache_prefix``), or None."""
     init = getattr(importlib.import_module(package), "__file__", None)
-    if not init:
-        return None
+    return _places_of(init, sys.pycache_prefix) if init else None
+
+
+@functools.lru_cache(maxsize=None)
+def _places_of(init: str, prefix: str | None) -> tuple[Path, Path]:
     return Path(init), Path(importlib.util.cache_from_source(init)).parent
+
+
+@functools.lru_cache(maxsize=None)
+def _owner(init: Path) -> int | None:
+    """Who owns the package (its ``__init__.py``), once per process: every kept file must be theirs."""
+    try:
+        return os.stat(init).st_uid
+    except OSError:
+        return None
 
 
 def read(package: str, name: str) -> bytes | None:
@@ -35,17 +48,21 @@ def read(package: str, name: str) -> bytes | None:
         return None
     init, folder = places
     try:
-        fd = os.open(folder / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(os.path.join(folder, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        try:
-            st, owner = os.fstat(f.fileno()), os.stat(init).st_uid
-        except OSError:
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != _owner(init) or st.st_mode & 0o022:
             return None
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != owner or st.st_mode & 0o022:
-            return None
-        return f.read()
+        chunks = []
+        while chunk := os.read(fd, max(st.st_size + 1, 65536)):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_marshal(package: str, name: str):
@@ -87,3 +104,27 @@ def write(package: str, name: str, data: bytes) -> None:
         os.replace(tmp, folder / name)
     except OSError:
         Path(tmp).unlink(missing_ok=True)
+
+
+def listing(package: str, prefix: str) -> dict[str, int]:
+    """The regular files in ``package``'s bytecode folder whose names start with ``prefix``, by name, with the time
+    each was written (ns): what a bounded cache removes the oldest of. Empty where bytecode is not written."""
+    places = None if sys.dont_write_bytecode else _places(package)
+    if places is None:
+        return {}
+    try:
+        with os.scandir(places[1]) as entries:
+            return {e.name: e.stat(follow_symlinks=False).st_mtime_ns for e in entries
+                    if e.name.startswith(prefix) and e.is_file(follow_symlinks=False)}
+    except OSError:
+        return {}
+
+
+def remove(package: str, name: str) -> None:
+    """Remove ``name`` from ``package``'s bytecode folder (a link itself, never what it points to); gone is fine."""
+    places = None if sys.dont_write_bytecode else _places(package)
+    if places is not None:
+        try:
+            os.unlink(places[1] / name)
+        except OSError:
+            pass

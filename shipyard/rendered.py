@@ -13,7 +13,10 @@ context is a :class:`~shipyard.definitions.recipe.Recipe`, a launcher's its fiel
 (:func:`shipyard.launch.launcher.render`): plain data by design.
 
 Kept texts live where Python keeps the package's bytecode (:mod:`shipyard.pycache`: owner-checked, never written
-where .pyc files are not), one file per package; a missing, foreign or damaged file is no error.
+where .pyc files are not), one small file per text, named by its key: a render reads the one text it needs, however
+many others are kept (a big registry's definitions, every launcher a course wrote). At most :data:`MAX_KEPT` per
+package: past it, a process that wrote new ones removes the oldest written that it did not use. A missing, foreign or
+damaged file is no error: the text is rendered again.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from pathlib import Path
 
 from shipyard import pycache
 
-FORMAT = "shipyard-rendered-1"  # part of every key: a change of what the key holds starts afresh
-NAME = f"rendered-templates.{sys.implementation.cache_tag}.marshal"
-MAX_KEPT = 1024  # texts per package file (every definition of 300 environments): this process's first
+FORMAT = "shipyard-rendered-2"  # part of every key and of every file: a change of either starts afresh
+PREFIX = "rendered-"  # a kept text's file: PREFIX + its key
+MAX_KEPT = 1024  # texts per package (every definition of 300 environments)
 # the modules whose code shapes a render beside the templates: the filters, the environment's settings, this key
 CODE = ("templating.py", "jinja_environment.py", "escaping.py", "errors.py", "rendered.py")
 # what a dataclass has of its own when it holds nothing but fields (the methods the decorator writes included)
@@ -43,9 +46,8 @@ _DATACLASS_OWN = frozenset({
     "__static_attributes__", "__firstlineno__",
 })
 
-_kept: dict[str, dict[str, str]] = {}  # package -> key -> text
-_used: dict[str, list[str]] = {}
-_new: set[str] = set()
+_new: dict[str, dict[str, str]] = {}  # package -> key -> text this process rendered, written at its end
+_used: dict[str, set[str]] = {}  # package -> the keys this process rendered or read
 
 
 class _NotPlain(Exception):
@@ -159,17 +161,25 @@ def key(package: str, template: str, trim_blocks: bool, context: dict) -> str | 
     return digest.hexdigest()
 
 
-def _read(package: str) -> dict[str, str]:
-    return pycache.read_mapping(package, NAME, str)
+def _name(key: str) -> str:
+    return PREFIX + key
+
+
+def _read(package: str, key: str) -> str | None:
+    """The text kept under ``key``: a file of this format that names the same key, else None."""
+    kept = pycache.read_marshal(package, _name(key))
+    if type(kept) is tuple and len(kept) == 3 and kept[:2] == (FORMAT, key) and type(kept[2]) is str:
+        return kept[2]
+    return None
 
 
 def get(package: str, key: str) -> str | None:
     """The text kept under ``key``, or None."""
-    if package not in _kept:
-        _kept[package] = _read(package)
-    text = _kept[package].get(key)
+    text = _new.get(package, {}).get(key)
+    if text is None:
+        text = _read(package, key)
     if text is not None:
-        _used.setdefault(package, []).append(key)
+        _used.setdefault(package, set()).add(key)
     return text
 
 
@@ -177,17 +187,26 @@ def put(package: str, key: str, text: str) -> None:
     """Keep ``text`` under ``key``; written when the process ends."""
     if not _new:
         atexit.register(_save)
-    if package not in _kept:
-        _kept[package] = _read(package)
-    _kept[package][key] = text
-    _used.setdefault(package, []).append(key)
-    _new.add(package)
+    _new.setdefault(package, {})[key] = text
+    _used.setdefault(package, set()).add(key)
 
 
 def _save() -> None:
-    for package in sorted(_new):
-        kept, used = _kept[package], list(dict.fromkeys(_used.get(package, [])))
-        ran = set(used)
-        order = [k for k in kept if k not in ran] + used  # the others first, this process's last
-        pycache.write(package, NAME, marshal.dumps({k: kept[k] for k in order[-MAX_KEPT:]}))
+    for package, texts in sorted(_new.items()):
+        for key, text in texts.items():
+            pycache.write(package, _name(key), marshal.dumps((FORMAT, key, text)))
+        kept = pycache.listing(package, PREFIX)
+        if len(kept) > MAX_KEPT:
+            for name in _eviction_order(kept, package, texts)[:len(kept) - MAX_KEPT]:
+                pycache.remove(package, name)
     _new.clear()
+
+
+def _eviction_order(kept: dict[str, int], package: str, written: dict[str, str]) -> list[str]:
+    """Which kept files go first: those this process did not use, the oldest written first; then those it read;
+    then those it wrote, in the order it wrote them (a time stamp is coarser than one process's writes)."""
+    written_names = [_name(k) for k in written]
+    used = {_name(k) for k in _used.get(package, ())}
+    others = sorted((mtime, name) for name, mtime in kept.items() if name not in used)
+    read = sorted((mtime, name) for name, mtime in kept.items() if name in used and name not in written_names)
+    return [n for _, n in others] + [n for _, n in read] + [n for n in written_names if n in kept]

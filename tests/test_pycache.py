@@ -63,3 +63,26 @@ def test_marshalled_data_reads_back_and_anything_else_reads_as_none(bytecode_fol
     pycache.write("shipyard", "list", marshal.dumps(["a"]))
     assert pycache.read_mapping("shipyard", "list", str) == {}
     assert pycache.read_marshal("shipyard", "absent") is None
+
+
+def test_a_listing_holds_the_regular_files_of_a_prefix_and_removing_never_follows_a_link(bytecode_folder, tmp_path):
+    pycache.write("shipyard", "kept-a", b"a")
+    pycache.write("shipyard", "other", b"o")
+    (bytecode_folder / "kept-dir").mkdir()
+    (tmp_path / "elsewhere").write_bytes(b"planted")
+    (bytecode_folder / "kept-link").symlink_to(tmp_path / "elsewhere")
+    listed = pycache.listing("shipyard", "kept-")
+    assert list(listed) == ["kept-a"] and listed["kept-a"] == (bytecode_folder / "kept-a").stat().st_mtime_ns
+    pycache.remove("shipyard", "kept-link")
+    pycache.remove("shipyard", "kept-gone")  # already gone: no error
+    assert (tmp_path / "elsewhere").read_bytes() == b"planted" and not (bytecode_folder / "kept-link").is_symlink()
+    pycache.remove("shipyard", "kept-a")
+    assert pycache.listing("shipyard", "kept-") == {} and pycache.read("shipyard", "other") == b"o"
+
+
+def test_nothing_is_listed_or_removed_where_python_writes_no_bytecode(bytecode_folder, monkeypatch):
+    pycache.write("shipyard", "kept-a", b"a")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert pycache.listing("shipyard", "kept-") == {}
+    pycache.remove("shipyard", "kept-a")
+    assert (bytecode_folder / "kept-a").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import marshal
 import os
 import shutil
 import sys
@@ -59,9 +60,8 @@ class Holder:
 @pytest.fixture
 def fresh(bytecode_folder, monkeypatch):
     """Nothing kept in this process (as in a new one); kept files go to the test's own bytecode folder."""
-    monkeypatch.setattr(rendered, "_kept", {})
     monkeypatch.setattr(rendered, "_used", {})
-    monkeypatch.setattr(rendered, "_new", set())
+    monkeypatch.setattr(rendered, "_new", {})
     for cached in (rendered._templates, rendered._code, rendered._jinja2, rendered._module_source):
         cached.cache_clear()
     return bytecode_folder
@@ -82,7 +82,7 @@ def probe(tmp_path, monkeypatch, fresh):
 
 def new_process() -> None:
     """What a new process starts from: nothing kept in memory, every source read again."""
-    rendered._kept.clear()
+    rendered._new.clear()
     rendered._used.clear()
     for cached in (rendered._templates, rendered._code, rendered._jinja2, rendered._module_source):
         cached.cache_clear()
@@ -169,35 +169,68 @@ def test_a_changed_source_changes_the_key(fresh, monkeypatch, source):
     assert key_when("one") == key_when("one")
 
 
-@pytest.mark.parametrize("content", [b"", b"not marshal", b"\x00" * 32, __import__("marshal").dumps({"k": 1}),
-                                     __import__("marshal").dumps(["k"])])
+def kept_texts(package: str) -> list[str]:
+    """The texts kept for ``package``, as a new process would read them."""
+    folder = rendered.pycache._places(package)[1]
+    return sorted(rendered._read(package, p.name[len(rendered.PREFIX):])
+                  for p in folder.glob(rendered.PREFIX + "*")) if folder.is_dir() else []
+
+
+def probe_key(x) -> str:
+    return rendered.key("memo_probe", "t.j2", False, {"x": x})
+
+
+@pytest.mark.parametrize("content", [
+    b"", b"not marshal", b"\x00" * 32, marshal.dumps({"k": 1}), marshal.dumps(["k"]), marshal.dumps(("a", "b", "c")),
+    marshal.dumps((rendered.FORMAT, "0" * 64, "forged!")),  # another key's text under this key's name
+    marshal.dumps(("shipyard-rendered-1", "KEY", "an older format!")), marshal.dumps((rendered.FORMAT, "KEY", b"1!")),
+], ids=lambda c: c[:24].hex() or "empty")
 def test_a_damaged_or_foreign_kept_file_is_rendered_again(probe, content):
     folder = rendered.pycache._places("memo_probe")[1]
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / rendered.NAME).write_bytes(content)
+    key = probe_key(1)
+    (folder / (rendered.PREFIX + key)).write_bytes(content.replace(b"KEY", key.encode()))
     assert templating.render("memo_probe", "t.j2", x=1) == "1!"
     rendered._save()
-    assert list(rendered._read("memo_probe").values()) == ["1!"]
+    assert kept_texts("memo_probe") == ["1!"]
 
 
-def test_kept_texts_are_bounded_and_this_processs_stay(probe, monkeypatch):
-    monkeypatch.setattr(rendered, "MAX_KEPT", 3)
-    for i in range(5):
+def test_a_render_reads_only_its_own_kept_text(probe, monkeypatch):
+    """However many texts are kept, a render opens the one file named by its key."""
+    for i in range(20):
         templating.render("memo_probe", "t.j2", x=i)
     rendered._save()
-    assert sorted(rendered._read("memo_probe").values()) == ["2!", "3!", "4!"]
     new_process()
-    templating.render("memo_probe", "t.j2", x=2)  # used again: kept over the others
+    opened = []
+    real = rendered.pycache.read_marshal
+    monkeypatch.setattr(rendered.pycache, "read_marshal", lambda pkg, name: opened.append(name) or real(pkg, name))
+    monkeypatch.setattr(jinja_environment, "render", no_jinja)
+    assert templating.render("memo_probe", "t.j2", x=7) == "7!"
+    assert opened == [rendered.PREFIX + probe_key(7)]
+
+
+def test_kept_texts_are_bounded_the_oldest_others_go_first(probe, monkeypatch):
+    monkeypatch.setattr(rendered, "MAX_KEPT", 3)
+    for i in range(5):  # one process wrote more than the bound: its last three stay
+        templating.render("memo_probe", "t.j2", x=i)
+    rendered._save()
+    assert kept_texts("memo_probe") == ["2!", "3!", "4!"]
+    folder = rendered.pycache._places("memo_probe")[1]
+    for age, i in enumerate((2, 3, 4)):  # written 2 first, then 3, then 4 (as a time stamp says it)
+        os.utime(folder / (rendered.PREFIX + probe_key(i)), ns=(10**18 + age, 10**18 + age))
+    new_process()
+    templating.render("memo_probe", "t.j2", x=2)  # the oldest, used again: stays over the others
     templating.render("memo_probe", "t.j2", x=9)
     rendered._save()
-    assert sorted(rendered._read("memo_probe").values()) == ["2!", "4!", "9!"]
+    assert kept_texts("memo_probe") == ["2!", "4!", "9!"]
 
 
 def test_nothing_is_kept_where_python_writes_no_bytecode(probe, monkeypatch):
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     templating.render("memo_probe", "t.j2", x=1)
     rendered._save()
-    assert rendered._read("memo_probe") == {}
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert kept_texts("memo_probe") == []
 
 
 def test_jinja2s_random_global_is_gone():

@@ -39,7 +39,7 @@ CASES = {
 @pytest.fixture
 def fresh(bytecode_folder, monkeypatch):
     """Nothing kept in this process; kept files go to the test's own bytecode folder."""
-    for name, empty in (("_kept", {}), ("_used", {}), ("_new", set())):
+    for name, empty in (("_used", {}), ("_new", {})):
         monkeypatch.setattr(rendered, name, empty)
     for cached in (rendered._templates, rendered._code, rendered._jinja2, rendered._module_source):
         cached.cache_clear()
@@ -54,7 +54,6 @@ def _launcher(reg, case: str) -> launcher.Launcher:
 def _as_new_process() -> None:
     """Write what this process kept, then forget it, as a new process starts: the next text comes from the file."""
     rendered._save()
-    rendered._kept.clear()
     rendered._used.clear()
 
 
