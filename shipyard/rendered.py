@@ -28,6 +28,7 @@ import hashlib
 import importlib
 import importlib.util
 import marshal
+import os
 import sys
 from pathlib import Path
 
@@ -117,8 +118,9 @@ def _encode(value, out: list[str], modules: set[str]) -> bool:
     return fixed
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _digest(path: str | Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 @functools.lru_cache(maxsize=None)
@@ -142,8 +144,9 @@ def _module_source(module: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _templates(package: str) -> tuple:
-    folder = Path(importlib.import_module(package).__file__).parent / "templates"
-    return tuple((str(p.relative_to(folder)), _digest(p)) for p in sorted(folder.rglob("*")) if p.is_file())
+    folder = os.path.join(os.path.dirname(importlib.import_module(package).__file__), "templates")
+    found = [os.path.join(top, name) for top, _, names in os.walk(folder) for name in names]
+    return tuple((path[len(folder) + 1:], _digest(path)) for path in sorted(found))
 
 
 def key(package: str, template: str, trim_blocks: bool, context: dict) -> str | None:

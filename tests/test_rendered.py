@@ -162,7 +162,7 @@ def test_a_changed_source_changes_the_key(fresh, monkeypatch, source):
 
     def key_when(content: str) -> str:
         new_process()
-        monkeypatch.setattr(rendered, "_digest", lambda p: content if p.as_posix().endswith("/" + source) else real(p))
+        monkeypatch.setattr(rendered, "_digest", lambda p: content if os.fspath(p).endswith("/" + source) else real(p))
         return key({"r": Leaf("a")})
 
     assert key_when("one") != key_when("two")
