@@ -352,9 +352,10 @@ class Registry:
         base = env.base.value or ""
         return self.base_mirror.rewrite(base) if self.base_mirror and base else base
 
-    @property
+    @functools.cached_property
     def root(self) -> Path:
-        """The project directory: definitions/, containers/ and launch/ live beside registry.yaml."""
+        """The project directory: definitions/, containers/ and launch/ live beside registry.yaml (resolved once: a
+        command asks for it dozens of times)."""
         return self.path.resolve().parent
 
     def environment(self, name: str | None = None) -> Environment:
