@@ -10,7 +10,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import secrets
 import stat
 import tempfile
 from datetime import datetime, timezone
@@ -130,7 +129,7 @@ def exclusive_temp(target: str | os.PathLike, mode: int, tag: str = "tmp",
     it; fchmod makes it exact). A symlink, directory or file planted at that name is an error, never written through.
     Returns the open descriptor (write-only, or read-write when ``readable``) and the path."""
     target = Path(target)
-    name = f".{target.name}.{tag}.{os.uname().nodename}.{os.getpid()}.{secrets.token_hex(8)}"
+    name = f".{target.name}.{tag}.{os.uname().nodename}.{os.getpid()}.{os.urandom(8).hex()}"
     tmp = target.with_name(name)
     access = os.O_RDWR if readable else os.O_WRONLY
     fd = os.open(tmp, access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
@@ -262,7 +261,7 @@ class SharedFolder:
         parts = self._parts(rel)
         fd = self._walk(parts[:-1], dir_mode)
         name = parts[-1]
-        tmp = f".{name}.tmp.{os.uname().nodename}.{os.getpid()}.{secrets.token_hex(8)}"
+        tmp = f".{name}.tmp.{os.uname().nodename}.{os.getpid()}.{os.urandom(8).hex()}"
         try:
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
                           mode, dir_fd=fd)
