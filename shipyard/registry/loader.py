@@ -59,24 +59,30 @@ REGISTRY_ENV = "SHIPYARD_REGISTRY"
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Core12Loader(_FAST_LOADER):
-    """YAML 1.2 core schema scalars, as the YAML libraries of other programs read them (ParallelCluster's configs):
-    no base-60 (``24:00:00`` stays a string), booleans only true/false, no timestamps."""
+@functools.lru_cache(maxsize=None)
+def _core12_loader() -> type:
+    """A loader of YAML 1.2 core schema scalars, as the YAML libraries of other programs read them (ParallelCluster's
+    configs): no base-60 (``24:00:00`` stays a string), booleans only true/false, no timestamps. Built on first use:
+    only other programs' files need it, and its patterns cost a registry load's time to compile."""
+
+    class Core12Loader(_FAST_LOADER):
+        yaml_implicit_resolvers = {
+            first: [(tag, rx) for tag, rx in resolvers
+                    if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                                   "tag:yaml.org,2002:timestamp")]
+            for first, resolvers in _FAST_LOADER.yaml_implicit_resolvers.items()}
+
+    Core12Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                       list("tTfF"))
+    Core12Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[1-9][0-9]*|0|0x[0-9a-fA-F]+)$"),
+                                       list("-+0123456789"))
+    Core12Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."))
+    return Core12Loader
 
 
-_Core12Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers
-            if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-                           "tag:yaml.org,2002:timestamp")]
-    for first, resolvers in _FAST_LOADER.yaml_implicit_resolvers.items()}
-_Core12Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                    list("tTfF"))
-_Core12Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[1-9][0-9]*|0|0x[0-9a-fA-F]+)$"),
-                                    list("-+0123456789"))
-_Core12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
 _CUDA_IMAGE = re.compile(r"^(?:docker\.io/)?nvidia/cuda:")
 FAST_FABRICS = ("ib", "efa")  # fabrics whose userspace an image must carry (socket needs none)
 
@@ -198,7 +204,7 @@ def parse_yaml(text: str, fname: str, core12: bool = False) -> tuple[Any, _Lines
     YAML 1.2 core schema's scalars (for other programs' files: ParallelCluster configs)."""
     _check_shape(text, fname)
     try:
-        node = yaml.compose(text, Loader=_Core12Loader if core12 else _FAST_LOADER)
+        node = yaml.compose(text, Loader=_core12_loader() if core12 else _FAST_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
