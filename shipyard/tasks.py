@@ -80,7 +80,7 @@ COMPAT_REFRESH = Spec(
     {"torch": ("", "comma-separated torch releases to refresh (default: every release in compat.yaml)"),
      "write": (False, "write compat.yaml after showing the diff (default: show the diff only, exit 1 if it differs)"),
      "no_companions": (False, "skip the torchvision/torchaudio look-ups (faster)")},
-    f"{REGISTRY}:compat_refresh",
+    "shipyard.commands.compat:compat_refresh",
     lambda run, f: run(f.torch or None, write=f.write, companions=not f.no_companions))
 
 # ----------------------------------------------------------------------------------------------- cluster-facing tools
@@ -281,7 +281,7 @@ CLUSTER_IMPORT_PCLUSTER = Spec(
      "runtime": ("", f"{RUNTIME_CHOICES}; needed for a GPU cluster whose post-install scripts do not show it"),
      "update": (None, "NAME: re-read the edited config into the existing profile NAME (keeps the keys you added; "
                       "shows the diff; writes only with --yes)")},
-    f"{REGISTRY}:import_pcluster",
+    "shipyard.commands.pcluster:import_pcluster",
     lambda run, f: run(f.config, f.name, f.registry, dry_run=f.dry_run, yes=f.yes, runtime=f.runtime,
                        update=f.update),
     positional=("config",))

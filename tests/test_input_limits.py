@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from shipyard import facts, registry
-from shipyard.commands import registry as registry_cmd
+from shipyard.commands import pcluster as pcluster_cmd
 from shipyard.containers import manifest
 from shipyard.errors import ShipyardError
 from shipyard import files
@@ -61,7 +61,7 @@ def test_endless_input_is_one_line_naming_the_file_and_the_cap(reader, tmp_path)
             registry.load(ENDLESS)
         elif reader == "pcluster":
             (tmp_path / "registry.yaml").write_text("environments: {}\nclusters: {}\n")
-            registry_cmd.import_pcluster(ENDLESS, "c", tmp_path / "registry.yaml", dry_run=True)
+            pcluster_cmd.import_pcluster(ENDLESS, "c", tmp_path / "registry.yaml", dry_run=True)
         elif reader == "nccl":
             nccl_report.parse_file(ENDLESS)
         else:

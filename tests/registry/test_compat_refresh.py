@@ -12,7 +12,7 @@ import shutil
 import pytest
 import yaml
 
-from shipyard.commands import registry as registry_commands
+from shipyard.commands import compat as compat_commands
 from shipyard.errors import ShipyardError
 from shipyard.registry import compat, refresh
 
@@ -82,12 +82,12 @@ def test_pypi_refresh_command_shows_a_diff_and_writes_only_with_write(tmp_path, 
     text = path.read_text().replace('"2.10.0": {nccl: "2.27.5"', '"2.10.0": {nccl: "2.27.1"')
     assert text != refresh.COMPAT_PATH.read_text()
     path.write_text(text)
-    assert registry_commands.compat_refresh("2.10.0", companions=False, path=path) == 1
+    assert compat_commands.compat_refresh("2.10.0", companions=False, path=path) == 1
     out = capsys.readouterr().out
     assert '-  "2.10.0": {nccl: "2.27.1"' in out and '+  "2.10.0": {nccl: "2.27.5"' in out
     assert "NOT written" in out and path.read_text() == text
     assert "PyTorch index" in out  # the non-default variants are named as not refreshed (unreachable here)
-    assert registry_commands.compat_refresh("2.10.0", companions=False, path=path, write=True) == 0
+    assert compat_commands.compat_refresh("2.10.0", companions=False, path=path, write=True) == 0
     assert path.read_text() == refresh.COMPAT_PATH.read_text()
 
 
@@ -103,7 +103,7 @@ def test_an_index_that_lists_nothing_is_not_agreement(tmp_path, monkeypatch, cap
     path = tmp_path / "compat.yaml"
     path.write_text(refresh.COMPAT_PATH.read_text())
     with pytest.raises(ShipyardError) as ei:
-        registry_commands.compat_refresh("2.10.0", companions=False, path=path)
+        compat_commands.compat_refresh("2.10.0", companions=False, path=path)
     msg = str(ei.value)
     assert "listed no wheel" in msg and "nothing was compared" in msg and "\n" not in msg, msg
     assert "agrees" not in capsys.readouterr().out

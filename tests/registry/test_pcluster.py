@@ -10,7 +10,7 @@ import pytest
 from fixtures_launch import build_launcher
 
 from shipyard import registry
-from shipyard.commands import registry as registry_commands
+from shipyard.commands import pcluster as pcluster_commands
 from shipyard.errors import ShipyardError
 from shipyard.launch import launcher as launch
 from shipyard.registry import compat, pcluster
@@ -51,7 +51,7 @@ def test_a_gpu_cluster_never_gets_a_silent_host_runtime(tmp_path):
     reg = tmp_path / "registry.yaml"
     reg.write_text((REPO / "registry.yaml").read_text())
     with pytest.raises(ShipyardError, match="--runtime"):
-        registry_commands.import_pcluster(str(DATA / "awsome-p4de-g5.yaml"), "pc", str(reg), yes=True)
+        pcluster_commands.import_pcluster(str(DATA / "awsome-p4de-g5.yaml"), "pc", str(reg), yes=True)
     assert reg.read_text() == (REPO / "registry.yaml").read_text()
     assert prof("awsome-p4de-g5.yaml", runtime="host")["runtime"] == "host"  # chosen, not silent
     with pytest.raises(ShipyardError, match="--runtime 'docker': use one of apptainer, pyxis, charliecloud, host"):
@@ -120,7 +120,7 @@ def test_invalid_yaml_is_one_line_with_its_line_number(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("Scheduling:\n  Scheduler: slurm\n  SlurmQueues:\n    - Name: q\n   ComputeResources: [\n")
     with pytest.raises(ShipyardError) as e:
-        registry_commands.import_pcluster(str(bad), registry_path=str(tmp_path / "registry.yaml"))
+        pcluster_commands.import_pcluster(str(bad), registry_path=str(tmp_path / "registry.yaml"))
     assert str(e.value).startswith(f"{bad}:5: malformed YAML") and "\n" not in str(e.value)
 
 
@@ -131,7 +131,7 @@ def test_unknown_instance_type_names_it_and_writes_nothing(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text((DATA / "three-queues.yaml").read_text().replace("g5.2xlarge", "x9.mega"))
     with pytest.raises(ShipyardError, match=r"c\.yaml:\d+: instance type 'x9\.mega' is not in shipyard/data/ec2\.yaml"):
-        registry_commands.import_pcluster(str(cfg), registry_path=str(reg), yes=True)
+        pcluster_commands.import_pcluster(str(cfg), registry_path=str(reg), yes=True)
     assert reg.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "registry.yaml"]
 
 
@@ -139,7 +139,7 @@ def test_existing_profile_name_is_refused(tmp_path):
     reg = tmp_path / "registry.yaml"
     reg.write_text((REPO / "registry.yaml").read_text())
     with pytest.raises(ShipyardError, match="clusters.grete already exists"):
-        registry_commands.import_pcluster(str(DATA / "three-queues.yaml"), "grete", str(reg), yes=True)
+        pcluster_commands.import_pcluster(str(DATA / "three-queues.yaml"), "grete", str(reg), yes=True)
 
 
 # ------------------------------------------------------------------------------------------------ done when

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shipyard import registry
-from shipyard.commands import registry as registry_commands
+from shipyard.commands import pcluster as pcluster_commands
 from shipyard.errors import ShipyardError
 from shipyard.registry import pcluster
 
@@ -36,7 +36,7 @@ Scheduling:
 def _import(cfg_text: str, reg: Path, name: str) -> None:
     cfg = reg.parent / f"{name}.yaml"
     cfg.write_text(cfg_text)
-    assert registry_commands.import_pcluster(str(cfg), name, str(reg), yes=True, runtime="pyxis",
+    assert pcluster_commands.import_pcluster(str(cfg), name, str(reg), yes=True, runtime="pyxis",
                                              out=open("/dev/null", "w")) == 0
 
 

@@ -13,7 +13,7 @@ import pytest
 from helpers_registry import GOLDEN, golden
 
 from shipyard import registry
-from shipyard.commands import registry as registry_commands
+from shipyard.commands import pcluster as pcluster_commands
 from shipyard.errors import ShipyardError
 from shipyard.registry import compat, fabric_checks, pcluster
 
@@ -39,7 +39,7 @@ EFA_ON = "          Efa:\n            Enabled: true\n"
 
 def run(config: str, tmp: Path, **kw) -> tuple[int, str]:
     out = io.StringIO()
-    rc = registry_commands.import_pcluster(config, registry_path="registry.yaml", out=out, **kw)
+    rc = pcluster_commands.import_pcluster(config, registry_path="registry.yaml", out=out, **kw)
     return rc, out.getvalue()
 
 
