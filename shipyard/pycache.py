@@ -84,14 +84,20 @@ def read_mapping(package: str, name: str, value_type: type) -> dict:
     return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, value_type)}
 
 
+def _folder_to_write(package: str) -> Path | None:
+    """``package``'s bytecode folder where Python writes bytecode (not under -B or PYTHONDONTWRITEBYTECODE), else
+    None: what keeps, lists or removes derived data there."""
+    places = None if sys.dont_write_bytecode else _places(package)
+    return places[1] if places else None
+
+
 def write(package: str, name: str, data: bytes) -> None:
     """Keep ``data`` as ``name`` in ``package``'s bytecode folder where Python writes bytecode; else do nothing.
 
     Written to a temporary file, then renamed: a reader sees the old file or the whole new one."""
-    places = None if sys.dont_write_bytecode else _places(package)
-    if places is None:
+    folder = _folder_to_write(package)
+    if folder is None:
         return
-    folder = places[1]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".shipyard-")
@@ -109,11 +115,11 @@ def write(package: str, name: str, data: bytes) -> None:
 def listing(package: str, prefix: str) -> dict[str, int]:
     """The regular files in ``package``'s bytecode folder whose names start with ``prefix``, by name, with the time
     each was written (ns): what a bounded cache removes the oldest of. Empty where bytecode is not written."""
-    places = None if sys.dont_write_bytecode else _places(package)
-    if places is None:
+    folder = _folder_to_write(package)
+    if folder is None:
         return {}
     try:
-        with os.scandir(places[1]) as entries:
+        with os.scandir(folder) as entries:
             return {e.name: e.stat(follow_symlinks=False).st_mtime_ns for e in entries
                     if e.name.startswith(prefix) and e.is_file(follow_symlinks=False)}
     except OSError:
@@ -122,9 +128,9 @@ def listing(package: str, prefix: str) -> dict[str, int]:
 
 def remove(package: str, name: str) -> None:
     """Remove ``name`` from ``package``'s bytecode folder (a link itself, never what it points to); gone is fine."""
-    places = None if sys.dont_write_bytecode else _places(package)
-    if places is not None:
+    folder = _folder_to_write(package)
+    if folder is not None:
         try:
-            os.unlink(places[1] / name)
+            os.unlink(folder / name)
         except OSError:
             pass

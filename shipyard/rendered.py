@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from shipyard import pycache
+from shipyard.files import sha256_file
 
 FORMAT = "shipyard-rendered-2"  # part of every key and of every file: a change of either starts afresh
 PREFIX = "rendered-"  # a kept text's file: PREFIX + its key
@@ -118,15 +119,10 @@ def _encode(value, out: list[str], modules: set[str]) -> bool:
     return fixed
 
 
-def _digest(path: str | Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 @functools.lru_cache(maxsize=None)
 def _code() -> tuple:
     here = Path(__file__).parent
-    return tuple((name, _digest(here / name)) for name in CODE)
+    return tuple((name, sha256_file(here / name)) for name in CODE)
 
 
 @functools.lru_cache(maxsize=None)
@@ -134,19 +130,19 @@ def _jinja2() -> str:
     spec = importlib.util.find_spec("jinja2")  # found, not imported: its __init__ carries the version
     if spec is None or not spec.origin:
         raise OSError("no Jinja2")
-    return _digest(Path(spec.origin))
+    return sha256_file(Path(spec.origin))
 
 
 @functools.lru_cache(maxsize=None)
 def _module_source(module: str) -> str:
-    return _digest(Path(sys.modules[module].__file__))
+    return sha256_file(Path(sys.modules[module].__file__))
 
 
 @functools.lru_cache(maxsize=None)
 def _templates(package: str) -> tuple:
     folder = os.path.join(os.path.dirname(importlib.import_module(package).__file__), "templates")
     found = [os.path.join(top, name) for top, _, names in os.walk(folder) for name in names]
-    return tuple((path[len(folder) + 1:], _digest(path)) for path in sorted(found))
+    return tuple((path[len(folder) + 1:], sha256_file(path)) for path in sorted(found))
 
 
 def key(package: str, template: str, trim_blocks: bool, context: dict) -> str | None:
@@ -209,7 +205,7 @@ def _eviction_order(kept: dict[str, int], package: str, written: dict[str, str])
     """Which kept files go first: those this process did not use, the oldest written first; then those it read;
     then those it wrote, in the order it wrote them (a time stamp is coarser than one process's writes)."""
     written_names = [_name(k) for k in written]
-    used = {_name(k) for k in _used.get(package, ())}
+    used, wrote = {_name(k) for k in _used.get(package, ())}, set(written_names)
     others = sorted((mtime, name) for name, mtime in kept.items() if name not in used)
-    read = sorted((mtime, name) for name, mtime in kept.items() if name in used and name not in written_names)
+    read = sorted((mtime, name) for name, mtime in kept.items() if name in used and name not in wrote)
     return [n for _, n in others] + [n for _, n in read] + [n for n in written_names if n in kept]

@@ -41,3 +41,35 @@ def task_processes(project: Path, prefix: Path, argv: list[str], runs: int = 2,
         out.append((text, last == "JINJA2"))
         after()
     return out
+
+
+@pytest.fixture
+def fresh_renders(bytecode_folder, monkeypatch):
+    """Nothing rendered or kept in this process (as in a new one); kept files go to the test's own bytecode folder."""
+    from shipyard import rendered
+
+    monkeypatch.setattr(rendered, "_used", {})
+    monkeypatch.setattr(rendered, "_new", {})
+    new_render_process()
+    return bytecode_folder
+
+
+def new_render_process() -> None:
+    """What a new process starts from: nothing kept in memory, every source read again (write first with
+    ``rendered._save()`` what the next process should find)."""
+    from shipyard import jinja_environment, rendered
+
+    rendered._new.clear()
+    rendered._used.clear()
+    for cached in (rendered._templates, rendered._code, rendered._jinja2, rendered._module_source):
+        cached.cache_clear()
+    jinja_environment.template_environment.cache_clear()
+
+
+def spy_render_keys(monkeypatch) -> list:
+    """The keys ``shipyard.rendered.key`` gives from now on, in order (None: a context with no key)."""
+    from shipyard import rendered
+
+    keys, real = [], rendered.key
+    monkeypatch.setattr(rendered, "key", lambda *args: keys.append(real(*args)) or keys[-1])
+    return keys

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_pycache import task_processes
+from fixtures_pycache import new_render_process, task_processes
 from shipyard import escaping, jinja_environment, rendered, templating
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,17 +58,7 @@ class Holder:
 
 
 @pytest.fixture
-def fresh(bytecode_folder, monkeypatch):
-    """Nothing kept in this process (as in a new one); kept files go to the test's own bytecode folder."""
-    monkeypatch.setattr(rendered, "_used", {})
-    monkeypatch.setattr(rendered, "_new", {})
-    for cached in (rendered._templates, rendered._code, rendered._jinja2, rendered._module_source):
-        cached.cache_clear()
-    return bytecode_folder
-
-
-@pytest.fixture
-def probe(tmp_path, monkeypatch, fresh):
+def probe(tmp_path, monkeypatch, fresh_renders):
     """A package of the test's own with one template, ``{{ x }}!``."""
     root = tmp_path / "pkgs"
     (root / "memo_probe" / "templates").mkdir(parents=True)
@@ -77,15 +67,6 @@ def probe(tmp_path, monkeypatch, fresh):
     monkeypatch.syspath_prepend(str(root))
     yield root / "memo_probe" / "templates" / "t.j2"
     sys.modules.pop("memo_probe", None)
-    jinja_environment.template_environment.cache_clear()
-
-
-def new_process() -> None:
-    """What a new process starts from: nothing kept in memory, every source read again."""
-    rendered._new.clear()
-    rendered._used.clear()
-    for cached in (rendered._templates, rendered._code, rendered._jinja2, rendered._module_source):
-        cached.cache_clear()
     jinja_environment.template_environment.cache_clear()
 
 
@@ -136,7 +117,7 @@ def test_a_context_that_is_not_plain_data_is_never_kept(value):
 def test_a_kept_render_is_served_without_jinja2(probe, monkeypatch):
     assert templating.render("memo_probe", "t.j2", x=Leaf("a")) == "Leaf(name='a', values=())!"
     rendered._save()
-    new_process()
+    new_render_process()
     monkeypatch.setattr(jinja_environment, "render", no_jinja)
     assert templating.render("memo_probe", "t.j2", x=Leaf("a")) == "Leaf(name='a', values=())!"
     with pytest.raises(AssertionError, match="although the text was kept"):
@@ -149,20 +130,21 @@ def test_an_edited_template_renders_anew_even_with_its_size_and_time_kept(probe)
     stat = probe.stat()
     probe.write_text("{{ x }}?")
     os.utime(probe, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    new_process()
+    new_render_process()
     assert templating.render("memo_probe", "t.j2", x=1) == "1?"
 
 
 @pytest.mark.parametrize("source", ["escaping.py", "templating.py", "jinja_environment.py", "jinja2/__init__.py",
                                     Path(__file__).name])
-def test_a_changed_source_changes_the_key(fresh, monkeypatch, source):
+def test_a_changed_source_changes_the_key(fresh_renders, monkeypatch, source):
     """The filters, the environment's settings, Jinja2 (its __init__ carries its version) and the module of a
     dataclass in the context: an edit of any of them gives another key."""
-    real = rendered._digest
+    real = rendered.sha256_file
 
     def key_when(content: str) -> str:
-        new_process()
-        monkeypatch.setattr(rendered, "_digest", lambda p: content if os.fspath(p).endswith("/" + source) else real(p))
+        new_render_process()
+        monkeypatch.setattr(rendered, "sha256_file",
+                            lambda p: content if os.fspath(p).endswith("/" + source) else real(p))
         return key({"r": Leaf("a")})
 
     assert key_when("one") != key_when("two")
@@ -200,7 +182,7 @@ def test_a_render_reads_only_its_own_kept_text(probe, monkeypatch):
     for i in range(20):
         templating.render("memo_probe", "t.j2", x=i)
     rendered._save()
-    new_process()
+    new_render_process()
     opened = []
     real = rendered.pycache.read_marshal
     monkeypatch.setattr(rendered.pycache, "read_marshal", lambda pkg, name: opened.append(name) or real(pkg, name))
@@ -218,7 +200,7 @@ def test_kept_texts_are_bounded_the_oldest_others_go_first(probe, monkeypatch):
     folder = rendered.pycache._places("memo_probe")[1]
     for age, i in enumerate((2, 3, 4)):  # written 2 first, then 3, then 4 (as a time stamp says it)
         os.utime(folder / (rendered.PREFIX + probe_key(i)), ns=(10**18 + age, 10**18 + age))
-    new_process()
+    new_render_process()
     templating.render("memo_probe", "t.j2", x=2)  # the oldest, used again: stays over the others
     templating.render("memo_probe", "t.j2", x=9)
     rendered._save()
@@ -282,5 +264,6 @@ def test_a_second_render_all_loads_no_jinja2_and_writes_the_same_files(tmp_path)
         assert {p.name: p.read_bytes() for p in (proj / "definitions").iterdir()} == \
             {p.name: p.read_bytes() for p in (ROOT / "definitions").iterdir()}
 
-    seen = [jinja for _, jinja in task_processes(proj, tmp_path / "prefix", ["render", "--all"], after=same_definitions)]
+    runs = task_processes(proj, tmp_path / "prefix", ["render", "--all"], after=same_definitions)
+    seen = [jinja for _, jinja in runs]
     assert seen == [True, False]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures_launch import HOSTILE_ARGS, build_launcher
-from fixtures_pycache import task_processes
+from fixtures_pycache import new_render_process, spy_render_keys, task_processes
 from shipyard import jinja_environment, rendered
 from shipyard.launch import image_check, launcher
 from shipyard.launch.options import NCCL_TEST
@@ -36,25 +36,9 @@ CASES = {
 }
 
 
-@pytest.fixture
-def fresh(bytecode_folder, monkeypatch):
-    """Nothing kept in this process; kept files go to the test's own bytecode folder."""
-    for name, empty in (("_used", {}), ("_new", {})):
-        monkeypatch.setattr(rendered, name, empty)
-    for cached in (rendered._templates, rendered._code, rendered._jinja2, rendered._module_source):
-        cached.cache_clear()
-    return bytecode_folder
-
-
 def _launcher(reg, case: str) -> launcher.Launcher:
     flags = dict(CASES[case])
     return build_launcher(reg, kind=flags.pop("kind", "torchrun"), command=flags.pop("command", CMD), **flags)
-
-
-def _as_new_process() -> None:
-    """Write what this process kept, then forget it, as a new process starts: the next text comes from the file."""
-    rendered._save()
-    rendered._used.clear()
 
 
 def _no_jinja(*args, **kwargs):
@@ -62,14 +46,14 @@ def _no_jinja(*args, **kwargs):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_every_kind_of_launcher_is_kept_and_served_as_jinja2_renders_it(launch_registry, fresh, monkeypatch, case):
+def test_every_kind_of_launcher_is_kept_and_served_as_jinja2_renders_it(launch_registry, fresh_renders, monkeypatch,
+                                                                         case):
     l = _launcher(launch_registry, case)
-    keys = []
-    real_key = rendered.key
-    monkeypatch.setattr(rendered, "key", lambda *a: keys.append(real_key(*a)) or keys[-1])
+    keys = spy_render_keys(monkeypatch)
     first = launcher.render(l)
     assert keys and keys[0] is not None, "the launcher's context is not plain data: it is rendered every time"
-    _as_new_process()
+    rendered._save()
+    new_render_process()
     monkeypatch.setattr(jinja_environment, "render", _no_jinja)
     assert launcher.render(l) == first
 
@@ -83,9 +67,7 @@ def test_every_kind_of_launcher_is_kept_and_served_as_jinja2_renders_it(launch_r
 def test_any_change_of_the_launcher_changes_its_key(launch_registry, monkeypatch, change):
     """Each field the templates read, the launcher's own or a part's, is in the key."""
     l = _launcher(launch_registry, "2 nodes, pyxis, efa, mounts")
-    keys = []
-    real_key = rendered.key
-    monkeypatch.setattr(rendered, "key", lambda *a: keys.append(real_key(*a)) or keys[-1])
+    keys = spy_render_keys(monkeypatch)
     monkeypatch.setattr(jinja_environment, "render", lambda *a: "")
     launcher.render(l)
     launcher.render(l.replace(**change))
@@ -95,9 +77,7 @@ def test_any_change_of_the_launcher_changes_its_key(launch_registry, monkeypatch
 def test_the_mounts_and_sweep_reach_the_key(launch_registry, monkeypatch):
     """A launcher's mounts (a part's objects) and its sweep's combinations are plain data in the key."""
     mounted, sweep = _launcher(launch_registry, "2 nodes, pyxis, efa, mounts"), _launcher(launch_registry, "sweep")
-    keys = []
-    real_key = rendered.key
-    monkeypatch.setattr(rendered, "key", lambda *a: keys.append(real_key(*a)) or keys[-1])
+    keys = spy_render_keys(monkeypatch)
     monkeypatch.setattr(jinja_environment, "render", lambda *a: "")
     last = mounted.mounts[-1]
     for l in (mounted, mounted.replace(mounts=(*mounted.mounts[:-1], replace(last, ro=not last.ro))),
@@ -107,10 +87,11 @@ def test_the_mounts_and_sweep_reach_the_key(launch_registry, monkeypatch):
     assert None not in keys and len(set(keys)) == 4
 
 
-def test_the_image_check_script_is_kept(fresh, monkeypatch):
+def test_the_image_check_script_is_kept(fresh_renders, monkeypatch):
     check = image_check.Check("/fsx/images/e.sqsh", "a" * 64, "b" * 64, "stage record /fsx/images/e.sqsh.json")
     first = image_check.render(check, "e", "invoke shell e --cluster c", "`invoke shell` runs")
-    _as_new_process()
+    rendered._save()
+    new_render_process()
     monkeypatch.setattr(jinja_environment, "render", _no_jinja)
     assert image_check.render(check, "e", "invoke shell e --cluster c", "`invoke shell` runs") == first
 
