@@ -112,7 +112,27 @@ class Dockerd:
         self.proc = None
         exec_root = getattr(self, "_exec_root", None)
         if exec_root is not None:
+            unmount_under(exec_root)
             shutil.rmtree(exec_root, ignore_errors=True)
+
+
+def mounts_under(root: Path) -> list[str]:
+    """The mount points at or below ``root`` (this process's mount namespace), deepest first."""
+    top = str(root)
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")  # mountinfo writes a space in a path as \040
+        if point == top or point.startswith(top + "/"):
+            points.append(point)
+    return sorted(points, key=len, reverse=True)
+
+
+def unmount_under(root: Path) -> None:
+    """Unmount what a stopped daemon left mounted below ``root``: dockerd bind-mounts its default network namespace
+    at ``EXEC_ROOT/netns/default`` and leaves it there when it exits, so the folder could not be removed and every
+    test session added one more mount to the machine."""
+    for point in mounts_under(root):
+        subprocess.run(["umount", point], capture_output=True, timeout=30)
 
 
 _REGISTRY_CONFIG = """\
