@@ -1,8 +1,11 @@
 """CPU time (user + sys) of `invoke --list`, `invoke render --all`, `invoke check` and `invoke launch --dry-run`
 against invoke's own floor, measured side by side in the same rounds (goal: each <= 1.3x the floor).
 
-The floor is `invoke --list` of a tasks.py holding one empty task: invoke's own start, which no change of shipyard's
-can go under, so the ratios show what shipyard adds. For scale only (no goal), hpccm rendering one equivalent recipe
+The floor is `invoke --list` of a tasks.py holding one empty task: invoke's own start. shipyard's program holds the
+cyclic garbage collector while it starts and freezes what it loaded (shipyard/collector.py), which also spares invoke's
+own objects the collector's walks, the one at exit included; so a second floor, the held floor, runs the same one-task
+tasks.py under that policy, and the ratios against it show what shipyard's own code adds. The goal is read against
+invoke's floor. For scale only (no goal), hpccm rendering one equivalent recipe
 runs in the same rounds unless --no-reference is given. hpccm lives in its own venv, bench/out/hpccm-venv (created on
 first use with `pip install -r bench/requirements-hpccm.txt` from PyPI); it is not one of shipyard's dependencies.
 The hpccm recipe is the shipped registry's pytorch-2.3 environment: nvidia/cuda base image, labels, environment, apt
@@ -43,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 HPCCM_VENV = OUT / "hpccm-venv"
 FLOOR = "invoke --list of a one-task tasks.py (invoke's floor)"
+HELD_FLOOR = "the same under shipyard's collector policy (held floor)"
 
 RECIPE = '''\
 # hpccm recipe equivalent to registry.yaml's pytorch-2.3 environment
@@ -124,10 +128,17 @@ def main() -> None:
         floor = proj / "floor"  # invoke's own start: a tasks.py of one empty task
         floor.mkdir()
         (floor / "tasks.py").write_text("from invoke import task\n\n\n@task\ndef hello(c):\n    pass\n")
+        held = proj / "floor-held"  # the same, under shipyard's collector policy: held from the first line, the
+        held.mkdir()                # objects frozen once the tasks are loaded (shipyard/collector.py)
+        (held / "tasks.py").write_text("import gc\n\nfrom invoke import task\n\n\n@task\ndef hello(c):\n    pass\n\n\n"
+                                       "gc.freeze()\ngc.enable()\n")
+        held_run = ("import gc\ngc.disable()\nfrom invoke.main import program\n"
+                    f"program.run(['invoke', '--search-root', {str(held)!r}, '--list'])\n")
         rows = [
             ("hpccm --recipe R --format singularity (reference)", [str(hpccm), "--recipe", str(recipe),
                                                                    "--format", "singularity"]),
             (FLOOR, [py, "-m", "invoke", "--search-root", str(floor), "--list"]),
+            (HELD_FLOOR, [py, "-c", held_run]),
             ("python -c pass", [py, "-c", "pass"]),
             ("invoke --list", [py, "-m", "shipyard", "--list"]),
             ("invoke render --all", [py, "-m", "shipyard", "render", "--all"]),
@@ -157,20 +168,25 @@ def main() -> None:
     med = {label: statistics.median(t) for label, t in times.items()}
     ref = med[FLOOR]
     paired = {label: statistics.median(t / f for t, f in zip(times[label], times[FLOOR])) for label in times}
+    paired_held = {label: statistics.median(t / f for t, f in zip(times[label], times[HELD_FLOOR]))
+                   for label in times}
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"CPU time (user+sys) of each process, median of {args.runs} interleaved runs\n")
-    print("| command | median CPU s | x invoke floor (medians) | x invoke floor (median per round) |")
-    print("|---|---|---|---|")
+    print("| command | median CPU s | x invoke floor (medians) | x invoke floor (median per round) "
+          "| x held floor (median per round) |")
+    print("|---|---|---|---|---|")
     for label, _ in rows:
-        print(f"| {label} | {med[label]:.3f} | {med[label] / ref:.2f} | {paired[label]:.2f} |")
+        print(f"| {label} | {med[label]:.3f} | {med[label] / ref:.2f} | {paired[label]:.2f} | "
+              f"{paired_held[label]:.2f} |")
     if helps:
         ratios = {label: paired[label] for label, _ in rows if label.endswith(" --help")}
         worst = max(ratios, key=ratios.get)
         print(f"\n{len(ratios)} tasks' --help: median {statistics.median(ratios.values()):.2f}x the floor, "
               f"highest {ratios[worst]:.2f}x ({worst})")
     Path(args.json).write_text(json.dumps({"runs": args.runs, "times": times, "median": med,
-                                           "ratio": {k: v / ref for k, v in med.items()}, "paired_ratio": paired},
+                                           "ratio": {k: v / ref for k, v in med.items()}, "paired_ratio": paired,
+                                           "paired_ratio_held_floor": paired_held},
                                           indent=1))
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from invoke import task
 
+from shipyard import collector
 from shipyard.cli import argv_after_dashdash, task_guard
 from shipyard.launch import options as launch_options
 
@@ -81,7 +82,10 @@ def make(spec: Spec):
 
     def body(c, **values):
         module, _, function = spec.command.partition(":")
-        command = getattr(importlib.import_module(module), function)
+        try:
+            command = getattr(importlib.import_module(module), function)
+        finally:  # the program has loaded what it runs: freeze it, collect what the command creates
+            collector.settle()
         raise SystemExit(spec.call(command, Flags(values)))
 
     body.__name__ = body.__qualname__ = spec.name.replace("-", "_")

@@ -81,7 +81,7 @@ def test_tasks_work_from_a_folder_outside_the_checkout(tmp_path):
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"shipyard": "shipyard.tasks:main"}
+    assert scripts == {"shipyard": "shipyard.__main__:run"}
     course = tmp_path / "my-course"
     course.mkdir()
     (course / "registry.yaml").write_text((ROOT / "examples" / "course" / "registry.yaml").read_text())
