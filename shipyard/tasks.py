@@ -33,36 +33,26 @@ install_parser_hooks()
 RUNTIME_CHOICES = " | ".join(runtimes.NAMES)
 CHECKOUT = Path(__file__).resolve().parents[1]  # the shipyard checkout: ../shared/vendor is beside it
 
-REGISTRY = "shipyard.commands.registry"
-DEFINITIONS = "shipyard.commands.definitions"
-JOBS = "shipyard.commands.jobs"
-LAUNCH = "shipyard.commands.launch"
-COURSE = "shipyard.commands.course"
-SANDBOX = "shipyard.commands.sandbox"
-REMOTE = "shipyard.commands.remote"
-DEMO = "shipyard.commands.demo"
-CONTAINERS = "shipyard.commands.containers"  # lazy: the build backends cost ~0.1 s
-STAGE = "shipyard.commands.stage"
 
 # ----------------------------------------------------------------------------------------------- registry, check, render
 
 LIST = Spec(
     "list", "List environments and clusters as tables.",
     {},
-    f"{REGISTRY}:list_", lambda run, f: run(f.context()))
+    "shipyard.commands.registry:list_", lambda run, f: run(f.context()))
 
 SHOW = Spec(
     "show", "Show an environment's fully resolved pins and where each came from.",
     {"env": (None, "environment name (default: defaults.environment)"),
      "contents": (False, "instead: what the last build's image holds (Python and apt packages, "
                          "CUDA/cuDNN/NCCL libraries, labels), read from the image")},
-    f"{REGISTRY}:show", lambda run, f: run(f.context(), f.env, f.contents), positional=("env",))
+    "shipyard.commands.registry:show", lambda run, f: run(f.context(), f.env, f.contents), positional=("env",))
 
 CHECK = Spec(
     "check", "Check every environment against the compatibility data, its clusters and its lock; exit 1 on any ERROR.",
     {"env": (None, "only this environment (default: all)"),
      "cluster": (None, "only this cluster (default: all it is used on)")},
-    f"{REGISTRY}:check", lambda run, f: run(f.context(), f.env, f.cluster), positional=("env",))
+    "shipyard.commands.registry:check", lambda run, f: run(f.context(), f.env, f.cluster), positional=("env",))
 
 RENDER = Spec(
     "render", "Render definitions/<env>.def (and .Dockerfile) from registry.yaml; refuses what `invoke check` refuses.",
@@ -72,7 +62,7 @@ RENDER = Spec(
                       "renders"),
      "force": (False, "write even when `invoke check ENV` finds an ERROR (a stale or missing lock, no such wheel); "
                       "warns")},
-    f"{DEFINITIONS}:render",
+    "shipyard.commands.definitions:render",
     lambda run, f: run(f.context(), f.env, all_envs=f.all, check=f.check, force=f.force), positional=("env",))
 
 COMPAT_REFRESH = Spec(
@@ -91,20 +81,22 @@ NCCL_REPORT = Spec(
      "out": (None, "PNG to write (default: LOG with .png suffix)"),
      "cluster": (None, "cluster whose nominal line rate is drawn (default: defaults.cluster)"),
      "partition": (None, "partition the job ran on: its line rate (default: the cluster's scheduler.partition)")},
-    f"{JOBS}:nccl_report", lambda run, f: run(f.log, f.out, f.cluster, partition=f.partition), positional=("log",))
+    "shipyard.commands.jobs:nccl_report",
+    lambda run, f: run(f.log, f.out, f.cluster, partition=f.partition), positional=("log",))
 
 USAGE = Spec(
     "usage", "Summarise a job's --monitor CSVs per node (CPU, RAM, GPU) and plot them over time.",
     {"jobid": (REQUIRED, "Slurm job id whose --monitor samples to summarise"),
      "out": (None, "PNG to write (default: launch/logs/NAME-JOBID.usage.png)"),
      "cluster": (None, "cluster the job ran on (default: defaults.cluster); only its launchers' samples are read")},
-    f"{JOBS}:usage", lambda run, f: run(f.context(), f.jobid, f.out, cluster=f.cluster), positional=("jobid",))
+    "shipyard.commands.jobs:usage",
+    lambda run, f: run(f.context(), f.jobid, f.out, cluster=f.cluster), positional=("jobid",))
 
 STATUS = Spec(
     "status", "Table of your shipyard jobs: queued/running (squeue) and finished (sacct).",
     {"cluster": (None, "cluster whose Slurm to ask (default: defaults.cluster; sandbox talks to the local sandbox)"),
      "since": ("now-2days", "sacct start time for finished jobs (Slurm time syntax, default now-2days)")},
-    f"{JOBS}:status", lambda run, f: run(f.context(), f.cluster, f.since))
+    "shipyard.commands.jobs:status", lambda run, f: run(f.context(), f.cluster, f.since))
 
 LOGS = Spec(
     "logs", "Print the tail of a job's output file (found via scontrol show job, else launch/logs/*-JOBID.out).",
@@ -112,7 +104,7 @@ LOGS = Spec(
      "follow": (False, "keep printing new output until the job ends (Ctrl-C stops)"),
      "num_lines": (20, "how many last lines to print first (default 20)"),
      "cluster": (None, "cluster whose Slurm to ask (default: defaults.cluster)")},
-    f"{JOBS}:logs",
+    "shipyard.commands.jobs:logs",
     lambda run, f: run(f.context(), f.jobid, follow=f.follow, lines=f.num_lines, cluster=f.cluster),
     positional=("jobid",))
 
@@ -142,7 +134,7 @@ DOCTOR = Spec(
      "partition": (None, "partition whose node is probed and whose GPUs are expected (default: scheduler.partition)"),
      "time_start": (False, "also start the staged image on one node, twice, and report the cold and warm start in "
                            "seconds with the runtime's start mode (every container runtime on the sandbox)")},
-    f"{JOBS}:doctor",
+    "shipyard.commands.jobs:doctor",
     lambda run, f: run(f.context(), f.cluster, f.env, partition=f.partition, time_start=f.time_start))
 
 # ----------------------------------------------------------------------------------------------- launchers
@@ -164,13 +156,13 @@ def _launch_task_keywords(kind: str) -> dict:
 LAUNCH_TASK = Spec(
     "launch", "Write launch/<name>.sbatch for torchrun on 1..N nodes; the training script and its arguments follow `--`.",
     _launch_flags(launch_options.TORCHRUN),
-    f"{LAUNCH}:launch", lambda run, f: run(f.context(), f.options(), f.after_dashdash()),
+    "shipyard.commands.launch:launch", lambda run, f: run(f.context(), f.options(), f.after_dashdash()),
     extra=_launch_task_keywords(launch_options.TORCHRUN))
 
 NCCL_TEST = Spec(
     "nccl-test", "Write launch/<name>.sbatch running all_reduce_perf with one rank per GPU (read it with nccl-report).",
     _launch_flags(launch_options.NCCL_TEST),
-    f"{LAUNCH}:launch",
+    "shipyard.commands.launch:launch",
     lambda run, f: run(f.context(), f.options(), f.after_dashdash(), kind=launch_options.NCCL_TEST),
     extra=_launch_task_keywords(launch_options.NCCL_TEST))
 
@@ -190,7 +182,7 @@ COURSE_HANDOUT = Spec(
      "force": (False, "go on despite `invoke check` ERRORs (named in the launcher's header)"),
      "dry_run": (False, "print the launcher and STUDENTS.md instead of writing them (also before the image is "
                         "staged)")},
-    f"{COURSE}:handout_folder",
+    "shipyard.commands.course:handout_folder",
     lambda run, f: run(f.context(), f.options("environment", "cluster", "nodes", "gpus_per_node", "partition", "time",
                                               "name", "account", "registry", "force"),
                        f.out, f.after_dashdash(), replace=f.replace, dry_run=f.dry_run),
@@ -199,7 +191,7 @@ COURSE_HANDOUT = Spec(
 SWEEP_STATUS = Spec(
     "sweep-status", "One row per combination of a sweep: index, done or not, run directory, values.",
     {"name": (REQUIRED, "the sweep's launcher name, as given to invoke launch --name NAME --sweep ...")},
-    f"{LAUNCH}:sweep_status", lambda run, f: run(f.context(), f.name), positional=("name",))
+    "shipyard.commands.launch:sweep_status", lambda run, f: run(f.context(), f.name), positional=("name",))
 
 SNAKEMAKE_PROFILE = Spec(
     "profile", "Write snakemake/<cluster>/: a Snakemake profile and the Slurm plugin's partition file, from the registry.",
@@ -219,31 +211,32 @@ SANDBOX_UP = Spec(
      "gpus_per_node": (None, "fake GPUs (GRES) per node (default: clusters.sandbox.gpus_per_node)"),
      "directory": (None, _SANDBOX_DIR_HELP),
      "no_install": (False, "do not apt-get install missing packages; fail naming them")},
-    f"{SANDBOX}:up",
+    "shipyard.commands.sandbox:up",
     lambda run, f: run(f.context(), f.nodes, f.gpus_per_node, f.directory, install=not f.no_install))
 
 SANDBOX_DOWN = Spec(
     "down", "Stop exactly the processes sandbox.up started (by PID); remove its namespaces and, unless --keep, its "
             "files.",
     {"directory": (None, _SANDBOX_DIR_HELP), "keep": (False, "keep config, state and logs on disk")},
-    f"{SANDBOX}:down", lambda run, f: run(f.directory, keep=f.keep))
+    "shipyard.commands.sandbox:down", lambda run, f: run(f.directory, keep=f.keep))
 
 SANDBOX_STATUS = Spec(
     "status", "Show the sandbox's nodes, partitions and running jobs.",
     {"directory": (None, _SANDBOX_DIR_HELP)},
-    f"{SANDBOX}:status", lambda run, f: run(f.directory))
+    "shipyard.commands.sandbox:status", lambda run, f: run(f.directory))
 
 SANDBOX_EXEC = Spec(
     "exec", "Run a Slurm client against the sandbox, argv kept exact: invoke sandbox.exec -- sbatch job.sbatch",
     {"directory": (None, _SANDBOX_DIR_HELP)},
-    f"{SANDBOX}:exec_", lambda run, f: run(f.after_dashdash(), f.directory))
+    "shipyard.commands.sandbox:exec_", lambda run, f: run(f.after_dashdash(), f.directory))
 
 SANDBOX_RUNTIMES = Spec(
     "runtimes", "Build real enroot + pyxis (cached) and install them in the running sandbox; sandbox.down removes them.",
     {"sources": (None, "folder with the enroot and pyxis source archives (default: ../shared/vendor of the project)"),
      "directory": (None, _SANDBOX_DIR_HELP),
      "no_install": (False, "do not apt-get install missing build packages; fail naming them")},
-    f"{SANDBOX}:runtimes", lambda run, f: run(CHECKOUT, f.sources, f.directory, install=not f.no_install))
+    "shipyard.commands.sandbox:runtimes",
+    lambda run, f: run(CHECKOUT, f.sources, f.directory, install=not f.no_install))
 
 # ----------------------------------------------------------------------------------------------- remote (docs/remote.md)
 # A cluster reached from a workstation over ssh: one shared connection, the project shipped (shipyard/remote/).
@@ -252,22 +245,25 @@ _REMOTE_CLUSTER = {"cluster": (REQUIRED, "a cluster with login and remote in reg
 
 REMOTE_LOGIN = Spec(
     "login", "Open the shared ssh connection to CLUSTER's login node once (may prompt: passphrase, one-time code).",
-    _REMOTE_CLUSTER, f"{REMOTE}:login", lambda run, f: run(f.context(), f.cluster), positional=("cluster",))
+    _REMOTE_CLUSTER, "shipyard.commands.remote:login",
+    lambda run, f: run(f.context(), f.cluster), positional=("cluster",))
 
 REMOTE_SYNC = Spec(
     "sync", "Ship the project (tracked files and locks) to REMOTE_ROOT/<project> through the shared connection.",
-    _REMOTE_CLUSTER, f"{REMOTE}:sync", lambda run, f: run(f.context(), f.cluster), positional=("cluster",))
+    _REMOTE_CLUSTER, "shipyard.commands.remote:sync",
+    lambda run, f: run(f.context(), f.cluster), positional=("cluster",))
 
 REMOTE_LOGOUT = Spec(
     "logout", "Close the shared ssh connection to CLUSTER's login node (ssh -O exit).",
-    _REMOTE_CLUSTER, f"{REMOTE}:logout", lambda run, f: run(f.context(), f.cluster), positional=("cluster",))
+    _REMOTE_CLUSTER, "shipyard.commands.remote:logout",
+    lambda run, f: run(f.context(), f.cluster), positional=("cluster",))
 
 DEMO_TASK = Spec(
     "demo", "Sandbox up, render the default environment, run a 2-node torchrun job on it, print the training result.",
     {"steps": (60, "training steps of the demo job (default 60)"),
      "timeout": (600, "seconds to wait for the job (default 600)"),
      "no_install": (False, "do not apt-get install missing Slurm/munge packages")},
-    f"{DEMO}:demo",
+    "shipyard.commands.demo:demo",
     lambda run, f: run(f.context(), steps=int(f.steps), timeout=float(f.timeout), install=not f.no_install))
 
 CLUSTER_IMPORT_PCLUSTER = Spec(
@@ -306,7 +302,7 @@ BUILD = Spec(
      "wait": (False, "with --slurm: follow the job's log until it ends; exit 1 unless it COMPLETED"),
      "verify_rebuild": (False, "build again from the same lock and compare what the two images hold (read from each "
                                "image): apt drift is reported, a Python difference exits 1")},
-    f"{CONTAINERS}:build",
+    "shipyard.commands.containers:build",
     lambda run, f: run(f.context(), f.env, backend=f.backend, fakeroot=f.fakeroot, force=f.force,
                        formats=f.formats or None, block=not f.no_block, slurm=f.slurm, cluster=f.cluster,
                        partition=f.partition, wait=f.wait, verify_rebuild=f.verify_rebuild),
@@ -322,7 +318,7 @@ DIFF = Spec(
                       "`stage --list` shows it): once, that version against the last build; twice, the first version "
                       "against the second"),
      "cluster": (None, "the cluster whose staged versions --staged names (default: defaults.cluster)")},
-    f"{CONTAINERS}:diff",
+    "shipyard.commands.containers:diff",
     lambda run, f: run(f.context(), f.env, f.against or None, f.staged, f.cluster),
     positional=("env",), iterable=("staged",))
 
@@ -333,7 +329,7 @@ PUSH = Spec(
      "registry": ("", "registry name from registry.yaml (default: defaults.registry); oras:// pushes the SIF, "
                       "docker:// the docker image"),
      "tag": ("", "tag to push (default: the first 12 hex digits of the build's input hash)")},
-    f"{CONTAINERS}:push", lambda run, f: run(f.context(), f.env, f.registry, f.tag), positional=("env",))
+    "shipyard.commands.containers:push", lambda run, f: run(f.context(), f.env, f.registry, f.tag), positional=("env",))
 
 PULL = Spec(
     "pull", "Fetch ENV's image from a registry and verify its digest (SIF lands in containers/ENV.sif).",
@@ -341,7 +337,7 @@ PULL = Spec(
      "registry": ("", "registry name from registry.yaml (default: defaults.registry)"),
      "tag": ("", "tag to pull (default: the one recorded by the last push to that registry)"),
      "force": (False, "replace a local SIF that differs from the pulled one")},
-    f"{CONTAINERS}:pull", lambda run, f: run(f.context(), f.env, f.registry, f.tag, force=f.force),
+    "shipyard.commands.containers:pull", lambda run, f: run(f.context(), f.env, f.registry, f.tag, force=f.force),
     positional=("env",))
 
 STAGE_TASK = Spec(
@@ -361,7 +357,7 @@ STAGE_TASK = Spec(
      "list_": (False, "list the staged versions of ENV's image, the current one and the handouts that bind each"),
      "rollback": (False, "point ENV's image back at the version staged before the current one"),
      "prune": (False, "remove the staged versions that are not current and that no handout binds")},
-    f"{STAGE}:stage",
+    "shipyard.commands.stage:stage",
     lambda run, f: run(f.context(), f.env, f.cluster, source=f.from_, registry=f.registry, tag=f.tag, mode=f.mode,
                        link=f.link, force=f.force, list_=f.list_, rollback=f.rollback, prune=f.prune),
     positional=("env",))
@@ -379,7 +375,8 @@ LOCK = Spec(
                          "instead"),
      "update_base": (False, "only look up the base image's tag again and record the digest it names now (the Python "
                             "closure is kept); without it a digest already recorded is kept")},
-    f"{DEFINITIONS}:lock", lambda run, f: run(f.context(), f.env, f.exclude_newer, f.index_url, f.update_base),
+    "shipyard.commands.definitions:lock",
+    lambda run, f: run(f.context(), f.env, f.exclude_newer, f.index_url, f.update_base),
     positional=("env",))
 
 MODULES = Spec(
@@ -397,12 +394,12 @@ SIGN = Spec(
     "sign", "Sign containers/<env>.sif with apptainer sign (your keyring) and record the signature in the manifest.",
     {"env": (None, "environment whose containers/<env>.sif to sign (default: defaults.environment)"),
      "keyidx": (0, "private key to sign with: its index in `apptainer key list --secret` (default 0)")},
-    f"{CONTAINERS}:sign", lambda run, f: run(f.context(), f.env, int(f.keyidx)), positional=("env",))
+    "shipyard.commands.containers:sign", lambda run, f: run(f.context(), f.env, int(f.keyidx)), positional=("env",))
 
 VERIFY = Spec(
     "verify", "Verify containers/<env>.sif with apptainer verify --local against the key recorded by invoke sign.",
     {"env": (None, "environment whose containers/<env>.sif to verify (default: defaults.environment)")},
-    f"{CONTAINERS}:verify", lambda run, f: run(f.context(), f.env), positional=("env",))
+    "shipyard.commands.containers:verify", lambda run, f: run(f.context(), f.env), positional=("env",))
 
 # ----------------------------------------------------------------------------------------------- namespace
 
