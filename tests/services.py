@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -84,8 +85,9 @@ class Dockerd:
             raise ShipyardError("dockerd not found: install Debian's docker.io (apt-get install docker.io)")
         self.state.mkdir(parents=True, exist_ok=True)
         log = self.state / "dockerd.log"
-        # exec-root must stay short: containerd's socket path inside it is limited to 108 bytes.
-        exec_root = Path("/run") / f"shipyard-docker-{os.getpid()}-{self.state.name}"
+        # exec-root must stay short (containerd's socket path inside it is limited to 108 bytes) and be this
+        # daemon's alone: two dockerds of one process (the session's and a test's own) must not share it
+        exec_root = Path(tempfile.mkdtemp(prefix=f"shipyard-docker-{os.getpid()}-", dir="/run"))
         self._exec_root = exec_root
         argv = ["dockerd", "--data-root", str(self.state / "root"), "--exec-root", str(exec_root),
                 "-H", self.host, "--pidfile", str(self.state / "dockerd.pid"),
@@ -110,6 +112,7 @@ class Dockerd:
     def stop(self) -> None:
         _stop(self.proc)
         self.proc = None
+        unmount_under(self.state / "root")
         exec_root = getattr(self, "_exec_root", None)
         if exec_root is not None:
             unmount_under(exec_root)
@@ -128,9 +131,10 @@ def mounts_under(root: Path) -> list[str]:
 
 
 def unmount_under(root: Path) -> None:
-    """Unmount what a stopped daemon left mounted below ``root``: dockerd bind-mounts its default network namespace
-    at ``EXEC_ROOT/netns/default`` and leaves it there when it exits, so the folder could not be removed and every
-    test session added one more mount to the machine."""
+    """Unmount what a stopped daemon left mounted at or below ``root``. dockerd leaves two mounts when it exits: its
+    default network namespace at ``EXEC_ROOT/netns/default`` and its data root mounted on itself (made private).
+    Left there, neither folder can be removed (pytest's cleanup of old test folders warns), and every test
+    session added mounts to the machine."""
     for point in mounts_under(root):
         subprocess.run(["umount", point], capture_output=True, timeout=30)
 

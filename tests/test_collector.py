@@ -68,9 +68,9 @@ def test_settle_after_hold_freezes_and_turns_the_collector_back_on(collector_sta
     collector.settle()
     assert gc.isenabled() and gc.get_freeze_count() > frozen
     frozen = gc.get_freeze_count()
-    junk = [[] for _ in range(1000)]  # new objects: a second freeze would take them
+    junk = [[] for _ in range(1000)]  # new objects: a second freeze would take them (a frozen one may die meanwhile)
     collector.settle()
-    assert gc.get_freeze_count() == frozen, len(junk)
+    assert gc.get_freeze_count() <= frozen, len(junk)
 
 
 def test_settle_without_hold_changes_nothing(collector_state):
