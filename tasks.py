@@ -10,7 +10,7 @@ from shipyard import collector
 
 # the invoke program itself (not a test importing this file): shipyard's start is not walked by the cyclic collector
 # until the task's command module is loaded (shipyard/collector.py)
-collector.hold_in("invoke")
+collector.hold_in("invoke", "inv")
 
 from shipyard import tasks as shipyard_tasks  # noqa: E402  (after the hold)
 from shipyard.taskspec import Spec, make  # noqa: E402

@@ -35,12 +35,12 @@ def hold() -> None:
         _held = True
 
 
-def hold_in(program: str) -> None:
-    """:func:`hold` when this process is ``program`` (``sys.argv[0]`` is its script, or its package's
+def hold_in(*programs: str) -> None:
+    """:func:`hold` when this process is one of ``programs`` (``sys.argv[0]`` is its script, or its package's
     ``__main__.py`` under ``python -m``), not a test or tool that imported the module calling this."""
     script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     name = os.path.basename(script)
-    if name == program or (name == "__main__.py" and os.path.basename(os.path.dirname(script)) == program):
+    if name in programs or (name == "__main__.py" and os.path.basename(os.path.dirname(script)) in programs):
         hold()
 
 

@@ -90,6 +90,7 @@ def test_a_collector_someone_else_turned_off_stays_off(collector_state):
 
 @pytest.mark.parametrize("argv0, held", [
     ("/opt/venv/bin/invoke", True),
+    ("/opt/venv/bin/inv", True),  # invoke's short name
     ("/opt/venv/lib/python3.11/site-packages/invoke/__main__.py", True),  # python -m invoke
     ("/opt/venv/bin/pytest", False),
     ("/opt/venv/lib/python3.11/site-packages/pytest/__main__.py", False),
@@ -101,7 +102,7 @@ def test_a_collector_someone_else_turned_off_stays_off(collector_state):
 def test_hold_in_holds_only_in_that_program(collector_state, monkeypatch, argv0, held):
     gc.enable()
     monkeypatch.setattr(sys, "argv", [argv0, "--list"])
-    collector.hold_in("invoke")
+    collector.hold_in("invoke", "inv")
     assert gc.isenabled() is not held
     collector.settle()
     assert gc.isenabled()
