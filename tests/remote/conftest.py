@@ -51,15 +51,55 @@ def _free_port() -> int:
 
 
 def _wait_port(port: int, proc: subprocess.Popen, log: Path) -> None:
+    """Until this sshd says it listens on ``port`` (its own log line: a connection to the port could reach another
+    process that took it first)."""
+    said = f"Server listening on 127.0.0.1 port {port}."
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
         if proc.poll() is not None:
-            raise AssertionError(f"sshd on {port} exited: {log.read_text(errors='replace')[-2000:]}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+            raise AssertionError(f"sshd on {port} exited: {text[-2000:]}")
+        if said in text:
+            return
         time.sleep(0.05)
     raise AssertionError(f"sshd on {port} did not listen within 10 s")
+
+
+def _start_sshds(d: Path, procs: list[subprocess.Popen], tries: int = 5) -> tuple[int, int]:
+    """Start the jump and login sshds (appended to ``procs``, which the caller stops) on free ports; returns (jump
+    port, login port). A port found free can be taken by another test's process before sshd binds it: then both
+    start again on new ports, up to ``tries`` times."""
+    common = (f"ListenAddress 127.0.0.1\nHostKey {d / 'hostkey'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
+              f"PidFile none\nStrictModes no\nPasswordAuthentication no\nPermitRootLogin yes\n")
+    otp_sshd = d / PAM_SERVICE
+    if not otp_sshd.is_symlink():
+        otp_sshd.symlink_to("/usr/sbin/sshd")
+    for attempt in range(tries):
+        jump_port, login_port = _free_port(), _free_port()
+        (d / "jump.conf").write_text(common + f"Port {jump_port}\nUsePAM no\nAuthenticationMethods publickey\n"
+                                     "KbdInteractiveAuthentication no\nAllowTcpForwarding yes\nLogLevel DEBUG1\n")
+        (d / "login.conf").write_text(common + f"Port {login_port}\nUsePAM yes\nKbdInteractiveAuthentication yes\n"
+                                      "AuthenticationMethods publickey,keyboard-interactive\nLogLevel VERBOSE\n"
+                                      "MaxSessions 64\n")
+        started = []
+        for binary, conf, log in (("/usr/sbin/sshd", "jump.conf", "jump.log"),
+                                  (str(otp_sshd), "login.conf", "login.log")):
+            (d / log).unlink(missing_ok=True)
+            started.append(subprocess.Popen([binary, "-D", "-f", str(d / conf), "-E", str(d / log)],
+                                            stdin=subprocess.DEVNULL))
+        procs.extend(started)
+        try:
+            _wait_port(jump_port, started[0], d / "jump.log")
+            _wait_port(login_port, started[1], d / "login.log")
+            return jump_port, login_port
+        except AssertionError as err:
+            if "Address already in use" not in str(err) or attempt == tries - 1:
+                raise
+            for p in started:
+                p.terminate()
+                p.wait(10)
+                procs.remove(p)
+    raise AssertionError(f"sshd: no free pair of ports in {tries} tries")
 
 
 @pytest.fixture(scope="module")
@@ -93,22 +133,7 @@ def ssh_hosts():
         pam_file.write_text(f"auth required pam_oath.so usersfile={users} window=3 digits=6\n"
                             "account required pam_permit.so\nsession required pam_permit.so\n")
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-        jump_port, login_port = _free_port(), _free_port()
-        common = (f"ListenAddress 127.0.0.1\nHostKey {d / 'hostkey'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
-                  f"PidFile none\nStrictModes no\nPasswordAuthentication no\nPermitRootLogin yes\n")
-        (d / "jump.conf").write_text(common + f"Port {jump_port}\nUsePAM no\nAuthenticationMethods publickey\n"
-                                     "KbdInteractiveAuthentication no\nAllowTcpForwarding yes\nLogLevel DEBUG1\n")
-        (d / "login.conf").write_text(common + f"Port {login_port}\nUsePAM yes\nKbdInteractiveAuthentication yes\n"
-                                      "AuthenticationMethods publickey,keyboard-interactive\nLogLevel VERBOSE\n"
-                                      "MaxSessions 64\n")
-        otp_sshd = d / PAM_SERVICE
-        otp_sshd.symlink_to("/usr/sbin/sshd")
-        for binary, conf, log in (("/usr/sbin/sshd", "jump.conf", "jump.log"),
-                                  (str(otp_sshd), "login.conf", "login.log")):
-            procs.append(subprocess.Popen([binary, "-D", "-f", str(d / conf), "-E", str(d / log)],
-                                          stdin=subprocess.DEVNULL))
-        _wait_port(jump_port, procs[0], d / "jump.log")
-        _wait_port(login_port, procs[1], d / "login.log")
+        jump_port, login_port = _start_sshds(d, procs)
         hostkey = (d / "hostkey.pub").read_text().split()
         (d / "known_hosts").write_text("".join(f"[127.0.0.1]:{p} {hostkey[0]} {hostkey[1]}\n"
                                                for p in (jump_port, login_port)))
