@@ -10,6 +10,7 @@ factory, kept only so the test files that use them did not all change at once.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -62,6 +63,14 @@ def write_project(root: Path, registry: str) -> Path:
     path = root / "registry.yaml"
     path.write_text(PRESETS[registry]() if registry in PRESETS else registry)
     return path
+
+
+def shipped_project(root: Path) -> Path:
+    """``root`` made a project folder of this checkout's own inputs, as a user's would be: registry.yaml and examples/
+    (the training script `invoke launch -- examples/train.py` names), without bytecode; returns ``root``."""
+    write_project(root, "repo")
+    shutil.copytree(ROOT / "examples", root / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
 
 
 @pytest.fixture

@@ -6,13 +6,13 @@ from __future__ import annotations
 import gc
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fixtures_projects import shipped_project
 from shipyard import collector
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,11 +53,7 @@ def probe(program: Path, args: list[str], cwd: Path, timeout: int = 120) -> tupl
 
 @pytest.fixture
 def project(tmp_path):
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    shutil.copy(ROOT / "registry.yaml", proj)
-    shutil.copytree(ROOT / "examples", proj / "examples")
-    return proj
+    return shipped_project(tmp_path / "proj")
 
 
 def test_settle_after_hold_freezes_and_turns_the_collector_back_on(collector_state):

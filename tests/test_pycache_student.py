@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fixtures_launch import as_user, make_user, searchable_for_others
+from fixtures_projects import shipped_project
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "shipyard"
@@ -33,10 +34,7 @@ def test_a_student_of_a_shared_install_gets_the_owners_launcher_and_keeps_nothin
     restore = searchable_for_others([Path(sys.executable).resolve(), Path(sys.prefix) / "bin", PACKAGE])
     try:
         u = make_user(name, base / name)
-        project = Path(u.pw_dir) / "project"
-        project.mkdir()
-        shutil.copy(ROOT / "registry.yaml", project)
-        shutil.copytree(ROOT / "examples", project / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+        project = shipped_project(Path(u.pw_dir) / "project")
         subprocess.run(["chown", "-R", f"{u.pw_uid}:{u.pw_gid}", str(project)], check=True)
         env = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONDONTWRITEBYTECODE", "SHIPYARD_REGISTRY", "PYTHONPYCACHEPREFIX")}

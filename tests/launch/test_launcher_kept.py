@@ -4,19 +4,17 @@ process prints the same launcher without importing Jinja2."""
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from fixtures_launch import HOSTILE_ARGS, build_launcher
+from fixtures_projects import shipped_project
 from fixtures_pycache import new_render_process, spy_render_keys, task_processes
 from shipyard import jinja_environment, rendered
 from shipyard.launch import image_check, launcher
 from shipyard.launch.options import NCCL_TEST
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 CMD = ("train.py", "--epochs", "1")
 
 CASES = {
@@ -99,10 +97,7 @@ def test_the_image_check_script_is_kept(fresh_renders, monkeypatch):
 def test_a_second_launch_dry_run_loads_no_jinja2_and_prints_the_same_launcher(tmp_path):
     """Two `launch --dry-run` processes in a project of the test's own: the second prints the first's launcher byte
     for byte from the kept text, without importing Jinja2."""
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    shutil.copy(ROOT / "registry.yaml", proj)
-    shutil.copytree(ROOT / "examples", proj / "examples")
+    proj = shipped_project(tmp_path / "proj")
     runs = task_processes(proj, tmp_path / "prefix", ["launch", "--dry-run", "--force", "--", "examples/train.py"])
     assert runs[0][0].startswith("#!/bin/bash"), runs[0][0][:400]
     assert runs[0][0] == runs[1][0]
